@@ -1,0 +1,100 @@
+//! Errors a user can act on: each names the backend, the descriptor and,
+//! for kernel errors, the syscall that failed.
+
+use crate::poller::Mode;
+use std::fmt;
+use std::io;
+use std::os::fd::RawFd;
+
+/// The result type of every fallible iomux call.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, with enough context to act on it.
+#[derive(Debug)]
+pub enum Error {
+    /// The mechanism cannot provide this mode (e.g. edge triggering on poll).
+    Unsupported { backend: &'static str, mode: Mode },
+    /// `add` of a descriptor that is already registered.
+    AlreadyExists { backend: &'static str, fd: RawFd },
+    /// `modify`/`delete` of a descriptor that is not registered.
+    NotFound { backend: &'static str, fd: RawFd },
+    /// select cannot watch this descriptor: its number is not below
+    /// FD_SETSIZE, or the set already holds FD_SETSIZE descriptors.
+    FdSetSize { fd: RawFd, registered: usize },
+    /// io_uring cannot be used here; `reason` says why and how to fix it.
+    UringUnavailable { reason: String, source: io::Error },
+    /// A syscall failed.
+    Sys { backend: &'static str, syscall: &'static str, fd: Option<RawFd>, source: io::Error },
+    /// A backend name that is not one of [`crate::Backend::NAMES`].
+    UnknownBackend { name: String },
+}
+
+impl Error {
+    pub(crate) fn sys(backend: &'static str, syscall: &'static str, fd: Option<RawFd>, source: io::Error) -> Error {
+        Error::Sys { backend, syscall, fd, source }
+    }
+
+    /// The OS error number behind this error, if there is one.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            Error::Sys { source, .. } | Error::UringUnavailable { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+
+    /// The closest `std::io::ErrorKind`.
+    pub fn kind(&self) -> io::ErrorKind {
+        match self {
+            Error::Unsupported { .. } => io::ErrorKind::Unsupported,
+            Error::AlreadyExists { .. } => io::ErrorKind::AlreadyExists,
+            Error::NotFound { .. } => io::ErrorKind::NotFound,
+            Error::FdSetSize { .. } => io::ErrorKind::InvalidInput,
+            Error::UringUnavailable { .. } => io::ErrorKind::Unsupported,
+            Error::Sys { source, .. } => source.kind(),
+            Error::UnknownBackend { .. } => io::ErrorKind::InvalidInput,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Unsupported { backend, mode } => {
+                write!(f, "{backend}: {mode:?} mode is not supported by this mechanism")
+            }
+            Error::AlreadyExists { backend, fd } => write!(f, "{backend}: fd {fd} is already registered"),
+            Error::NotFound { backend, fd } => write!(f, "{backend}: fd {fd} is not registered"),
+            Error::FdSetSize { fd, registered } => write!(
+                f,
+                "select: cannot watch fd {fd} ({registered} fds registered): select handles only fd numbers \
+                 below FD_SETSIZE ({}) and at most that many fds; use poll, epoll or uring",
+                crate::sys::FD_SETSIZE
+            ),
+            Error::UringUnavailable { reason, source } => write!(f, "io_uring unavailable: {reason} ({source})"),
+            Error::Sys { backend, syscall, fd: Some(fd), source } => {
+                write!(f, "{backend}: {syscall} on fd {fd} failed: {source}")
+            }
+            Error::Sys { backend, syscall, fd: None, source } => write!(f, "{backend}: {syscall} failed: {source}"),
+            Error::UnknownBackend { name } => write!(
+                f,
+                "unknown backend '{name}'; valid backends: {}",
+                crate::Backend::NAMES.join(", ")
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Sys { source, .. } | Error::UringUnavailable { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl From<Error> for io::Error {
+    fn from(e: Error) -> io::Error {
+        io::Error::new(e.kind(), e)
+    }
+}
