@@ -75,11 +75,9 @@ impl fmt::Display for Error {
                 write!(f, "{backend}: {syscall} on fd {fd} failed: {source}")
             }
             Error::Sys { backend, syscall, fd: None, source } => write!(f, "{backend}: {syscall} failed: {source}"),
-            Error::UnknownBackend { name } => write!(
-                f,
-                "unknown backend '{name}'; valid backends: {}",
-                crate::Backend::NAMES.join(", ")
-            ),
+            Error::UnknownBackend { name } => {
+                write!(f, "unknown backend '{name}'; valid backends: {}", crate::Backend::NAMES.join(", "))
+            }
         }
     }
 }

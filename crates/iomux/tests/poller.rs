@@ -241,7 +241,12 @@ fn wait_syscalls(backend: Backend) {
         Backend::Uring => (Syscall::IoUringEnter, 1),
     };
     assert_eq!(spent.get(kind), waits * per_wait, "{backend}: {:?}", spent.nonzero().collect::<Vec<_>>());
-    assert_eq!(spent.total(), waits * per_wait, "{backend}: other syscalls in wait: {:?}", spent.nonzero().collect::<Vec<_>>());
+    assert_eq!(
+        spent.total(),
+        waits * per_wait,
+        "{backend}: other syscalls in wait: {:?}",
+        spent.nonzero().collect::<Vec<_>>()
+    );
 }
 
 macro_rules! for_each_backend {

@@ -263,7 +263,8 @@ pub enum Backend {
 }
 
 impl Backend {
-    pub const ALL: &'static [Backend] = &[Backend::Select, Backend::Poll, Backend::Epoll, Backend::EpollEt, Backend::Uring];
+    pub const ALL: &'static [Backend] =
+        &[Backend::Select, Backend::Poll, Backend::Epoll, Backend::EpollEt, Backend::Uring];
     pub const NAMES: &'static [&'static str] = &["select", "poll", "epoll", "epoll-et", "uring"];
     /// The environment variable that picks the default backend.
     pub const ENV: &'static str = "IOMUX_BACKEND";

@@ -59,12 +59,20 @@ pub struct UringPoller {
 /// Why io_uring_setup failed, in words a user can act on.
 pub(crate) fn unavailable(e: io::Error) -> Error {
     let reason = match e.raw_os_error() {
-        Some(libc::ENOSYS) => "this kernel has no io_uring (built without CONFIG_IO_URING, or older than 5.1)".to_string(),
-        Some(libc::EPERM) => match std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled").map(|s| s.trim().to_string()) {
-            Ok(v) if v == "2" => "disabled by sysctl kernel.io_uring_disabled=2; as root: sysctl -w kernel.io_uring_disabled=0".into(),
-            Ok(v) if v == "1" => "restricted by sysctl kernel.io_uring_disabled=1 to members of kernel.io_uring_group; \
+        Some(libc::ENOSYS) => {
+            "this kernel has no io_uring (built without CONFIG_IO_URING, or older than 5.1)".to_string()
+        }
+        Some(libc::EPERM) => match std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+            .map(|s| s.trim().to_string())
+        {
+            Ok(v) if v == "2" => {
+                "disabled by sysctl kernel.io_uring_disabled=2; as root: sysctl -w kernel.io_uring_disabled=0".into()
+            }
+            Ok(v) if v == "1" => {
+                "restricted by sysctl kernel.io_uring_disabled=1 to members of kernel.io_uring_group; \
                  join that group or, as root: sysctl -w kernel.io_uring_disabled=0"
-                .into(),
+                    .into()
+            }
             _ => "refused (EPERM): a seccomp filter (container runtime) or LSM blocks io_uring_setup".into(),
         },
         Some(libc::ENOMEM) => "not enough locked memory for the rings; raise RLIMIT_MEMLOCK (ulimit -l)".into(),

@@ -5,11 +5,16 @@
 //! without strace. The counters are plain `Cell`s in a `const`-initialised
 //! thread local: no atomics and no lazy-init branch on the hot path.
 //!
-//! The [`raw`] submodule holds uncounted twins of the hot waits, used only
-//! by the lab's baseline loops ("the same loop written directly on libc").
+//! The wrappers issue the `syscall` instruction directly ([`direct`]), not
+//! glibc's cancellation-point wrappers. The [`raw`] submodule holds the
+//! glibc versions, uncounted, for the lab's baselines ("the same loop
+//! written directly on libc").
 #![allow(unsafe_code)]
 
+mod direct;
 pub mod uring;
+
+use direct::syscall;
 
 use std::cell::Cell;
 use std::io;
@@ -102,10 +107,7 @@ impl SyscallCounts {
 
     /// The kinds with a non-zero count, in counter order.
     pub fn nonzero(&self) -> impl Iterator<Item = (Syscall, u64)> + '_ {
-        Syscall::ALL
-            .iter()
-            .map(|&k| (k, self.get(k)))
-            .filter(|&(_, n)| n > 0)
+        Syscall::ALL.iter().map(|&k| (k, self.get(k))).filter(|&(_, n)| n > 0)
     }
 
     /// Counts since `earlier` (saturating, so a stale snapshot cannot underflow).
@@ -151,9 +153,10 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
 pub fn timeout_ms(timeout: Option<Duration>) -> libc::c_int {
     match timeout {
         None => -1,
+        Some(d) if d.is_zero() => 0,
         Some(d) => {
-            let ms = d.as_nanos().div_ceil(1_000_000);
-            ms.min(libc::c_int::MAX as u128) as libc::c_int
+            let ms = d.as_secs().saturating_mul(1000).saturating_add(u64::from(d.subsec_nanos().div_ceil(1_000_000)));
+            ms.min(libc::c_int::MAX as u64) as libc::c_int
         }
     }
 }
@@ -165,24 +168,35 @@ pub fn epoll_create1() -> io::Result<OwnedFd> {
     // SAFETY: epoll_create1 takes no pointers; on success the returned fd is
     // new and owned by nobody else, so OwnedFd may take it.
     unsafe {
-        let fd = check(libc::epoll_create1(libc::EPOLL_CLOEXEC))?;
-        Ok(OwnedFd::from_raw_fd(fd))
+        let fd = syscall!(libc::SYS_epoll_create1, libc::EPOLL_CLOEXEC)?;
+        Ok(OwnedFd::from_raw_fd(fd as RawFd))
     }
 }
 
 pub fn epoll_ctl(epfd: RawFd, op: libc::c_int, fd: RawFd, events: u32, data: u64) -> io::Result<()> {
     count(Syscall::EpollCtl);
     let mut ev = libc::epoll_event { events, u64: data };
+    let ev_ptr: *mut libc::epoll_event = &mut ev;
     // SAFETY: `ev` is a valid epoll_event on our stack for the whole call;
     // the kernel ignores it for EPOLL_CTL_DEL.
-    check(unsafe { libc::epoll_ctl(epfd, op, fd, &mut ev) }).map(drop)
+    unsafe { syscall!(libc::SYS_epoll_ctl, epfd, op, fd, ev_ptr) }.map(drop)
 }
 
 /// One `epoll_wait` into the spare capacity of `events` (cleared first).
 #[inline]
 pub fn epoll_wait(epfd: RawFd, events: &mut Vec<libc::epoll_event>, timeout_ms: libc::c_int) -> io::Result<usize> {
     count(Syscall::EpollWait);
-    raw::epoll_wait(epfd, events, timeout_ms)
+    events.clear();
+    let spare: &mut [MaybeUninit<libc::epoll_event>] = events.spare_capacity_mut();
+    let max = spare.len().min(libc::c_int::MAX as usize);
+    // SAFETY: the kernel writes at most `max` entries into the spare
+    // capacity, which is that long; after success exactly `n` of them are
+    // initialised, so set_len(n) exposes only written entries.
+    unsafe {
+        let n = syscall!(libc::SYS_epoll_wait, epfd, spare.as_mut_ptr(), max, timeout_ms)?;
+        events.set_len(n);
+        Ok(n)
+    }
 }
 
 // ---------------------------------------------------------------- poll
@@ -190,14 +204,15 @@ pub fn epoll_wait(epfd: RawFd, events: &mut Vec<libc::epoll_event>, timeout_ms: 
 #[inline]
 pub fn poll(fds: &mut [libc::pollfd], timeout_ms: libc::c_int) -> io::Result<usize> {
     count(Syscall::Poll);
-    raw::poll(fds, timeout_ms)
+    // SAFETY: fds is a live, writable slice of fds.len() pollfd entries.
+    unsafe { syscall!(libc::SYS_poll, fds.as_mut_ptr(), fds.len(), timeout_ms) }
 }
 
 // ---------------------------------------------------------------- select
 
 /// FD_SETSIZE: the most descriptors, and the highest descriptor number + 1,
 /// that `select` can watch.
-pub const FD_SETSIZE: usize = libc::FD_SETSIZE as usize;
+pub const FD_SETSIZE: usize = libc::FD_SETSIZE;
 
 /// A descriptor set with the kernel's `fd_set` layout (1024 bits), with
 /// safe bit operations that refuse descriptors outside it.
@@ -248,10 +263,7 @@ pub fn select(nfds: usize, read: &mut FdSet, write: &mut FdSet, timeout: Option<
     // SAFETY: both sets have fd_set's size and layout (asserted above) and
     // nfds <= FD_SETSIZE, so the kernel touches only their 1024 bits; tv_ptr
     // is null or points at a live timeval on our stack.
-    check(unsafe {
-        libc::select(nfds as libc::c_int, read.as_mut_ptr(), write.as_mut_ptr(), std::ptr::null_mut(), tv_ptr)
-    })
-    .map(|n| n as usize)
+    unsafe { syscall!(libc::SYS_select, nfds, read.as_mut_ptr(), write.as_mut_ptr(), 0usize, tv_ptr) }
 }
 
 // ---------------------------------------------------------------- eventfd, fcntl, fds
@@ -260,8 +272,8 @@ pub fn eventfd() -> io::Result<OwnedFd> {
     count(Syscall::Eventfd2);
     // SAFETY: no pointers; a successful return is a fresh fd we own.
     unsafe {
-        let fd = check(libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK))?;
-        Ok(OwnedFd::from_raw_fd(fd))
+        let fd = syscall!(libc::SYS_eventfd2, 0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK)?;
+        Ok(OwnedFd::from_raw_fd(fd as RawFd))
     }
 }
 
@@ -270,29 +282,19 @@ pub fn eventfd() -> io::Result<OwnedFd> {
 pub fn fd_is_open(fd: RawFd) -> io::Result<()> {
     count(Syscall::Fcntl);
     // SAFETY: F_GETFD reads only the descriptor flags; no pointers.
-    check(unsafe { libc::fcntl(fd, libc::F_GETFD) }).map(drop)
+    unsafe { syscall!(libc::SYS_fcntl, fd, libc::F_GETFD) }.map(drop)
 }
 
 pub fn read(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     count(Syscall::Read);
     // SAFETY: buf is a live, writable slice of buf.len() bytes.
-    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    unsafe { syscall!(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len()) }
 }
 
 pub fn write(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     count(Syscall::Write);
     // SAFETY: buf is a live slice of buf.len() bytes, only read by the kernel.
-    let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    unsafe { syscall!(libc::SYS_write, fd, buf.as_ptr(), buf.len()) }
 }
 
 /// Adds 1 to an eventfd (the Waker's wake).
@@ -314,7 +316,8 @@ pub fn eventfd_drain(fd: RawFd) -> io::Result<()> {
 #[inline]
 pub fn getppid() -> u32 {
     count(Syscall::Getppid);
-    raw::getppid()
+    // SAFETY: getppid takes no arguments and cannot fail.
+    unsafe { syscall!(libc::SYS_getppid) }.map_or(0, |p| p as u32)
 }
 
 // ---------------------------------------------------------------- limits
@@ -378,5 +381,41 @@ pub mod raw {
             events.set_len(n);
             Ok(n)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_round_up_to_whole_milliseconds() {
+        assert_eq!(timeout_ms(None), -1);
+        assert_eq!(timeout_ms(Some(Duration::ZERO)), 0);
+        assert_eq!(timeout_ms(Some(Duration::from_nanos(1))), 1);
+        assert_eq!(timeout_ms(Some(Duration::from_micros(1500))), 2);
+        assert_eq!(timeout_ms(Some(Duration::from_millis(7))), 7);
+        assert_eq!(timeout_ms(Some(Duration::from_secs(u64::MAX))), libc::c_int::MAX);
+    }
+
+    #[test]
+    fn fd_set_refuses_numbers_outside_it() {
+        let mut set = FdSet::default();
+        assert!(FdSet::fits(1023) && !FdSet::fits(1024) && !FdSet::fits(-1));
+        set.insert(1023);
+        assert!(set.contains(1023) && !set.contains(1024));
+        set.remove(4096); // outside: a no-op, not a write past the set
+        set.remove(1023);
+        assert!(!set.contains(1023));
+    }
+
+    #[test]
+    fn direct_syscalls_report_errno() {
+        let err = read(-1, &mut [0u8; 1]).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EBADF));
+        assert_eq!(getppid(), raw::getppid());
+        let counted = counts();
+        getppid();
+        assert_eq!(counts().since(&counted).get(Syscall::Getppid), 1);
     }
 }

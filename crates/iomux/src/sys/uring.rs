@@ -7,10 +7,12 @@
 //! all and counts it when it is.
 #![allow(unsafe_code)]
 
+use super::direct::syscall;
 use super::{count, Syscall};
 use io_uring::{opcode, squeue, types, EnterFlags, IoUring};
 use std::io;
-use std::os::fd::RawFd;
+use std::mem::size_of;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 /// How a ring was set up, after falling back from what was asked.
@@ -21,6 +23,22 @@ pub struct RingSetup {
     pub coop_taskrun: bool,
     /// IORING_SETUP_SQPOLL: a kernel thread consumes submissions.
     pub sqpoll: bool,
+}
+
+/// `struct io_uring_getevents_arg` (include/uapi/linux/io_uring.h).
+#[repr(C)]
+struct GeteventsArg {
+    sigmask: u64,
+    sigmask_sz: u32,
+    min_wait_usec: u32,
+    ts: u64,
+}
+
+/// `struct __kernel_timespec`.
+#[repr(C)]
+struct KernelTimespec {
+    tv_sec: i64,
+    tv_nsec: i64,
 }
 
 /// One io_uring instance.
@@ -147,22 +165,50 @@ impl Ring {
             return Ok(0);
         }
         count(Syscall::IoUringEnter);
-        let submitter = self.ring.submitter();
+        let fd = self.ring.as_raw_fd();
         match timeout {
             Some(t) if min_complete > 0 => {
-                let ts = types::Timespec::new().sec(t.as_secs()).nsec(t.subsec_nanos());
-                let args = types::SubmitArgs::new().timespec(&ts);
-                // SAFETY: `args` and the timespec it points to live on our
-                // stack until enter returns; EXT_ARG tells the kernel to read
-                // them as io_uring_getevents_arg, which SubmitArgs mirrors.
+                let ts = KernelTimespec {
+                    tv_sec: t.as_secs().min(i64::MAX as u64) as i64,
+                    tv_nsec: i64::from(t.subsec_nanos()),
+                };
+                let arg = GeteventsArg {
+                    sigmask: 0,
+                    sigmask_sz: 0,
+                    min_wait_usec: 0,
+                    ts: &ts as *const KernelTimespec as u64,
+                };
+                let flags = flags | EnterFlags::EXT_ARG.bits();
+                let arg_ptr: *const GeteventsArg = &arg;
+                // SAFETY: `arg` and the timespec it points to live on our
+                // stack until the call returns; EXT_ARG tells the kernel to
+                // read `arg` as io_uring_getevents_arg, whose layout
+                // GeteventsArg mirrors, and its size is passed with it.
                 unsafe {
-                    submitter.enter(to_submit, min_complete, flags | EnterFlags::EXT_ARG.bits(), Some(&args))
+                    syscall!(
+                        libc::SYS_io_uring_enter,
+                        fd,
+                        to_submit,
+                        min_complete,
+                        flags,
+                        arg_ptr,
+                        size_of::<GeteventsArg>()
+                    )
                 }
             }
-            // SAFETY: no argument pointer is passed (None), so the kernel
-            // reads no user memory beyond the mapped rings.
-            _ => unsafe { submitter.enter::<libc::sigset_t>(to_submit, min_complete, flags, None) },
+            // SAFETY: no argument pointer is passed, so the kernel reads no
+            // user memory beyond the mapped rings.
+            _ => unsafe { syscall!(libc::SYS_io_uring_enter, fd, to_submit, min_complete, flags, 0usize, 0usize) },
         }
+    }
+
+    /// One `io_uring_enter(GETEVENTS)` that waits for nothing: what an
+    /// empty wait costs when it does enter the kernel (the lab's baseline).
+    pub fn enter_getevents(&mut self) -> io::Result<usize> {
+        count(Syscall::IoUringEnter);
+        let fd = self.ring.as_raw_fd();
+        // SAFETY: no argument pointer; the kernel only reads the mapped rings.
+        unsafe { syscall!(libc::SYS_io_uring_enter, fd, 0usize, 0usize, EnterFlags::GETEVENTS.bits(), 0usize, 0usize) }
     }
 
     /// Takes the next completion off the completion ring (no syscall).

@@ -1,0 +1,129 @@
+//! The lab: `iomux bench [EXPERIMENT]` reproduces the documents'
+//! experiments on this machine, prints the published figures beside fresh
+//! ones, and writes JSON, Markdown and SVG for each.
+
+mod machine;
+mod measure;
+mod output;
+mod peers;
+mod plot;
+mod progress;
+mod syscall_rate;
+mod table;
+
+use crate::CliResult;
+use machine::Machine;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = false)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    experiment: Option<Experiment>,
+    /// Quick settings (the default): short cells, fewer repetitions.
+    #[arg(long, global = true, conflicts_with = "full")]
+    quick: bool,
+    /// The documents' own method and sizes, as far as this machine allows
+    /// (E1: one second per cell, five repetitions).
+    #[arg(long, global = true)]
+    full: bool,
+    /// Output folder [default: results/<UTC timestamp>]
+    #[arg(long, global = true, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Experiment {
+    /// E1: empty poll()/epoll_wait()/select()/io_uring waits per second
+    /// against the number of registered fds (the book's poll-vs-epoll.c).
+    SyscallRate(syscall_rate::Args),
+}
+
+/// What every experiment is given.
+pub struct Settings {
+    pub full: bool,
+    pub out_dir: PathBuf,
+    pub machine: Machine,
+}
+
+/// What an experiment hands back: the files it wrote and its checks.
+pub struct Outcome {
+    pub files: Vec<PathBuf>,
+    pub checks: Vec<Check>,
+}
+
+/// One acceptance ratio, measured in this run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Check {
+    pub claim: String,
+    /// None when the run did not measure what the claim needs.
+    pub value: Option<f64>,
+    pub threshold: f64,
+    pub met: Option<bool>,
+    pub detail: String,
+}
+
+impl Check {
+    pub fn new(claim: &str, value: f64, threshold: f64, detail: String) -> Check {
+        Check { claim: claim.into(), value: Some(value), threshold, met: Some(value >= threshold), detail }
+    }
+    pub fn not_measured(claim: &str, threshold: f64) -> Check {
+        Check { claim: claim.into(), value: None, threshold, met: None, detail: "not measured in this run".into() }
+    }
+}
+
+pub fn render_checks(checks: &[Check]) -> String {
+    let mut t = table::Table::new(["check (ratio from this run)", "measured", "needed", "", "where"]);
+    for c in checks {
+        let verdict = match c.met {
+            Some(true) => "yes",
+            Some(false) => "NO",
+            None => "-",
+        };
+        let value = c.value.map_or("-".into(), |v| if v >= 100.0 { table::thousands(v) } else { format!("{v:.3}") });
+        t.row([c.claim.clone(), value, format!(">= {}", c.threshold), verdict.into(), c.detail.clone()]);
+    }
+    let met = checks.iter().filter(|c| c.met == Some(true)).count();
+    let measured = checks.iter().filter(|c| c.met.is_some()).count();
+    format!("{}\nChecks met: {met} of {measured} measured ({} in all).\n", t.render(), checks.len())
+}
+
+pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
+    // Raise the fd limit before describing the machine, so the description
+    // shows the limit the experiments ran under.
+    iomux::sys::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))?;
+    let settings = Settings {
+        full: args.full && !args.quick,
+        out_dir: args.out.unwrap_or_else(output::default_dir),
+        machine: Machine::describe(),
+    };
+    eprintln!(
+        "iomux bench: {} settings; results in {}",
+        if settings.full { "full" } else { "quick" },
+        settings.out_dir.display()
+    );
+    let outcomes = match args.experiment {
+        Some(Experiment::SyscallRate(a)) => vec![syscall_rate::run(&a, &settings)?],
+        None => vec![syscall_rate::run(&syscall_rate::Args::default(), &settings)?],
+    };
+    for outcome in &outcomes {
+        for file in &outcome.files {
+            eprintln!("wrote {}", file.display());
+        }
+    }
+    let checks: Vec<&Check> = outcomes.iter().flat_map(|o| &o.checks).collect();
+    let unmet: Vec<&&Check> = checks.iter().filter(|c| c.met == Some(false)).collect();
+    eprintln!(
+        "iomux bench: {} of {} checks met{}",
+        checks.iter().filter(|c| c.met == Some(true)).count(),
+        checks.len(),
+        if unmet.is_empty() {
+            String::new()
+        } else {
+            format!("; not met: {}", unmet.iter().map(|c| c.claim.as_str()).collect::<Vec<_>>().join("; "))
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}

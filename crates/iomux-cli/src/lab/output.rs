@@ -1,0 +1,65 @@
+//! Where results go: `<name>.json`, `<name>.md` and `<name>.svg` in the
+//! run's folder.
+
+use crate::CliResult;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// `results/<UTC timestamp>` under the current directory.
+pub fn default_dir() -> PathBuf {
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    PathBuf::from("results").join(utc_timestamp(secs))
+}
+
+/// `YYYY-MM-DDTHH-MM-SSZ` (no colons, so it is a portable folder name).
+pub fn utc_timestamp(unix_secs: u64) -> String {
+    let days = (unix_secs / 86_400) as i64;
+    let rem = unix_secs % 86_400;
+    // Civil-from-days (H. Hinnant), valid for any date after 1970.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}-{:02}-{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Writes one experiment's files and returns their paths.
+pub fn write_experiment(
+    dir: &Path,
+    name: &str,
+    json: &serde_json::Value,
+    markdown: &str,
+    svg: Option<&str>,
+) -> CliResult<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create output folder {}: {e}", dir.display()))?;
+    let mut written = Vec::new();
+    let mut put = |file: String, body: &[u8]| -> CliResult<()> {
+        let path = dir.join(file);
+        std::fs::write(&path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        written.push(path);
+        Ok(())
+    };
+    put(format!("{name}.json"), serde_json::to_string_pretty(json)?.as_bytes())?;
+    put(format!("{name}.md"), markdown.as_bytes())?;
+    if let Some(svg) = svg {
+        put(format!("{name}.svg"), svg.as_bytes())?;
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_utc_calendar_dates() {
+        assert_eq!(utc_timestamp(0), "1970-01-01T00-00-00Z");
+        assert_eq!(utc_timestamp(951_782_400), "2000-02-29T00-00-00Z");
+        assert_eq!(utc_timestamp(1_795_262_645), "2026-11-21T12-04-05Z");
+    }
+}

@@ -1,0 +1,67 @@
+//! `iomux bench` as a user runs it: files written, rows shaped as
+//! documented, bad input refused with a message.
+
+use std::process::Command;
+
+fn iomux() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_iomux"))
+}
+
+#[test]
+fn syscall_rate_writes_json_markdown_and_svg() {
+    let out = std::env::temp_dir().join(format!("iomux-e1-{}", std::process::id()));
+    let run = iomux()
+        .args(["bench", "syscall-rate", "--quick", "--fds", "1,64,30000000", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run iomux");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("book epoll_wait()") && stdout.contains("714,848"), "{stdout}");
+
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("syscall-rate.json")).unwrap()).unwrap();
+    assert_eq!(json["experiment"], "syscall-rate");
+    assert!(json["machine"]["kernel"].is_string());
+    let rows = json["rows"].as_array().unwrap();
+    let find = |backend: &str, fds: u64| rows.iter().find(|r| r["backend"] == backend && r["fds"] == fds);
+    for backend in ["select", "poll", "epoll", "uring", "raw-poll", "raw-epoll", "null-syscall", "mio", "polling"] {
+        for fds in [1, 64] {
+            let row = find(backend, fds).unwrap_or_else(|| panic!("no row for {backend} at {fds}"));
+            assert!(row["calls_per_sec"].as_f64().unwrap() > 0.0, "{row}");
+        }
+    }
+    assert_eq!(find("book-poll", 1000).unwrap()["calls_per_sec"], 3343.0);
+    assert_eq!(find("epoll", 64).unwrap()["syscalls_per_wait"], 1.0);
+    // Thirty million fds cannot be had: the row says why instead of a number.
+    let impossible = find("epoll", 30_000_000).unwrap();
+    assert!(impossible["calls_per_sec"].is_null());
+    assert!(impossible["note"].as_str().unwrap().contains("RLIMIT_NOFILE"), "{impossible}");
+
+    let md = std::fs::read_to_string(out.join("syscall-rate.md")).unwrap();
+    assert!(md.contains("| fds") && md.contains("Checks met"), "{md}");
+    let svg = std::fs::read_to_string(out.join("syscall-rate.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("book-epoll"));
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
+fn bad_input_is_refused_with_a_message() {
+    let zero = iomux().args(["bench", "syscall-rate", "--fds", "0", "--out", "/nonexistent/never"]).output().unwrap();
+    assert!(!zero.status.success());
+    assert!(String::from_utf8_lossy(&zero.stderr).contains("at least 1"), "{:?}", zero);
+
+    let word = iomux().args(["bench", "syscall-rate", "--fds", "many"]).output().unwrap();
+    assert_eq!(word.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&word.stderr).contains("invalid value 'many'"));
+
+    let unknown = iomux().args(["bench", "no-such-experiment"]).output().unwrap();
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("unrecognized subcommand 'no-such-experiment'"));
+    let help = iomux().args(["bench", "--help"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&help.stdout).contains("syscall-rate"), "help lists the experiments");
+
+    let both = iomux().args(["bench", "--quick", "--full"]).output().unwrap();
+    assert_eq!(both.status.code(), Some(2));
+}
