@@ -1,6 +1,9 @@
 //! `iomux`: serve, load and bench, built on the iomux library.
 
+mod apps;
 mod lab;
+mod serve;
+mod stats;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -19,6 +22,14 @@ enum Command {
     /// Reproduce the documents' experiments on this machine and write
     /// JSON, Markdown tables and SVG plots (quick settings unless --full).
     Bench(lab::BenchArgs),
+    /// Serve echo or sink on any backend until SIGINT/SIGTERM, then print
+    /// (and optionally write) the server's stats.
+    Serve(serve::ServeArgs),
+}
+
+/// Parses a backend name; the error lists the valid ones.
+pub fn parse_backend(s: &str) -> Result<iomux::Backend, String> {
+    s.parse().map_err(|e: iomux::Error| e.to_string())
 }
 
 /// Errors at the top of the command: printed once, exit status 1.
@@ -28,6 +39,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(args) => lab::run(args),
+        Command::Serve(args) => serve::run(args),
     };
     match result {
         Ok(code) => code,

@@ -8,6 +8,7 @@
 
 pub mod error;
 pub mod poller;
+pub mod runtime;
 pub mod sys;
 
 pub use error::{Error, Result};

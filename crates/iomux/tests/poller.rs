@@ -238,7 +238,7 @@ fn wait_syscalls(backend: Backend) {
         Backend::Select => (Syscall::Select, 1),
         Backend::Poll => (Syscall::Poll, 1),
         Backend::Epoll | Backend::EpollEt => (Syscall::EpollWait, 1),
-        Backend::Uring => (Syscall::IoUringEnter, 1),
+        Backend::Uring | Backend::UringSqpoll => (Syscall::IoUringEnter, 1),
     };
     assert_eq!(spent.get(kind), waits * per_wait, "{backend}: {:?}", spent.nonzero().collect::<Vec<_>>());
     assert_eq!(
@@ -272,6 +272,7 @@ for_each_backend! {
     poll => Backend::Poll,
     epoll => Backend::Epoll,
     uring => Backend::Uring,
+    uring_sqpoll => Backend::UringSqpoll,
 }
 
 #[test]
@@ -323,7 +324,7 @@ fn backend_names_parse_and_unknown_names_are_listed() {
     assert_eq!(Backend::Epoll.mode(), Mode::Level);
     let err = "kqueue".parse::<Backend>().unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("kqueue") && msg.contains("select, poll, epoll, epoll-et, uring"), "{msg}");
+    assert!(msg.contains("kqueue") && msg.contains("select, poll, epoll, epoll-et, uring, uring-sqpoll"), "{msg}");
 }
 
 #[test]

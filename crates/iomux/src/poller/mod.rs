@@ -22,6 +22,7 @@ mod uring;
 pub use epoll::EpollPoller;
 pub use poll::PollPoller;
 pub use select::SelectPoller;
+pub(crate) use uring::uring_unavailable;
 pub use uring::UringPoller;
 
 use crate::error::{Error, Result};
@@ -41,6 +42,8 @@ pub struct Token(pub usize);
 pub struct Interest(u8);
 
 impl Interest {
+    /// Only errors and hang-ups (which epoll and poll always report).
+    pub const NONE: Interest = Interest(0);
     pub const READABLE: Interest = Interest(1);
     pub const WRITABLE: Interest = Interest(2);
     pub const BOTH: Interest = Interest(3);
@@ -205,7 +208,7 @@ pub struct Waker {
 }
 
 impl Waker {
-    fn new() -> Result<(Waker, RawFd)> {
+    pub(crate) fn new() -> Result<(Waker, RawFd)> {
         let fd = sys::eventfd().map_err(|e| Error::sys("waker", "eventfd2", None, e))?;
         let raw = fd.as_raw_fd();
         Ok((Waker { eventfd: Arc::new(fd) }, raw))
@@ -258,14 +261,17 @@ pub enum Backend {
     Epoll,
     /// epoll, edge-triggered.
     EpollEt,
-    /// io_uring (at the readiness layer: IORING_OP_POLL_ADD).
+    /// io_uring (at the readiness layer: IORING_OP_POLL_ADD; in the
+    /// runtime: the completion driver).
     Uring,
+    /// io_uring with a kernel thread polling the submission queue.
+    UringSqpoll,
 }
 
 impl Backend {
     pub const ALL: &'static [Backend] =
-        &[Backend::Select, Backend::Poll, Backend::Epoll, Backend::EpollEt, Backend::Uring];
-    pub const NAMES: &'static [&'static str] = &["select", "poll", "epoll", "epoll-et", "uring"];
+        &[Backend::Select, Backend::Poll, Backend::Epoll, Backend::EpollEt, Backend::Uring, Backend::UringSqpoll];
+    pub const NAMES: &'static [&'static str] = &["select", "poll", "epoll", "epoll-et", "uring", "uring-sqpoll"];
     /// The environment variable that picks the default backend.
     pub const ENV: &'static str = "IOMUX_BACKEND";
 
@@ -296,6 +302,7 @@ impl Backend {
             Backend::Poll => Box::new(PollPoller::new()?),
             Backend::Epoll | Backend::EpollEt => Box::new(EpollPoller::new()?),
             Backend::Uring => Box::new(UringPoller::new()?),
+            Backend::UringSqpoll => Box::new(UringPoller::with_sqpoll()?),
         })
     }
 }

@@ -57,7 +57,7 @@ pub struct UringPoller {
 }
 
 /// Why io_uring_setup failed, in words a user can act on.
-pub(crate) fn unavailable(e: io::Error) -> Error {
+pub(crate) fn uring_unavailable(e: io::Error) -> Error {
     let reason = match e.raw_os_error() {
         Some(libc::ENOSYS) => {
             "this kernel has no io_uring (built without CONFIG_IO_URING, or older than 5.1)".to_string()
@@ -82,8 +82,21 @@ pub(crate) fn unavailable(e: io::Error) -> Error {
 }
 
 impl UringPoller {
+    /// How long an SQPOLL thread spins idle before it sleeps.
+    pub const SQPOLL_IDLE: Duration = Duration::from_millis(50);
+
     pub fn new() -> Result<UringPoller> {
-        let ring = Ring::new(RING_ENTRIES, None).map_err(unavailable)?;
+        Self::build(None)
+    }
+
+    /// With IORING_SETUP_SQPOLL: a kernel thread takes submissions, so a
+    /// busy loop submits without syscalls.
+    pub fn with_sqpoll() -> Result<UringPoller> {
+        Self::build(Some(Self::SQPOLL_IDLE))
+    }
+
+    fn build(sqpoll: Option<Duration>) -> Result<UringPoller> {
+        let ring = Ring::new(RING_ENTRIES, sqpoll).map_err(uring_unavailable)?;
         if !ring.has_ext_arg() {
             return Err(Error::UringUnavailable {
                 reason: "kernel lacks IORING_FEAT_EXT_ARG (Linux 5.11+), needed for wait timeouts".into(),
@@ -229,7 +242,9 @@ impl Poller for UringPoller {
             }
             // Completions of replaced polls are dropped; if that was all a
             // blocking wait got, it waits on for the rest of its time.
-            if stop || !events.is_empty() {
+            // (An enter may also return early without a completion, e.g.
+            // when it woke an SQPOLL thread: the deadline decides then.)
+            if stop || !events.is_empty() || deadline.is_some_and(|d| Instant::now() >= d) {
                 break;
             }
         }

@@ -12,6 +12,7 @@
 #![allow(unsafe_code)]
 
 mod direct;
+pub mod net;
 pub mod uring;
 
 use direct::syscall;
@@ -68,6 +69,7 @@ syscalls! {
     Eventfd2 => "eventfd2",
     Getppid => "getppid",
     Prlimit => "prlimit64",
+    Getrusage => "getrusage",
 }
 
 const KINDS: usize = Syscall::ALL.len();
@@ -342,6 +344,16 @@ pub fn raise_nofile_limit() -> io::Result<u64> {
     // SAFETY: lim is a live rlimit the kernel only reads.
     check(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) })?;
     Ok(hard)
+}
+
+/// Sets the soft RLIMIT_NOFILE (at most the hard limit).
+pub fn set_nofile_soft(limit: u64) -> io::Result<()> {
+    let (_, hard) = nofile_limit()?;
+    count(Syscall::Prlimit);
+    let lim = libc::rlimit { rlim_cur: limit.min(hard), rlim_max: hard };
+    // SAFETY: lim is a live rlimit the kernel only reads.
+    check(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) })?;
+    Ok(())
 }
 
 /// The descriptor numbers this process has open now (from /proc/self/fd).

@@ -1,18 +1,25 @@
 //! io_uring: the ring, and a safe, counted interface to it.
 //!
-//! Only operations whose submission entries point at no user memory are
-//! offered here (poll add/remove), so pushing them is safe whatever the
-//! caller does afterwards. `io_uring_enter` is issued by [`Ring::enter`]
+//! Every operation offered here is safe whatever the caller does next:
+//! entries point at no user memory (poll, accept, cancel), or at memory the
+//! ring itself owns until the completion arrives (send buffers, connect
+//! addresses, the provided-buffer ring). `io_uring_enter` is issued by [`Ring::enter`]
 //! alone, which decides (as liburing does) whether a syscall is needed at
 //! all and counts it when it is.
 #![allow(unsafe_code)]
 
 use super::direct::syscall;
-use super::{count, Syscall};
+use super::net::RawAddr;
+use super::{count, count as count_syscall, Syscall};
 use io_uring::{opcode, squeue, types, EnterFlags, IoUring};
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::collections::HashMap;
 use std::io;
 use std::mem::size_of;
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 /// How a ring was set up, after falling back from what was asked.
@@ -21,8 +28,18 @@ pub struct RingSetup {
     /// IORING_SETUP_COOP_TASKRUN | TASKRUN_FLAG: no IPI per completion;
     /// the kernel flags pending work in the SQ ring instead.
     pub coop_taskrun: bool,
+    /// IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN.
+    pub defer_taskrun: bool,
     /// IORING_SETUP_SQPOLL: a kernel thread consumes submissions.
     pub sqpoll: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Flavour {
+    DeferTaskrun,
+    CoopTaskrun,
+    SingleIssuer,
+    Plain,
 }
 
 /// `struct io_uring_getevents_arg` (include/uapi/linux/io_uring.h).
@@ -45,20 +62,40 @@ struct KernelTimespec {
 pub struct Ring {
     ring: IoUring,
     setup: RingSetup,
+    buffers: Option<BufRing>,
+    /// Memory the kernel reads or writes for requests in flight, keyed by
+    /// their user_data; freed only when their completion arrives.
+    owned: HashMap<u64, Owned>,
+    /// Requests pushed whose final completion has not arrived.
+    in_flight: usize,
+}
+
+/// What an in-flight request owns.
+enum Owned {
+    Send(Vec<u8>),
+    /// Held only so the address outlives the connect.
+    Addr(#[allow(dead_code)] Box<RawAddr>),
 }
 
 /// What a completion said.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Completion {
     pub user_data: u64,
     pub result: i32,
     pub flags: u32,
+    /// A send's buffer, handed back once the kernel is done with it.
+    pub returned: Option<Vec<u8>>,
 }
 
 impl Completion {
     /// IORING_CQE_F_MORE: a multishot request stays armed.
     pub fn more(&self) -> bool {
         io_uring::cqueue::more(self.flags)
+    }
+
+    /// The provided buffer this completion filled (IORING_CQE_F_BUFFER).
+    pub fn buffer_id(&self) -> Option<u16> {
+        io_uring::cqueue::buffer_select(self.flags)
     }
 }
 
@@ -67,12 +104,38 @@ impl Ring {
     /// completion slots, so a burst of readiness rarely overflows), asking
     /// for cooperative task running and falling back when the kernel lacks it.
     pub fn new(entries: u32, sqpoll_idle: Option<Duration>) -> io::Result<Ring> {
+        Self::with_flavours(entries, sqpoll_idle, &[Flavour::CoopTaskrun, Flavour::Plain])
+    }
+
+    /// A ring for a loop that is its only user and enters it once per turn
+    /// with GETEVENTS: SINGLE_ISSUER|DEFER_TASKRUN (completions are posted
+    /// only when we ask, in a batch), falling back to COOP_TASKRUN, then
+    /// to no flags, as the kernel allows. SQPOLL excludes DEFER_TASKRUN.
+    pub fn for_loop(entries: u32, sqpoll_idle: Option<Duration>) -> io::Result<Ring> {
+        let flavours: &[Flavour] = if sqpoll_idle.is_some() {
+            &[Flavour::SingleIssuer, Flavour::Plain]
+        } else {
+            &[Flavour::DeferTaskrun, Flavour::CoopTaskrun, Flavour::Plain]
+        };
+        Self::with_flavours(entries, sqpoll_idle, flavours)
+    }
+
+    fn with_flavours(entries: u32, sqpoll_idle: Option<Duration>, flavours: &[Flavour]) -> io::Result<Ring> {
         let mut last_err = None;
-        for coop in [true, false] {
+        for &flavour in flavours {
             let mut builder = IoUring::builder();
             builder.setup_cqsize(entries.saturating_mul(8)).setup_clamp();
-            if coop {
-                builder.setup_coop_taskrun().setup_taskrun_flag();
+            match flavour {
+                Flavour::DeferTaskrun => {
+                    builder.setup_single_issuer().setup_defer_taskrun();
+                }
+                Flavour::CoopTaskrun => {
+                    builder.setup_coop_taskrun().setup_taskrun_flag();
+                }
+                Flavour::SingleIssuer => {
+                    builder.setup_single_issuer();
+                }
+                Flavour::Plain => {}
             }
             if let Some(idle) = sqpoll_idle {
                 builder.setup_sqpoll(idle.as_millis().min(u32::MAX as u128) as u32);
@@ -80,8 +143,12 @@ impl Ring {
             count(Syscall::IoUringSetup);
             match builder.build(entries) {
                 Ok(ring) => {
-                    let setup = RingSetup { coop_taskrun: coop, sqpoll: sqpoll_idle.is_some() };
-                    return Ok(Ring { ring, setup });
+                    let setup = RingSetup {
+                        coop_taskrun: flavour == Flavour::CoopTaskrun,
+                        defer_taskrun: flavour == Flavour::DeferTaskrun,
+                        sqpoll: sqpoll_idle.is_some(),
+                    };
+                    return Ok(Ring { ring, setup, buffers: None, owned: HashMap::new(), in_flight: 0 });
                 }
                 // EINVAL: this kernel does not know a flag; try with fewer.
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => last_err = Some(e),
@@ -112,13 +179,105 @@ impl Ring {
         self.push(opcode::PollRemove::new(target).build().user_data(user_data))
     }
 
+    /// Queues a multishot accept (IORING_OP_ACCEPT, IORING_ACCEPT_MULTISHOT):
+    /// one completion per accepted connection, its result the new fd.
+    pub fn push_accept_multi(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
+        let entry = opcode::AcceptMulti::new(types::Fd(fd)).flags(libc::SOCK_CLOEXEC).build().user_data(user_data);
+        self.push(entry)
+    }
+
+    /// Queues a multishot receive into the provided-buffer ring: one
+    /// completion per arrival, naming the buffer it filled.
+    pub fn push_recv_multi(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
+        let group = self.buffers.as_ref().map(|b| b.group).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "multishot receive needs setup_buffers first")
+        })?;
+        self.push(opcode::RecvMulti::new(types::Fd(fd), group).build().user_data(user_data))
+    }
+
+    /// Queues a send of `buf[offset..]`; the ring keeps `buf` until the
+    /// completion, which hands it back ([`Completion::returned`]).
+    pub fn push_send(&mut self, fd: RawFd, buf: Vec<u8>, offset: usize, user_data: u64) -> io::Result<()> {
+        if self.owned.contains_key(&user_data) {
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, "a request with this user_data is in flight"));
+        }
+        let len = buf.len().saturating_sub(offset).min(u32::MAX as usize) as u32;
+        // The Vec's heap block does not move when the Vec is moved into the map.
+        let ptr = buf[offset.min(buf.len())..].as_ptr();
+        self.owned.insert(user_data, Owned::Send(buf));
+        let entry = opcode::Send::new(types::Fd(fd), ptr, len).flags(libc::MSG_NOSIGNAL).build().user_data(user_data);
+        self.push(entry).inspect_err(|_| {
+            self.owned.remove(&user_data);
+        })
+    }
+
+    /// Queues a connect to `addr`; the ring keeps the address until done.
+    pub fn push_connect(&mut self, fd: RawFd, addr: &SocketAddr, user_data: u64) -> io::Result<()> {
+        if self.owned.contains_key(&user_data) {
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, "a request with this user_data is in flight"));
+        }
+        let raw = Box::new(RawAddr::new(addr));
+        let (ptr, len) = (raw.as_ptr(), raw.len());
+        self.owned.insert(user_data, Owned::Addr(raw));
+        self.push(opcode::Connect::new(types::Fd(fd), ptr, len).build().user_data(user_data)).inspect_err(|_| {
+            self.owned.remove(&user_data);
+        })
+    }
+
+    /// Queues IORING_OP_ASYNC_CANCEL of the request whose user_data is `target`.
+    pub fn push_cancel(&mut self, target: u64, user_data: u64) -> io::Result<()> {
+        self.push(opcode::AsyncCancel::new(target).build().user_data(user_data))
+    }
+
+    /// Registers a provided-buffer ring of `count` buffers (a power of two,
+    /// at most 32768) of `size` bytes each, as buffer group `group`.
+    pub fn setup_buffers(&mut self, group: u16, count: u16, size: usize) -> io::Result<()> {
+        if !count.is_power_of_two() || count > 32768 || size == 0 || size > u32::MAX as usize {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "buffer ring: count must be a power of two <= 32768",
+            ));
+        }
+        let mut b = BufRing::allocate(group, count, size)?;
+        count_syscall(Syscall::IoUringRegister);
+        // SAFETY: b.entries points at count entries of zeroed, page-aligned
+        // memory that lives in self.buffers until unregistered (Drop).
+        unsafe { self.ring.submitter().register_buf_ring_with_flags(b.entries.as_ptr() as u64, count, group, 0) }?;
+        for bid in 0..count {
+            b.provide(bid);
+        }
+        b.publish();
+        self.buffers = Some(b);
+        Ok(())
+    }
+
+    /// The bytes a receive completion put in buffer `bid`.
+    pub fn buffer(&self, bid: u16, len: usize) -> &[u8] {
+        match &self.buffers {
+            Some(b) if bid < b.count => b.slice(bid, len),
+            _ => &[],
+        }
+    }
+
+    /// Gives buffer `bid` back to the kernel for later receives.
+    pub fn recycle_buffer(&mut self, bid: u16) {
+        if let Some(b) = &mut self.buffers {
+            if bid < b.count {
+                b.provide(bid);
+                b.publish();
+            }
+        }
+    }
+
     fn push(&mut self, entry: squeue::Entry) -> io::Result<()> {
         loop {
-            // SAFETY: the entries built by this module (poll add/remove)
-            // reference no user memory, only a descriptor number and a
-            // user_data value, so nothing the kernel reads can dangle.
+            // SAFETY: the entries built by this module reference no user
+            // memory, or memory in `self.owned`/`self.buffers`, which stays
+            // allocated until the request's final completion (or, in Drop,
+            // until every request in flight has completed).
             let pushed = unsafe { self.ring.submission().push(&entry) };
             if pushed.is_ok() {
+                self.in_flight += 1;
                 return Ok(());
             }
             // Submission queue full: hand what is queued to the kernel.
@@ -213,15 +372,146 @@ impl Ring {
 
     /// Takes the next completion off the completion ring (no syscall).
     pub fn pop_completion(&mut self) -> Option<Completion> {
-        self.ring.completion().next().map(|cqe| Completion {
-            user_data: cqe.user_data(),
-            result: cqe.result(),
-            flags: cqe.flags(),
-        })
+        let cqe = self.ring.completion().next()?;
+        let (user_data, flags) = (cqe.user_data(), cqe.flags());
+        let done = !io_uring::cqueue::more(flags);
+        if done {
+            self.in_flight = self.in_flight.saturating_sub(1);
+        }
+        let returned = match done.then(|| self.owned.remove(&user_data)).flatten() {
+            Some(Owned::Send(buf)) => Some(buf),
+            Some(Owned::Addr(_)) | None => None,
+        };
+        Some(Completion { user_data, result: cqe.result(), flags, returned })
     }
-
     /// Whether the completion ring is empty (no syscall).
     pub fn completions_empty(&mut self) -> bool {
         self.ring.completion().is_empty()
     }
 }
+
+/// A provided-buffer ring (IORING_REGISTER_PBUF_RING): the ring of
+/// `io_uring_buf` entries and the buffers they point at, both allocated
+/// here and never moved.
+struct BufRing {
+    entries: NonNull<u8>,
+    entries_layout: Layout,
+    data: NonNull<u8>,
+    data_layout: Layout,
+    group: u16,
+    count: u16,
+    size: usize,
+    tail: u16,
+}
+
+/// `struct io_uring_buf`.
+#[repr(C)]
+struct BufEntry {
+    addr: u64,
+    len: u32,
+    bid: u16,
+    resv: u16,
+}
+
+/// The shared tail sits where entry 0's `resv` is (io_uring_buf_ring).
+const TAIL_OFFSET: usize = 14;
+
+impl BufRing {
+    fn allocate(group: u16, count: u16, size: usize) -> io::Result<BufRing> {
+        let oom = || io::Error::from_raw_os_error(libc::ENOMEM);
+        let entries_layout =
+            Layout::from_size_align(usize::from(count) * size_of::<BufEntry>(), 4096).map_err(|_| oom())?;
+        let data_layout = Layout::from_size_align(usize::from(count) * size, 4096).map_err(|_| oom())?;
+        // SAFETY: both layouts have non-zero size (count and size > 0).
+        let entries = NonNull::new(unsafe { alloc_zeroed(entries_layout) }).ok_or_else(oom)?;
+        // SAFETY: as above. Buffers start zeroed so no uninitialised byte is
+        // ever exposed, whatever length a completion reports.
+        let data = match NonNull::new(unsafe { alloc_zeroed(data_layout) }) {
+            Some(d) => d,
+            None => {
+                // SAFETY: allocated just above with this layout.
+                unsafe { dealloc(entries.as_ptr(), entries_layout) };
+                return Err(oom());
+            }
+        };
+        Ok(BufRing { entries, entries_layout, data, data_layout, group, count, size, tail: 0 })
+    }
+
+    /// Writes the entry for buffer `bid` at the local tail.
+    fn provide(&mut self, bid: u16) {
+        let index = usize::from(self.tail & (self.count - 1));
+        let entry = BufEntry {
+            // SAFETY: bid < count, so the offset stays inside the data block.
+            addr: unsafe { self.data.as_ptr().add(usize::from(bid) * self.size) } as u64,
+            len: self.size as u32,
+            bid,
+            resv: 0,
+        };
+        // SAFETY: index < count, so the write stays inside the entries
+        // block. Entry 0's resv field is the shared tail, which we must not
+        // clobber: write the first 14 bytes only (addr, len, bid).
+        unsafe {
+            let slot = self.entries.as_ptr().add(index * size_of::<BufEntry>()).cast::<BufEntry>();
+            std::ptr::addr_of_mut!((*slot).addr).write_volatile(entry.addr);
+            std::ptr::addr_of_mut!((*slot).len).write_volatile(entry.len);
+            std::ptr::addr_of_mut!((*slot).bid).write_volatile(entry.bid);
+        }
+        self.tail = self.tail.wrapping_add(1);
+    }
+
+    /// Makes provided entries visible to the kernel (release store).
+    fn publish(&self) {
+        // SAFETY: the tail is a u16 at a 2-aligned offset inside entry 0,
+        // which the kernel reads concurrently, hence the atomic.
+        let tail = unsafe { &*(self.entries.as_ptr().add(TAIL_OFFSET).cast::<AtomicU16>()) };
+        tail.store(self.tail, Ordering::Release);
+    }
+
+    fn slice(&self, bid: u16, len: usize) -> &[u8] {
+        // SAFETY: bid < count and len is clamped to the buffer size, so the
+        // slice stays inside buffer `bid`, whose bytes are initialised
+        // (zeroed at allocation, then written by the kernel). The kernel
+        // does not write to it again until recycle_buffer hands it back,
+        // which takes &mut self while this slice borrows &self.
+        unsafe { std::slice::from_raw_parts(self.data.as_ptr().add(usize::from(bid) * self.size), len.min(self.size)) }
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        if self.in_flight > 0 {
+            // The kernel may still use memory we own: cancel everything and
+            // wait (a bounded time) for every request to complete.
+            let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::any()).build().user_data(u64::MAX);
+            // SAFETY: a cancel entry references no user memory.
+            let _ = unsafe { self.ring.submission().push(&cancel) };
+            self.in_flight += 1;
+            let deadline = std::time::Instant::now() + Duration::from_secs(2);
+            while self.in_flight > 0 && std::time::Instant::now() < deadline {
+                let _ = self.enter(1, Some(Duration::from_millis(20)));
+                while self.pop_completion().is_some() {}
+            }
+        }
+        if self.in_flight > 0 {
+            // Still in use after the deadline: leak rather than free memory
+            // the kernel may write.
+            // (BufRing has no Drop of its own: dropping it frees nothing.)
+            std::mem::forget(std::mem::take(&mut self.owned));
+            self.buffers = None;
+            return;
+        }
+        if let Some(b) = self.buffers.take() {
+            let _ = self.ring.submitter().unregister_buf_ring(b.group);
+            // SAFETY: allocated in BufRing::allocate with these layouts; no
+            // request is in flight and the group is unregistered.
+            unsafe {
+                dealloc(b.entries.as_ptr(), b.entries_layout);
+                dealloc(b.data.as_ptr(), b.data_layout);
+            }
+        }
+    }
+}
+
+// SAFETY: BufRing's pointers are to heap memory it owns exclusively; moving
+// it to another thread moves that ownership.
+unsafe impl Send for BufRing {}

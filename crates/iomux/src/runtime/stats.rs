@@ -1,0 +1,53 @@
+//! What a loop did, for `--stats-file` and the lab.
+
+use crate::sys::SyscallCounts;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Default)]
+pub struct LoopStats {
+    pub loops: u64,
+    pub accepted: u64,
+    pub connected: u64,
+    pub closed: u64,
+    /// Closes that were not orderly (reset, error, input limit, failed connect).
+    pub closed_abnormally: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Reads (or receive completions) that delivered data to the handler.
+    pub reads: u64,
+    /// Loop turns: waits (readiness) or enters (io_uring).
+    pub turns: u64,
+    /// Accepted connections the backend could not watch (select beyond
+    /// FD_SETSIZE), closed at once.
+    pub refused: u64,
+    /// Times accepting paused for EMFILE/ENFILE.
+    pub accept_backoffs: u64,
+    /// The most output bytes queued on one connection at any time.
+    pub peak_output: u64,
+    /// Connections open at the same time, at most.
+    pub peak_conns: u64,
+    /// Syscalls the loop's threads made, by kind.
+    pub syscalls: SyscallCounts,
+    /// How long the loop ran (the longest one's, when merged).
+    pub wall: Duration,
+}
+
+impl LoopStats {
+    pub fn merge(&mut self, o: &LoopStats) {
+        self.loops += o.loops;
+        self.accepted += o.accepted;
+        self.connected += o.connected;
+        self.closed += o.closed;
+        self.closed_abnormally += o.closed_abnormally;
+        self.bytes_in += o.bytes_in;
+        self.bytes_out += o.bytes_out;
+        self.reads += o.reads;
+        self.turns += o.turns;
+        self.accept_backoffs += o.accept_backoffs;
+        self.refused += o.refused;
+        self.peak_output = self.peak_output.max(o.peak_output);
+        self.peak_conns += o.peak_conns;
+        self.syscalls.merge(&o.syscalls);
+        self.wall = self.wall.max(o.wall);
+    }
+}
