@@ -61,6 +61,7 @@ const DOOMED: u16 = 64;
 const QUEUED: u16 = 128; // in the send queue
 const SENDING: u16 = 256; // a send is in flight
 const CANCELLING: u16 = 512; // receive cancel in flight
+const LINGER: u16 = 1024; // FIN sent; discarding input until the peer's EOF
 
 struct Conn {
     fd: Fd,
@@ -79,8 +80,12 @@ impl Conn {
     fn has(&self, f: u16) -> bool {
         self.flags & f != 0
     }
+    /// Whether a receive should be armed: to deliver, or (lingering) to discard.
     fn reading(&self) -> bool {
-        self.flags & (READ_CLOSED | CLOSING | CONNECTING | PAUSED | DOOMED) == 0
+        if self.flags & (READ_CLOSED | CONNECTING | DOOMED) != 0 {
+            return false;
+        }
+        self.has(LINGER) || self.flags & (CLOSING | PAUSED) == 0
     }
 }
 
@@ -104,12 +109,44 @@ struct Core {
     cancels: Vec<u64>,
     doomed: VecDeque<(ConnId, CloseReason)>,
     drained: Vec<ConnId>,
+    lingering: VecDeque<(Instant, ConnId)>,
     pool: Vec<Vec<u8>>,
     stop_requested: bool,
     shutting_down: bool,
 }
 
 impl Core {
+    fn closing_reason(&self) -> CloseReason {
+        if self.shutting_down {
+            CloseReason::Shutdown
+        } else {
+            CloseReason::Local
+        }
+    }
+
+    /// Output sent and closing: FIN now, then discard input until the
+    /// peer's EOF (or the linger time), so close never meets unread data
+    /// (which would turn it into a RST that destroys output in flight).
+    fn linger(&mut self, id: ConnId) {
+        let until = self.now + self.cfg.linger;
+        let Some(c) = self.conns.get_mut(id) else { return };
+        if c.has(LINGER) {
+            return;
+        }
+        if c.has(READ_CLOSED) || c.has(CONNECTING) {
+            let reason = self.closing_reason();
+            return self.doom(id, reason);
+        }
+        if let Err(e) = net::shutdown_write(c.fd.raw()) {
+            return self.doom(id, io_reason("shutdown", e.raw_os_error().unwrap_or(libc::EIO)));
+        }
+        c.flags |= LINGER;
+        if !c.has(RECV_ARMED) {
+            self.rearm.push(id);
+        }
+        self.lingering.push_back((until, id));
+    }
+
     fn doom(&mut self, id: ConnId, reason: CloseReason) {
         if let Some(c) = self.conns.get_mut(id) {
             if !c.has(DOOMED) {
@@ -155,8 +192,7 @@ impl Core {
             self.drained.push(id);
         }
         if c.has(CLOSING) {
-            let reason = if self.shutting_down { CloseReason::Shutdown } else { CloseReason::Local };
-            self.doom(id, reason);
+            self.linger(id);
         } else if c.has(READ_CLOSED) {
             self.doom(id, CloseReason::PeerClosed);
         }
@@ -224,7 +260,7 @@ impl Io for Core {
         let Some(c) = self.conns.get_mut(id) else { return };
         c.flags |= CLOSING;
         if c.buffered() == 0 {
-            self.doom(id, CloseReason::Local);
+            self.linger(id);
         }
     }
 
@@ -293,6 +329,7 @@ pub fn run<H: Handler>(cfg: &Config, listener: Option<Fd>, handler: &mut H, cont
             cancels: Vec::new(),
             doomed: VecDeque::new(),
             drained: Vec::new(),
+            lingering: VecDeque::new(),
             pool: Vec::new(),
             stop_requested: false,
             shutting_down: false,
@@ -358,7 +395,8 @@ impl<H: Handler> Driver<'_, H> {
         let timeout = if immediate {
             Some(Duration::ZERO)
         } else {
-            timeout_until(Instant::now(), [c.timers.next_deadline(), self.accept_resume_at, self.drain_deadline])
+            let linger = c.lingering.front().map(|l| l.0);
+            timeout_until(Instant::now(), [c.timers.next_deadline(), self.accept_resume_at, self.drain_deadline, linger])
         };
         let wait = !immediate && self.ring.completions_empty();
         match self.ring.enter(u32::from(wait), timeout.filter(|_| wait)) {
@@ -379,6 +417,14 @@ impl<H: Handler> Driver<'_, H> {
         while let Some(tok) = self.core.timers.pop_due(self.core.now) {
             self.handler.on_timer(&mut self.core, tok);
             self.settle();
+        }
+        while let Some(&(until, id)) = self.core.lingering.front() {
+            if until > self.core.now {
+                break;
+            }
+            self.core.lingering.pop_front();
+            let reason = self.core.closing_reason();
+            self.core.doom(id, reason);
         }
         self.settle();
         if self.accept_resume_at.is_some_and(|t| t <= self.core.now) {
@@ -508,7 +554,18 @@ impl<H: Handler> Driver<'_, H> {
                 conn.flags &= !(RECV_ARMED | CANCELLING);
             }
         }
+        let discarding = self.core.conns.get(id).is_some_and(|conn| conn.has(CLOSING));
+        let lingering = self.core.conns.get(id).is_some_and(|conn| conn.has(LINGER));
         match c.result {
+            n if n > 0 && discarding => {
+                if let Some(b) = bid {
+                    self.ring.recycle_buffer(b);
+                }
+            }
+            0 if lingering => {
+                let reason = self.core.closing_reason();
+                self.core.doom(id, reason);
+            }
             n if n > 0 => {
                 self.core.stats.bytes_in += n as u64;
                 self.core.stats.reads += 1;

@@ -140,6 +140,9 @@ pub struct Config {
     pub accept_backoff: Duration,
     /// How long a graceful stop waits for output to drain.
     pub drain_timeout: Duration,
+    /// How long a closing connection, its output sent and FIN sent, waits
+    /// for the peer's EOF before it closes anyway.
+    pub linger: Duration,
     /// Set TCP_NODELAY on every connection.
     pub nodelay: bool,
 }
@@ -157,6 +160,7 @@ impl Default for Config {
             ring_buffer_size: 4096,
             accept_backoff: Duration::from_millis(50),
             drain_timeout: Duration::from_secs(5),
+            linger: Duration::from_secs(2),
             nodelay: true,
         }
     }

@@ -34,6 +34,7 @@ const PAUSED: u8 = 8; // output over its bound: not reading
 const IN_READY: u8 = 16; // in the local ready list
 const NOTIFY_DRAINED: u8 = 32;
 const DOOMED: u8 = 64; // queued for close
+const LINGER: u8 = 128; // FIN sent; reading and discarding until the peer's EOF
 
 struct Conn {
     fd: Fd,
@@ -51,8 +52,12 @@ impl Conn {
     fn has(&self, flag: u8) -> bool {
         self.flags & flag != 0
     }
+    /// Whether the loop wants to read: to deliver, or (lingering) to discard.
     fn reading(&self) -> bool {
-        self.flags & (READ_CLOSED | CLOSING | CONNECTING | PAUSED | DOOMED) == 0
+        if self.flags & (READ_CLOSED | CONNECTING | DOOMED) != 0 {
+            return false;
+        }
+        self.has(LINGER) || self.flags & (CLOSING | PAUSED) == 0
     }
 }
 
@@ -72,11 +77,42 @@ struct Core {
     ready: VecDeque<ConnId>,
     doomed: VecDeque<(ConnId, CloseReason)>,
     drained: Vec<ConnId>,
+    lingering: VecDeque<(Instant, ConnId)>,
     stop_requested: bool,
     shutting_down: bool,
 }
 
 impl Core {
+    fn closing_reason(&self) -> CloseReason {
+        if self.shutting_down {
+            CloseReason::Shutdown
+        } else {
+            CloseReason::Local
+        }
+    }
+
+    /// Our output is all sent and we are closing: send FIN, then read and
+    /// discard until the peer's EOF (or the linger time), so that close
+    /// never meets unread data, which would make the kernel send RST and
+    /// throw away output the peer has not received yet.
+    fn linger(&mut self, id: ConnId) {
+        let until = self.now + self.cfg.linger;
+        let Some(c) = self.conns.get_mut(id) else { return };
+        if c.has(LINGER) {
+            return;
+        }
+        if c.has(READ_CLOSED) || c.has(CONNECTING) {
+            let reason = self.closing_reason();
+            return self.doom(id, reason);
+        }
+        if let Err(e) = net::shutdown_write(c.fd.raw()) {
+            return self.doom(id, io_reason("shutdown", e));
+        }
+        c.flags |= LINGER;
+        self.lingering.push_back((until, id));
+        self.update_interest(id);
+    }
+
     fn doom(&mut self, id: ConnId, reason: CloseReason) {
         if let Some(c) = self.conns.get_mut(id) {
             if !c.has(DOOMED) {
@@ -150,8 +186,7 @@ impl Core {
             self.drained.push(id);
         }
         if c.has(CLOSING) {
-            let reason = if self.shutting_down { CloseReason::Shutdown } else { CloseReason::Local };
-            self.doom(id, reason);
+            self.linger(id);
         } else if c.has(READ_CLOSED) {
             self.doom(id, CloseReason::PeerClosed);
         }
@@ -235,7 +270,7 @@ impl Io for Core {
         let Some(c) = self.conns.get_mut(id) else { return };
         c.flags |= CLOSING;
         if c.buffered() == 0 {
-            self.doom(id, CloseReason::Local);
+            self.linger(id);
         } else {
             self.update_interest(id);
         }
@@ -313,6 +348,7 @@ pub fn run<H: Handler>(cfg: &Config, listener: Option<Fd>, handler: &mut H, cont
             ready: VecDeque::new(),
             doomed: VecDeque::new(),
             drained: Vec::new(),
+            lingering: VecDeque::new(),
             stop_requested: false,
             shutting_down: false,
         },
@@ -349,7 +385,8 @@ impl<H: Handler> Driver<'_, H> {
         let timeout = if !c.ready.is_empty() || !c.drained.is_empty() || c.stop_requested {
             Some(Duration::ZERO)
         } else {
-            timeout_until(Instant::now(), [c.timers.next_deadline(), self.accept_resume_at, self.drain_deadline])
+            let linger = c.lingering.front().map(|l| l.0);
+            timeout_until(Instant::now(), [c.timers.next_deadline(), self.accept_resume_at, self.drain_deadline, linger])
         };
         self.core.poller.wait(events, timeout)?;
         self.core.stats.turns += 1;
@@ -379,6 +416,15 @@ impl<H: Handler> Driver<'_, H> {
         while let Some(tok) = self.core.timers.pop_due(self.core.now) {
             self.handler.on_timer(&mut self.core, tok);
             self.settle();
+        }
+        self.settle();
+        while let Some(&(until, id)) = self.core.lingering.front() {
+            if until > self.core.now {
+                break;
+            }
+            self.core.lingering.pop_front();
+            let reason = self.core.closing_reason();
+            self.core.doom(id, reason);
         }
         self.settle();
         if self.accept_resume_at.is_some_and(|t| t <= self.core.now) {
@@ -418,8 +464,14 @@ impl<H: Handler> Driver<'_, H> {
             if !c.reading() {
                 return;
             }
+            let lingering = c.has(LINGER);
             match sys::read(c.fd.raw(), &mut self.scratch) {
+                Ok(0) if lingering => {
+                    let reason = self.core.closing_reason();
+                    return self.core.doom(id, reason);
+                }
                 Ok(0) => return self.core.peer_eof(id),
+                Ok(_) if lingering => continue,
                 Ok(n) => {
                     self.core.stats.bytes_in += n as u64;
                     self.core.stats.reads += 1;

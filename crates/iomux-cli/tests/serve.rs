@@ -1,0 +1,253 @@
+//! `iomux serve` on every backend, from a separate process: bytes intact,
+//! memory bounded, fairness, EMFILE, half-close, reset, graceful stop.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+use support::*;
+
+/// 500 connections at once, each sending chunks of 1 B to 256 KiB at a
+/// random pace; every echoed byte must be what was sent.
+fn echo_integrity(backend: &str) {
+    let _heavy = heavy();
+    raise_fd_limit();
+    let server = Serve::start(backend, &[]);
+    const CONNS: usize = 500;
+    const THREADS: usize = 50;
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let sent_total = Arc::new(AtomicU64::new(0));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (addr, barrier, sent_total) = (server.addr, barrier.clone(), sent_total.clone());
+            std::thread::spawn(move || {
+                let mut conns: Vec<TcpStream> = (0..CONNS / THREADS)
+                    .map(|_| {
+                        let s = TcpStream::connect(addr).expect("connect");
+                        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                        s
+                    })
+                    .collect();
+                // Every connection is open before any traffic starts.
+                barrier.wait();
+                let mut rng = Rng::new(t as u64 + 1);
+                for _round in 0..4 {
+                    for s in conns.iter_mut() {
+                        let size = rng.size(256 << 10);
+                        let chunk = rng.bytes(size);
+                        round_trip(s, &chunk);
+                        sent_total.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                        if rng.below(4) == 0 {
+                            std::thread::sleep(Duration::from_micros(rng.below(2000)));
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("client thread");
+    }
+    let sent = sent_total.load(Ordering::Relaxed);
+    let (stats, _) = server.stop();
+    assert_eq!(stats["accepted"], CONNS as u64, "{backend}");
+    assert_eq!(stats["bytes_in"], sent, "{backend}");
+    assert_eq!(stats["bytes_out"], sent, "{backend}");
+    assert_eq!(stats["closed_abnormally"], 0, "{backend}: {stats}");
+}
+
+/// A client that sends and never reads: the server stops reading it once
+/// its output is full, so memory stays bounded, and others are served.
+fn never_reading_client_is_bounded(backend: &str) {
+    const MAX_OUTPUT: u64 = 1 << 20;
+    let server = Serve::start(backend, &["--max-output", &MAX_OUTPUT.to_string()]);
+    let baseline = server.rss();
+    let mut hog = server.connect();
+    hog.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let hog_thread = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let chunk = vec![7u8; 1 << 20];
+            let mut written = 0u64;
+            while written < 64 << 20 && !stop.load(Ordering::Relaxed) {
+                match hog.write(&chunk) {
+                    Ok(n) => written += n as u64,
+                    Err(_) => break, // timed out: the server pushed back
+                }
+            }
+            (hog, written)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let mut other = server.connect();
+    for i in 0..50u32 {
+        round_trip(&mut other, &i.to_le_bytes().repeat(25));
+    }
+    let grown = server.rss().saturating_sub(baseline);
+    stop.store(true, Ordering::Relaxed);
+    let (hog, written) = hog_thread.join().unwrap();
+    drop(hog);
+    let (stats, _) = server.stop();
+    assert!(written < 64 << 20, "{backend}: the server never pushed back ({written} bytes written)");
+    let peak = stats["peak_output_bytes"].as_u64().unwrap();
+    assert!(peak >= MAX_OUTPUT, "{backend}: output never reached its bound ({peak})");
+    assert!(peak <= 4 * MAX_OUTPUT, "{backend}: output grew to {peak}, bound {MAX_OUTPUT}");
+    assert!(grown < 24 << 20, "{backend}: server RSS grew by {grown} bytes");
+}
+
+/// One connection floods; 50 others keep completing round trips.
+fn fire_hose_does_not_starve_others(backend: &str) {
+    let server = Serve::start(backend, &[]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let flooded = Arc::new(AtomicU64::new(0));
+    let mut hose_w = server.connect();
+    let mut hose_r = hose_w.try_clone().unwrap();
+    let writer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let chunk = vec![1u8; 256 << 10];
+            while !stop.load(Ordering::Relaxed) {
+                if hose_w.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+            hose_w
+        })
+    };
+    let reader = {
+        let (stop, flooded) = (stop.clone(), flooded.clone());
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 20];
+            while !stop.load(Ordering::Relaxed) {
+                match hose_r.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => flooded.fetch_add(n as u64, Ordering::Relaxed),
+                };
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let start = Instant::now();
+    let clients: Vec<_> = (0..50u64)
+        .map(|i| {
+            let mut s = server.connect();
+            std::thread::spawn(move || {
+                for r in 0..20u64 {
+                    round_trip(&mut s, &(i * 1000 + r).to_le_bytes().repeat(12));
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().expect("a request/response client failed");
+    }
+    let took = start.elapsed();
+    let hose_bytes = flooded.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    let hose_w = writer.join().unwrap();
+    hose_w.shutdown(Shutdown::Both).ok();
+    reader.join().unwrap();
+    drop(hose_w);
+    server.stop();
+    assert!(hose_bytes > 1 << 20, "{backend}: the fire hose barely flowed ({hose_bytes} bytes)");
+    assert!(took < Duration::from_secs(20), "{backend}: 1,000 round trips took {took:?} beside the fire hose");
+}
+
+/// Out of descriptors: the server backs off (no spinning), keeps serving,
+/// and accepts again once descriptors are free.
+fn emfile_backs_off_and_recovers(backend: &str) {
+    let server = Serve::start(backend, &["--nofile", "48"]);
+    let mut first = server.connect();
+    round_trip(&mut first, b"before");
+    // More connections than the server has descriptors for.
+    let mut held: Vec<TcpStream> = (0..80).map(|_| server.connect()).collect();
+    std::thread::sleep(Duration::from_millis(1000));
+    round_trip(&mut first, b"during: existing connections are still served");
+    // Free most of them: the server accepts the rest from its backlog.
+    let late: Vec<TcpStream> = held.split_off(60);
+    drop(held);
+    for (i, mut s) in late.into_iter().enumerate() {
+        round_trip(&mut s, format!("late {i}").as_bytes());
+    }
+    let (stats, _) = server.stop();
+    assert!(stats["accept_backoffs"].as_u64().unwrap() >= 1, "{backend}: never hit EMFILE: {stats}");
+    // Backing off every 50 ms makes tens of turns a second, not millions.
+    let turns = stats["turns"].as_u64().unwrap();
+    let wall = stats["wall_s"].as_f64().unwrap();
+    assert!((turns as f64) < 2000.0 * wall.max(1.0), "{backend}: {turns} turns in {wall:.1} s: spinning");
+}
+
+/// The peer stops sending: everything it sent is still echoed, then EOF.
+fn half_close_finishes_output(backend: &str) {
+    let server = Serve::start(backend, &[]);
+    let mut s = server.connect();
+    let data = Rng::new(9).bytes(300_000);
+    s.write_all(&data).unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    let mut back = Vec::new();
+    s.read_to_end(&mut back).expect("read to EOF");
+    assert!(back == data, "{backend}: echoed {} of {} bytes, or different ones", back.len(), data.len());
+    let (stats, _) = server.stop();
+    assert_eq!(stats["closed_abnormally"], 0, "{backend}: {stats}");
+}
+
+/// A reset costs the server nothing but that connection.
+fn reset_is_survived(backend: &str) {
+    let server = Serve::start(backend, &[]);
+    let s = server.connect();
+    (&s).write_all(&vec![3u8; 2 << 20]).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    iomux::sys::net::set_linger_zero(s.as_raw_fd()).unwrap();
+    drop(s); // RST, with echoed data unread
+    std::thread::sleep(Duration::from_millis(100));
+    let mut other = server.connect();
+    round_trip(&mut other, b"still here");
+    drop(other);
+    let (stats, _) = server.stop();
+    assert!(stats["closed_abnormally"].as_u64().unwrap() >= 1, "{backend}: reset not seen: {stats}");
+}
+
+/// SIGTERM while output is queued: it is all delivered, then EOF.
+fn graceful_stop_flushes_output(backend: &str) {
+    let server = Serve::start(backend, &[]);
+    let mut s = server.connect();
+    let data = Rng::new(5).bytes(3 << 20);
+    s.write_all(&data).unwrap();
+    // Let the server read all of it (it cannot send it: we are not reading).
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = server.pid().to_string();
+    std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let mut back = Vec::new();
+    s.read_to_end(&mut back).expect("read to EOF");
+    assert!(back == data, "{backend}: got {} of {} bytes after SIGTERM", back.len(), data.len());
+    let (stats, _) = server.stop_after_signal();
+    assert_eq!(stats["bytes_out"], data.len() as u64, "{backend}");
+}
+
+macro_rules! on_every_backend {
+    ($($test:ident),+ $(,)?) => {$(
+        mod $test {
+            #[test] fn select() { super::$test("select") }
+            #[test] fn poll() { super::$test("poll") }
+            #[test] fn epoll() { super::$test("epoll") }
+            #[test] fn epoll_et() { super::$test("epoll-et") }
+            #[test] fn uring() { super::$test("uring") }
+            #[test] fn uring_sqpoll() { super::$test("uring-sqpoll") }
+        }
+    )+};
+}
+
+on_every_backend! {
+    echo_integrity,
+    never_reading_client_is_bounded,
+    fire_hose_does_not_starve_others,
+    emfile_backs_off_and_recovers,
+    half_close_finishes_output,
+    reset_is_survived,
+    graceful_stop_flushes_output,
+}

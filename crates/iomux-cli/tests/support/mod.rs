@@ -1,0 +1,164 @@
+//! Shared by the integration tests: an `iomux serve` child process, a tiny
+//! PRNG, and a lock for tests that need many descriptors at once.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+pub const BACKENDS: [&str; 6] = ["select", "poll", "epoll", "epoll-et", "uring", "uring-sqpoll"];
+
+/// Tests that hold thousands of sockets take turns (the fd limit is per
+/// process, and ephemeral ports are per machine).
+pub fn heavy() -> MutexGuard<'static, ()> {
+    static HEAVY: Mutex<()> = Mutex::new(());
+    HEAVY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn iomux() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_iomux"))
+}
+
+/// A running `iomux serve`.
+pub struct Serve {
+    pub child: Child,
+    pub addr: SocketAddr,
+    stats: PathBuf,
+    stderr: Option<std::process::ChildStderr>,
+}
+
+impl Serve {
+    pub fn start(backend: &str, extra: &[&str]) -> Serve {
+        let stats =
+            std::env::temp_dir().join(format!("iomux-stats-{}-{backend}-{}.json", std::process::id(), next_id()));
+        let mut child = iomux()
+            .args(["serve", "--backend", backend, "--listen", "127.0.0.1:0", "--stats-file"])
+            .arg(&stats)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn iomux serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read banner");
+        let addr = line
+            .split_whitespace()
+            .find_map(|w| w.parse::<SocketAddr>().ok())
+            .unwrap_or_else(|| panic!("{backend}: no address in banner {line:?}"));
+        let stderr = child.stderr.take();
+        Serve { child, addr, stats, stderr }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+        s
+    }
+
+    /// Resident memory of the server now, in bytes.
+    pub fn rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .expect("VmRSS")
+            * 1024
+    }
+
+    /// SIGTERM, then the exit status must be 0; returns the stats and stderr.
+    pub fn stop(self) -> (serde_json::Value, String) {
+        let ok = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status().expect("kill");
+        assert!(ok.success());
+        self.stop_after_signal()
+    }
+
+    /// Waits for a server that was already sent SIGTERM.
+    pub fn stop_after_signal(mut self) -> (serde_json::Value, String) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(st) = self.child.try_wait().expect("wait") {
+                break st;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("iomux serve did not stop within 30 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        if let Some(mut e) = self.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        assert!(status.success(), "serve exited with {status}: {err}");
+        let text = std::fs::read_to_string(&self.stats).unwrap_or_else(|e| panic!("stats file: {e}; stderr: {err}"));
+        std::fs::remove_file(&self.stats).ok();
+        (serde_json::from_str(&text).expect("stats json"), err)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn next_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(1);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// xorshift64*: deterministic test data without a dependency.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    /// Log-uniform in [1, max]: mostly small, sometimes large.
+    pub fn size(&mut self, max: usize) -> usize {
+        let bits = (max as f64).log2();
+        let x = (self.below(1 << 20) as f64 / (1u64 << 20) as f64) * bits;
+        (2f64.powf(x) as usize).clamp(1, max)
+    }
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let mut v = Vec::with_capacity(n + 8);
+        while v.len() < n {
+            v.extend_from_slice(&self.next().to_le_bytes());
+        }
+        v.truncate(n);
+        v
+    }
+}
+
+/// One echo round trip of `data`; the echo must equal it.
+pub fn round_trip(s: &mut TcpStream, data: &[u8]) {
+    s.write_all(data).expect("write");
+    let mut back = vec![0u8; data.len()];
+    s.read_exact(&mut back).expect("read echo");
+    assert!(back == data, "echo differs from what was sent");
+}
+
+pub fn raise_fd_limit() {
+    iomux::sys::raise_nofile_limit().expect("raise RLIMIT_NOFILE");
+}
