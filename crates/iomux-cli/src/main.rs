@@ -2,6 +2,8 @@
 
 mod apps;
 mod lab;
+mod load;
+mod progress;
 mod serve;
 mod stats;
 
@@ -25,6 +27,9 @@ enum Command {
     /// Serve echo or sink on any backend until SIGINT/SIGTERM, then print
     /// (and optionally write) the server's stats.
     Serve(serve::ServeArgs),
+    /// Drive a server with active and idle connections (closed or open
+    /// loop), check every echoed byte, report throughput and latency.
+    Load(load::LoadArgs),
 }
 
 /// Parses a backend name; the error lists the valid ones.
@@ -40,6 +45,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(args) => lab::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Load(args) => load::run(args),
     };
     match result {
         Ok(code) => code,

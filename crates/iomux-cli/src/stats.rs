@@ -33,6 +33,7 @@ pub fn stats_json(stats: &LoopStats, backend: Backend, extra: &[(&str, String)])
         "sys_cpu_s": usage.system.as_secs_f64(),
         "peak_rss_bytes": usage.peak_rss,
         "wall_s": stats.wall.as_secs_f64(),
+        "uring_setup": stats.uring_setup,
     });
     for (k, val) in extra {
         v[*k] = json!(val);

@@ -58,6 +58,15 @@ fn echo_integrity(backend: &str) {
     assert_eq!(stats["bytes_in"], sent, "{backend}");
     assert_eq!(stats["bytes_out"], sent, "{backend}");
     assert_eq!(stats["closed_abnormally"], 0, "{backend}: {stats}");
+    if backend.starts_with("uring") {
+        // Submit and wait together: at most one io_uring_enter per turn.
+        // (+1: the ring's teardown waits for its cancellations once.)
+        let enters = stats["syscalls"]["io_uring_enter"].as_u64().unwrap_or(0);
+        assert!(enters <= stats["turns"].as_u64().unwrap() + 1, "{backend}: {stats}");
+        assert!(stats["syscalls"]["read"].is_null() && stats["syscalls"]["write"].is_null(), "{stats}");
+        let expect = if backend == "uring" { "single_issuer+defer_taskrun" } else { "sqpoll" };
+        assert_eq!(stats["uring_setup"], expect, "this kernel (6.18) has them");
+    }
 }
 
 /// A client that sends and never reads: the server stops reading it once
@@ -93,11 +102,16 @@ fn never_reading_client_is_bounded(backend: &str) {
     let (hog, written) = hog_thread.join().unwrap();
     drop(hog);
     let (stats, _) = server.stop();
+    eprintln!("{backend}: hog wrote {written}, peak output {}, RSS grew {grown}", stats["peak_output_bytes"]);
     assert!(written < 64 << 20, "{backend}: the server never pushed back ({written} bytes written)");
     let peak = stats["peak_output_bytes"].as_u64().unwrap();
     assert!(peak >= MAX_OUTPUT, "{backend}: output never reached its bound ({peak})");
-    assert!(peak <= 4 * MAX_OUTPUT, "{backend}: output grew to {peak}, bound {MAX_OUTPUT}");
-    assert!(grown < 24 << 20, "{backend}: server RSS grew by {grown} bytes");
+    // With SQPOLL the kernel thread keeps receiving for the connection
+    // until it processes the receive's cancellation, so the output can
+    // overshoot its bound by what arrives in that window (a few MiB here).
+    let slack = if backend == "uring-sqpoll" { 16 << 20 } else { MAX_OUTPUT };
+    assert!(peak <= MAX_OUTPUT + slack, "{backend}: output grew to {peak}, bound {MAX_OUTPUT}");
+    assert!(grown < 32 << 20, "{backend}: server RSS grew by {grown} bytes");
 }
 
 /// One connection floods; 50 others keep completing round trips.
@@ -192,6 +206,16 @@ fn half_close_finishes_output(backend: &str) {
     let mut back = Vec::new();
     s.read_to_end(&mut back).expect("read to EOF");
     assert!(back == data, "{backend}: echoed {} of {} bytes, or different ones", back.len(), data.len());
+    // Data and FIN together, so they are often both queued before the
+    // server reads: the FIN raises no edge of its own then.
+    for i in 0..30u8 {
+        let mut s = server.connect();
+        s.write_all(&[i; 100]).unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        let mut back = Vec::new();
+        s.read_to_end(&mut back).expect("read to EOF after data+FIN");
+        assert_eq!(back, vec![i; 100], "{backend}");
+    }
     let (stats, _) = server.stop();
     assert_eq!(stats["closed_abnormally"], 0, "{backend}: {stats}");
 }
@@ -250,4 +274,112 @@ on_every_backend! {
     half_close_finishes_output,
     reset_is_survived,
     graceful_stop_flushes_output,
+}
+
+/// Runs `iomux load` to completion against `addr`; returns its JSON report
+/// and exit status.
+fn load(addr: std::net::SocketAddr, args: &[&str]) -> (serde_json::Value, std::process::ExitStatus, String) {
+    let json = std::env::temp_dir().join(format!("iomux-load-{}-{}.json", std::process::id(), addr.port()));
+    let out = iomux()
+        .args(["load", "--connect", &addr.to_string(), "--json"])
+        .arg(&json)
+        .args(args)
+        .output()
+        .expect("run iomux load");
+    let text = std::fs::read_to_string(&json).unwrap_or_default();
+    std::fs::remove_file(&json).ok();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    (serde_json::from_str(&text).unwrap_or(serde_json::Value::Null), out.status, stderr)
+}
+
+/// 10,000 idle connections cost the server well under 512 bytes of user
+/// memory each, and 10 active ones are served beside them.
+fn ten_thousand_idle(backend: &str) {
+    let _heavy = heavy();
+    let server = Serve::start(backend, &[]);
+    let addr = server.addr;
+    // Traffic first, so fixed costs (io_uring's buffer ring, allocator
+    // arenas) are in the baseline and only per-connection memory is left.
+    let (_, warm, out) = load(addr, &["--conns", "10", "--requests", "20000"]);
+    assert!(warm.success(), "{out}");
+    let baseline = server.rss();
+    let client = std::thread::spawn(move || {
+        load(addr, &["--conns", "10", "--idle", "10000", "--requests", "20000", "--connect-rate", "20000"])
+    });
+    // Measure while every connection is open: the server has 10,010 fds.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let fds = || std::fs::read_dir(format!("/proc/{}/fd", server.pid())).map_or(0, |d| d.count());
+    while fds() < 10_010 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let with_idle = server.rss();
+    let (report, status, out) = client.join().unwrap();
+    let (stats, _) = server.stop();
+    assert!(status.success(), "{backend}: load failed: {out}");
+    assert_eq!(report["echoes"], 20_000, "{backend}: {report}");
+    assert_eq!(stats["peak_conns"], 10_010, "{backend}");
+    assert_eq!(stats["bytes_out"], 40_000 * 100, "{backend}: the server's echoes equal the client's");
+    let per_conn = with_idle.saturating_sub(baseline) / 10_010;
+    assert!(per_conn <= 512, "{backend}: {per_conn} bytes of RSS per idle connection");
+}
+
+#[test]
+fn ten_thousand_idle_epoll() {
+    ten_thousand_idle("epoll");
+}
+
+#[test]
+fn ten_thousand_idle_uring() {
+    ten_thousand_idle("uring");
+}
+
+/// select cannot watch fd 1024: connections beyond it are refused, with
+/// an error that says why, and the ones it holds are still served.
+#[test]
+fn select_refuses_beyond_fd_setsize() {
+    let _heavy = heavy();
+    let server = Serve::start("select", &[]);
+    let (report, status, _) = load(server.addr, &["--conns", "10", "--idle", "1100", "--requests", "1000"]);
+    let (stats, stderr) = server.stop();
+    assert!(!status.success(), "the refused idle connections are errors for the client");
+    assert_eq!(report["echoes"], 1000, "the active connections (accepted first) were served: {report}");
+    assert!(stats["refused"].as_u64().unwrap() > 0, "{stats}");
+    assert!(stderr.contains("FD_SETSIZE (1024)"), "no reason given: {stderr}");
+}
+
+/// The runtime's outbound connections work on every backend: `iomux load`
+/// on each client backend against one server.
+#[test]
+fn load_runs_on_every_client_backend() {
+    let server = Serve::start("epoll", &[]);
+    let mut total = 0;
+    for backend in BACKENDS {
+        let (report, status, out) = load(server.addr, &["--backend", backend, "--conns", "20", "--requests", "2000"]);
+        assert!(status.success(), "client backend {backend}: {out}");
+        assert_eq!(report["echoes"], 2000, "client backend {backend}: {report}");
+        total += 2000;
+    }
+    let (stats, _) = server.stop();
+    assert_eq!(stats["bytes_out"], total * 100);
+}
+
+#[test]
+fn unreachable_server_is_a_clear_error() {
+    let unused = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let (_, status, out) = load(unused, &["--conns", "3", "--requests", "3"]);
+    assert!(!status.success());
+    assert!(out.contains("server unreachable") && out.contains("refused"), "{out}");
+}
+
+#[test]
+fn serve_refuses_bad_input_clearly() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = iomux().args(["serve", "--listen", &taken.local_addr().unwrap().to_string()]).output().unwrap();
+    assert!(!busy.status.success());
+    assert!(String::from_utf8_lossy(&busy.stderr).contains("address in use"), "{busy:?}");
+    let bad = iomux().args(["serve", "--listen", "localhost:99999"]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    let unknown = iomux().args(["serve", "--backend", "kqueue"]).output().unwrap();
+    let text = String::from_utf8_lossy(&unknown.stderr);
+    assert!(text.contains("kqueue") && text.contains("epoll-et") && text.contains("uring-sqpoll"), "{text}");
 }

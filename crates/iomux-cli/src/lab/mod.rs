@@ -7,7 +7,6 @@ mod measure;
 mod output;
 mod peers;
 mod plot;
-mod progress;
 mod syscall_rate;
 mod table;
 

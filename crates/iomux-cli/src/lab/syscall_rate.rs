@@ -8,9 +8,9 @@
 use super::measure::{calls_per_sec, median};
 use super::peers::{MioPeer, PollingPeer};
 use super::plot::{self, Axes, Series};
-use super::progress::Progress;
 use super::table::{thousands, Table};
 use super::{Check, Settings};
+use crate::progress::Progress;
 use crate::CliResult;
 use iomux::poller::{EpollPoller, PollPoller, SelectPoller, UringPoller};
 use iomux::sys::{self, uring::Ring};

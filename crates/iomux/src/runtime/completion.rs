@@ -345,10 +345,19 @@ pub fn run<H: Handler>(cfg: &Config, listener: Option<Fd>, handler: &mut H, cont
     };
     d.arm_waker()?;
     d.arm_accept()?;
+    d.handler.on_start(&mut d.core);
+    d.settle();
     while !d.finished() {
         d.turn()?;
     }
     let mut stats = std::mem::take(&mut d.core.stats);
+    let setup = d.ring.setup();
+    stats.uring_setup = Some(match (setup.sqpoll, setup.defer_taskrun, setup.coop_taskrun) {
+        (true, _, _) => "sqpoll",
+        (false, true, _) => "single_issuer+defer_taskrun",
+        (false, false, true) => "coop_taskrun",
+        _ => "plain",
+    });
     drop(d);
     stats.syscalls = sys::counts().since(&counts_before);
     stats.wall = start.elapsed();
@@ -396,7 +405,10 @@ impl<H: Handler> Driver<'_, H> {
             Some(Duration::ZERO)
         } else {
             let linger = c.lingering.front().map(|l| l.0);
-            timeout_until(Instant::now(), [c.timers.next_deadline(), self.accept_resume_at, self.drain_deadline, linger])
+            timeout_until(
+                Instant::now(),
+                [c.timers.next_deadline(), self.accept_resume_at, self.drain_deadline, linger],
+            )
         };
         let wait = !immediate && self.ring.completions_empty();
         match self.ring.enter(u32::from(wait), timeout.filter(|_| wait)) {

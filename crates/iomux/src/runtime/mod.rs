@@ -42,7 +42,8 @@ impl ConnId {
     pub fn as_u64(self) -> u64 {
         (u64::from(self.gen) << 32) | u64::from(self.index)
     }
-    pub(crate) fn from_u64(v: u64) -> ConnId {
+    /// The inverse of [`ConnId::as_u64`].
+    pub fn from_u64(v: u64) -> ConnId {
         ConnId { index: v as u32, gen: (v >> 32) as u32 }
     }
 }
@@ -101,6 +102,8 @@ pub trait Io {
 
 /// A protocol, written once for every backend.
 pub trait Handler {
+    /// The loop started: a client opens its first connections here.
+    fn on_start(&mut self, _io: &mut dyn Io) {}
     /// A connection opened: accepted, or an outbound connect completed.
     fn on_open(&mut self, _io: &mut dyn Io, _conn: ConnId) {}
     /// Bytes arrived. Returns how many were consumed; the rest is handed

@@ -361,6 +361,8 @@ pub fn run<H: Handler>(cfg: &Config, listener: Option<Fd>, handler: &mut H, cont
         control: control.clone(),
     };
     let mut events = Events::with_capacity(1024);
+    d.handler.on_start(&mut d.core);
+    d.settle();
     while !d.finished() {
         d.turn(&mut events)?;
     }
@@ -409,7 +411,7 @@ impl<H: Handler> Driver<'_, H> {
             let Some(id) = self.core.ready.pop_front() else { break };
             if let Some(c) = self.core.conns.get_mut(id) {
                 c.flags &= !IN_READY;
-                self.read(id);
+                self.read(id, false);
                 self.settle();
             }
         }
@@ -452,11 +454,16 @@ impl<H: Handler> Driver<'_, H> {
             self.core.flush(id);
         }
         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-            self.read(id);
+            // A short read proves the socket drained only if no FIN had
+            // arrived yet: a FIN already queued raises no new edge.
+            self.read(id, !ev.is_read_closed());
         }
     }
 
-    fn read(&mut self, id: ConnId) {
+    /// Reads once (level) or until EAGAIN (edge, within the budget). With
+    /// `short_read_drains`, an edge-triggered read that returns less than
+    /// the buffer also ends it: new data after it raises a new edge.
+    fn read(&mut self, id: ConnId, short_read_drains: bool) {
         let edge = self.core.mode == Mode::Edge;
         let budget = if edge { self.core.cfg.read_budget.max(1) } else { 1 };
         for _ in 0..budget {
@@ -477,7 +484,7 @@ impl<H: Handler> Driver<'_, H> {
                     self.core.stats.reads += 1;
                     self.deliver(id, n);
                     self.settle();
-                    if !edge || n < self.scratch.len() {
+                    if !edge || (short_read_drains && n < self.scratch.len()) {
                         return;
                     }
                 }

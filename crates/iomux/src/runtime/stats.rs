@@ -30,6 +30,8 @@ pub struct LoopStats {
     pub syscalls: SyscallCounts,
     /// How long the loop ran (the longest one's, when merged).
     pub wall: Duration,
+    /// io_uring: the setup the kernel accepted (e.g. "single_issuer+defer_taskrun").
+    pub uring_setup: Option<&'static str>,
 }
 
 impl LoopStats {
@@ -49,5 +51,6 @@ impl LoopStats {
         self.peak_conns += o.peak_conns;
         self.syscalls.merge(&o.syscalls);
         self.wall = self.wall.max(o.wall);
+        self.uring_setup = self.uring_setup.or(o.uring_setup);
     }
 }

@@ -37,6 +37,20 @@ impl Progress {
         }
     }
 
+    pub fn set_position(&self, pos: u64) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(pos);
+        }
+    }
+
+    /// A status line: on the bar, or (no terminal) not at all, since
+    /// callers update it several times a second.
+    pub fn set_message(&self, what: &str) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(what.to_string());
+        }
+    }
+
     pub fn finish(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();

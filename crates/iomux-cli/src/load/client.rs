@@ -1,0 +1,521 @@
+//! One load-generating loop: a [`Handler`] that opens its share of the
+//! connections, drives them closed- or open-loop, checks every echoed
+//! byte, and records latency in an HDR histogram.
+
+use super::pattern;
+use hdrhistogram::Histogram;
+use iomux::runtime::{CloseReason, ConnId, Handler, Io};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LoadMode {
+    /// Send a message, wait for its whole echo, send the next (closed loop;
+    /// with --rate, open loop).
+    Echo,
+    /// Send continuously and read nothing.
+    Sink,
+}
+
+/// What one loop does.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub addr: SocketAddr,
+    pub conns: usize,
+    pub idle: usize,
+    /// Global number of this loop's first active connection.
+    pub first_conn: u32,
+    pub msg_size: usize,
+    pub mode: LoadMode,
+    /// Open loop: messages per second per connection.
+    pub rate_per_conn: Option<f64>,
+    pub duration: Option<Duration>,
+    /// This loop's share of --requests.
+    pub requests: Option<u64>,
+    pub warmup: Duration,
+    pub sources: Arc<Vec<IpAddr>>,
+    /// New connections per second for this loop.
+    pub connect_rate: Option<f64>,
+    pub progress: Arc<Progress>,
+    /// How long to wait for outstanding echoes after the end.
+    pub grace: Duration,
+}
+
+/// Counters the main thread shows while loops run.
+#[derive(Default, Debug)]
+pub struct Progress {
+    pub echoes: AtomicU64,
+    pub connected: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+/// What one loop measured (merged across loops at the end).
+pub struct Report {
+    /// Latency in nanoseconds.
+    pub latency: Histogram<u64>,
+    pub echoes: u64,
+    pub echo_bytes: u64,
+    pub sent_messages: u64,
+    pub sent_bytes: u64,
+    pub mismatches: u64,
+    pub unexpected_closes: u64,
+    pub unanswered: u64,
+    pub connect_errors: BTreeMap<String, u64>,
+    pub connected: u64,
+    pub measured: Duration,
+    pub first_error: Option<String>,
+}
+
+impl Report {
+    fn new() -> Report {
+        Report {
+            // 1 ns to 1 hour at 3 significant digits; never fails for these bounds.
+            latency: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).unwrap_or_else(|_| unreachable!()),
+            echoes: 0,
+            echo_bytes: 0,
+            sent_messages: 0,
+            sent_bytes: 0,
+            mismatches: 0,
+            unexpected_closes: 0,
+            unanswered: 0,
+            connect_errors: BTreeMap::new(),
+            connected: 0,
+            measured: Duration::ZERO,
+            first_error: None,
+        }
+    }
+
+    pub fn errors(&self) -> u64 {
+        self.mismatches + self.unexpected_closes + self.unanswered + self.connect_errors.values().sum::<u64>()
+    }
+
+    pub fn merge(&mut self, o: &Report) {
+        // Same bounds on both sides: adding cannot fail.
+        let _ = self.latency.add(&o.latency);
+        self.echoes += o.echoes;
+        self.echo_bytes += o.echo_bytes;
+        self.sent_messages += o.sent_messages;
+        self.sent_bytes += o.sent_bytes;
+        self.mismatches += o.mismatches;
+        self.unexpected_closes += o.unexpected_closes;
+        self.unanswered += o.unanswered;
+        for (k, v) in &o.connect_errors {
+            *self.connect_errors.entry(k.clone()).or_default() += v;
+        }
+        self.connected += o.connected;
+        self.measured = self.measured.max(o.measured);
+        if self.first_error.is_none() {
+            self.first_error.clone_from(&o.first_error);
+        }
+    }
+}
+
+impl Default for Report {
+    fn default() -> Report {
+        Report::new()
+    }
+}
+
+struct Conn {
+    number: u32,
+    active: bool,
+    next_seq: u64,
+    /// Messages sent and not yet fully echoed: (seq, when it was sent or,
+    /// open loop, scheduled).
+    outstanding: VecDeque<(u64, Instant)>,
+    /// Bytes of the oldest outstanding message already echoed.
+    received: usize,
+    next_due: Instant,
+}
+
+const CONNECT_TICK: u64 = 1;
+const WARMUP_END: u64 = 2;
+const END: u64 = 3;
+const GRACE_END: u64 = 4;
+/// Open-loop send timers carry the connection id with this bit set.
+const SEND_TIMER: u64 = 1 << 63;
+const SINK_BATCH: usize = 64 << 10;
+
+pub struct Client {
+    plan: Plan,
+    conns: HashMap<u64, Conn>,
+    next_active: usize,
+    next_idle: usize,
+    opening: usize,
+    started: bool,
+    sending: bool,
+    finishing: bool,
+    measuring: bool,
+    measure_start: Instant,
+    quota_left: Option<u64>,
+    /// Messages sent and not yet fully echoed, over all connections.
+    in_flight: usize,
+    message: Vec<u8>,
+    pub report: Report,
+}
+
+fn errno_name(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::ECONNREFUSED) => "ECONNREFUSED".into(),
+        Some(libc::ETIMEDOUT) => "ETIMEDOUT".into(),
+        Some(libc::EADDRNOTAVAIL) => "EADDRNOTAVAIL".into(),
+        Some(libc::EMFILE) => "EMFILE".into(),
+        Some(libc::ENFILE) => "ENFILE".into(),
+        Some(libc::ECONNRESET) => "ECONNRESET".into(),
+        Some(libc::EHOSTUNREACH) => "EHOSTUNREACH".into(),
+        Some(libc::ENETUNREACH) => "ENETUNREACH".into(),
+        Some(n) => format!("errno {n}"),
+        None => e.to_string(),
+    }
+}
+
+impl Client {
+    pub fn new(plan: Plan) -> Client {
+        let quota_left = plan.requests;
+        let message = vec![0; plan.msg_size.max(1)];
+        Client {
+            plan,
+            conns: HashMap::new(),
+            next_active: 0,
+            next_idle: 0,
+            opening: 0,
+            started: false,
+            sending: false,
+            finishing: false,
+            measuring: false,
+            measure_start: Instant::now(),
+            quota_left,
+            in_flight: 0,
+            message,
+            report: Report::new(),
+        }
+    }
+
+    fn total(&self) -> usize {
+        self.plan.conns + self.plan.idle
+    }
+
+    /// Opens up to `n` more connections (active ones first).
+    fn open_some(&mut self, io: &mut dyn Io, n: usize) {
+        for _ in 0..n {
+            let (active, number) = if self.next_active < self.plan.conns {
+                self.next_active += 1;
+                (true, self.plan.first_conn + self.next_active as u32 - 1)
+            } else if self.next_idle < self.plan.idle {
+                self.next_idle += 1;
+                (false, u32::MAX)
+            } else {
+                return;
+            };
+            let k = self.next_active + self.next_idle;
+            let source = (!self.plan.sources.is_empty()).then(|| self.plan.sources[k % self.plan.sources.len()]);
+            match io.connect(self.plan.addr, source) {
+                Ok(id) => {
+                    self.opening += 1;
+                    let conn = Conn {
+                        number,
+                        active,
+                        next_seq: 0,
+                        outstanding: VecDeque::new(),
+                        received: 0,
+                        next_due: io.now(),
+                    };
+                    self.conns.insert(id.as_u64(), conn);
+                }
+                Err(e) => self.connect_failed(&e),
+            }
+        }
+        self.maybe_start(io);
+    }
+
+    fn connect_failed(&mut self, e: &std::io::Error) {
+        *self.report.connect_errors.entry(errno_name(e)).or_default() += 1;
+        self.plan.progress.errors.fetch_add(1, Ordering::Relaxed);
+        if self.report.first_error.is_none() {
+            self.report.first_error = Some(format!("connect to {}: {e}", self.plan.addr));
+        }
+    }
+
+    /// Starts the clock once every connection is open (or has failed).
+    fn maybe_start(&mut self, io: &mut dyn Io) {
+        let all_tried = self.next_active + self.next_idle == self.total();
+        if self.started || !all_tried || self.opening > 0 {
+            return;
+        }
+        self.started = true;
+        let now = Instant::now();
+        if self.plan.warmup.is_zero() {
+            self.begin_measuring(now);
+        } else {
+            io.set_timer(now + self.plan.warmup, WARMUP_END);
+        }
+        if let Some(d) = self.plan.duration {
+            io.set_timer(now + self.plan.warmup + d, END);
+        }
+        self.sending = self.quota_left != Some(0);
+        let active: Vec<u64> = self.conns.iter().filter(|(_, c)| c.active).map(|(k, _)| *k).collect();
+        if active.is_empty() {
+            return self.finish(io);
+        }
+        let count = active.len();
+        for (i, key) in active.into_iter().enumerate() {
+            let id = ConnId::from_u64(key);
+            match (self.plan.mode, self.plan.rate_per_conn) {
+                (LoadMode::Sink, _) => self.sink_more(io, id),
+                (LoadMode::Echo, Some(rate)) => {
+                    // Stagger the connections over one interval.
+                    let phase = Duration::from_secs_f64(i as f64 / count as f64 / rate);
+                    if let Some(c) = self.conns.get_mut(&key) {
+                        c.next_due = now + phase;
+                        io.set_timer(c.next_due, SEND_TIMER | key);
+                    }
+                }
+                (LoadMode::Echo, None) => self.send(io, id, now),
+            }
+        }
+    }
+
+    fn begin_measuring(&mut self, now: Instant) {
+        self.measuring = true;
+        self.measure_start = now;
+        let connected = self.report.connected;
+        let errors = std::mem::take(&mut self.report.connect_errors);
+        let first_error = self.report.first_error.take();
+        self.report = Report::new();
+        self.report.connected = connected;
+        self.report.connect_errors = errors;
+        self.report.first_error = first_error;
+    }
+
+    /// Sends the connection's next message, stamped `at` (now, or, open
+    /// loop, when it was due: latency then includes any delay in sending).
+    fn send(&mut self, io: &mut dyn Io, id: ConnId, at: Instant) {
+        if !self.sending {
+            return;
+        }
+        let Some(c) = self.conns.get_mut(&id.as_u64()) else { return };
+        pattern::fill(&mut self.message, c.number, c.next_seq);
+        c.outstanding.push_back((c.next_seq, at));
+        c.next_seq += 1;
+        self.in_flight += 1;
+        io.write(id, &self.message);
+        self.report.sent_messages += 1;
+        self.report.sent_bytes += self.message.len() as u64;
+        if let Some(q) = &mut self.quota_left {
+            *q -= 1;
+            if *q == 0 {
+                self.sending = false;
+            }
+        }
+    }
+
+    fn sink_more(&mut self, io: &mut dyn Io, id: ConnId) {
+        let size = self.message.len();
+        let per_batch = (SINK_BATCH / size).max(1);
+        for _ in 0..per_batch {
+            if !self.sending {
+                break;
+            }
+            let Some(c) = self.conns.get_mut(&id.as_u64()) else { return };
+            pattern::fill(&mut self.message, c.number, c.next_seq);
+            c.next_seq += 1;
+            io.write(id, &self.message);
+            self.report.sent_messages += 1;
+            self.report.sent_bytes += size as u64;
+            if let Some(q) = &mut self.quota_left {
+                *q -= 1;
+                if *q == 0 {
+                    self.sending = false;
+                }
+            }
+        }
+        if self.sending {
+            io.notify_drained(id);
+        } else if self.plan.duration.is_none() {
+            self.end(io);
+        }
+    }
+
+    /// Stops sending; finishes when every echo is in (or after the grace).
+    fn end(&mut self, io: &mut dyn Io) {
+        self.sending = false;
+        if self.measuring && self.report.measured.is_zero() {
+            self.report.measured = self.measure_start.elapsed();
+        }
+        if self.in_flight == 0 {
+            self.finish(io);
+        } else {
+            io.set_timer(Instant::now() + self.plan.grace, GRACE_END);
+        }
+    }
+
+    fn finish(&mut self, io: &mut dyn Io) {
+        if self.finishing {
+            return;
+        }
+        self.finishing = true;
+        if self.measuring && self.report.measured.is_zero() {
+            self.report.measured = self.measure_start.elapsed();
+        }
+        self.report.unanswered += self.in_flight as u64;
+        self.in_flight = 0;
+        let ids: Vec<u64> = self.conns.keys().copied().collect();
+        for key in ids {
+            io.close(ConnId::from_u64(key));
+        }
+        io.stop();
+    }
+
+    fn mismatch(&mut self, io: &mut dyn Io, id: ConnId, what: String) {
+        self.report.mismatches += 1;
+        self.plan.progress.errors.fetch_add(1, Ordering::Relaxed);
+        if self.report.first_error.is_none() {
+            self.report.first_error = Some(what);
+        }
+        if let Some(c) = self.conns.get_mut(&id.as_u64()) {
+            // Its messages will never be answered correctly: count them once.
+            self.report.unanswered += c.outstanding.len() as u64;
+            self.in_flight -= c.outstanding.len();
+            c.outstanding.clear();
+        }
+        io.close(id);
+    }
+}
+
+impl Handler for Client {
+    fn on_start(&mut self, io: &mut dyn Io) {
+        match self.plan.connect_rate {
+            Some(_) => io.set_timer(Instant::now(), CONNECT_TICK),
+            None => {
+                let n = self.total();
+                self.open_some(io, n);
+            }
+        }
+    }
+
+    fn on_open(&mut self, io: &mut dyn Io, _conn: ConnId) {
+        self.opening -= 1;
+        self.report.connected += 1;
+        self.plan.progress.connected.fetch_add(1, Ordering::Relaxed);
+        self.maybe_start(io);
+    }
+
+    fn on_data(&mut self, io: &mut dyn Io, id: ConnId, mut data: &[u8]) -> usize {
+        let consumed = data.len();
+        let size = self.message.len();
+        let now = Instant::now();
+        let mut completed = 0;
+        while !data.is_empty() {
+            let Some(c) = self.conns.get_mut(&id.as_u64()) else { break };
+            let Some(&(seq, sent_at)) = c.outstanding.front() else {
+                let what = format!("connection {}: {} bytes arrived that were never sent", c.number, data.len());
+                self.mismatch(io, id, what);
+                break;
+            };
+            let n = data.len().min(size - c.received);
+            if let Some(bad) = pattern::check(&data[..n], c.number, seq, c.received) {
+                let what = format!("connection {}: byte {bad} of message {seq} differs from what was sent", c.number);
+                self.mismatch(io, id, what);
+                break;
+            }
+            c.received += n;
+            data = &data[n..];
+            if c.received == size {
+                c.received = 0;
+                c.outstanding.pop_front();
+                self.in_flight -= 1;
+                completed += 1;
+                if self.measuring {
+                    let ns = now.saturating_duration_since(sent_at).as_nanos().min(u64::MAX as u128) as u64;
+                    self.report.latency.saturating_record(ns.max(1));
+                    self.report.echoes += 1;
+                    self.report.echo_bytes += size as u64;
+                }
+                if self.plan.rate_per_conn.is_none() {
+                    self.send(io, id, now);
+                }
+            }
+        }
+        if completed > 0 {
+            self.plan.progress.echoes.fetch_add(completed, Ordering::Relaxed);
+        }
+        if !self.sending && !self.finishing && self.started && self.in_flight == 0 {
+            self.end(io);
+        }
+        consumed
+    }
+
+    fn on_drained(&mut self, io: &mut dyn Io, id: ConnId) {
+        if self.plan.mode == LoadMode::Sink {
+            self.sink_more(io, id);
+        }
+    }
+
+    fn on_close(&mut self, io: &mut dyn Io, id: ConnId, reason: &CloseReason) {
+        let Some(c) = self.conns.remove(&id.as_u64()) else { return };
+        match reason {
+            CloseReason::ConnectFailed(e) => {
+                self.opening -= 1;
+                self.connect_failed(e);
+                self.maybe_start(io);
+            }
+            _ if self.finishing => {}
+            CloseReason::Shutdown => {
+                self.report.unanswered += c.outstanding.len() as u64;
+                self.in_flight -= c.outstanding.len();
+            }
+            _ => {
+                self.in_flight -= c.outstanding.len();
+                self.report.unexpected_closes += 1;
+                self.report.unanswered += c.outstanding.len() as u64;
+                self.plan.progress.errors.fetch_add(1, Ordering::Relaxed);
+                if self.report.first_error.is_none() {
+                    self.report.first_error = Some(format!("connection {} closed by the server: {reason:?}", c.number));
+                }
+            }
+        }
+        if self.conns.is_empty() && self.started && !self.finishing {
+            self.finish(io);
+        }
+    }
+
+    fn on_timer(&mut self, io: &mut dyn Io, token: u64) {
+        match token {
+            CONNECT_TICK => {
+                // Spread the connect rate over 1 ms ticks.
+                let per_tick = self.plan.connect_rate.map_or(usize::MAX, |r| ((r / 1000.0).ceil() as usize).max(1));
+                self.open_some(io, per_tick);
+                if self.next_active + self.next_idle < self.total() {
+                    io.set_timer(io.now() + Duration::from_millis(1), CONNECT_TICK);
+                }
+            }
+            WARMUP_END => self.begin_measuring(Instant::now()),
+            END => self.end(io),
+            GRACE_END => self.finish(io),
+            t if t & SEND_TIMER != 0 => {
+                let key = t & !SEND_TIMER;
+                let Some(rate) = self.plan.rate_per_conn else { return };
+                let interval = Duration::from_secs_f64(1.0 / rate);
+                let now = Instant::now();
+                // Send every message that is due, each stamped with the
+                // time it was due: a stalled server is charged for the stall.
+                while self.sending {
+                    let Some(c) = self.conns.get_mut(&key) else { return };
+                    if c.next_due > now {
+                        break;
+                    }
+                    let due = c.next_due;
+                    c.next_due += interval;
+                    self.send(io, ConnId::from_u64(key), due);
+                }
+                if let (true, Some(c)) = (self.sending, self.conns.get(&key)) {
+                    io.set_timer(c.next_due, t);
+                }
+            }
+            _ => {}
+        }
+    }
+}
