@@ -2,7 +2,7 @@
 //! connections, drives them closed- or open-loop, checks every echoed
 //! byte, and records latency in an HDR histogram.
 
-use super::pattern;
+use super::pattern::Pattern;
 use hdrhistogram::Histogram;
 use iomux::runtime::{CloseReason, ConnId, Handler, Io};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -154,6 +154,7 @@ pub struct Client {
     /// Messages sent and not yet fully echoed, over all connections.
     in_flight: usize,
     message: Vec<u8>,
+    pattern: Pattern,
     pub report: Report,
 }
 
@@ -176,6 +177,7 @@ impl Client {
     pub fn new(plan: Plan) -> Client {
         let quota_left = plan.requests;
         let message = vec![0; plan.msg_size.max(1)];
+        let pattern = Pattern::new(message.len());
         Client {
             plan,
             conns: HashMap::new(),
@@ -190,6 +192,7 @@ impl Client {
             quota_left,
             in_flight: 0,
             message,
+            pattern,
             report: Report::new(),
         }
     }
@@ -297,7 +300,7 @@ impl Client {
             return;
         }
         let Some(c) = self.conns.get_mut(&id.as_u64()) else { return };
-        pattern::fill(&mut self.message, c.number, c.next_seq);
+        self.pattern.fill(&mut self.message, c.number, c.next_seq);
         c.outstanding.push_back((c.next_seq, at));
         c.next_seq += 1;
         self.in_flight += 1;
@@ -320,7 +323,7 @@ impl Client {
                 break;
             }
             let Some(c) = self.conns.get_mut(&id.as_u64()) else { return };
-            pattern::fill(&mut self.message, c.number, c.next_seq);
+            self.pattern.fill(&mut self.message, c.number, c.next_seq);
             c.next_seq += 1;
             io.write(id, &self.message);
             self.report.sent_messages += 1;
@@ -416,7 +419,7 @@ impl Handler for Client {
                 break;
             };
             let n = data.len().min(size - c.received);
-            if let Some(bad) = pattern::check(&data[..n], c.number, seq, c.received) {
+            if let Some(bad) = self.pattern.check(&data[..n], c.number, seq, c.received) {
                 let what = format!("connection {}: byte {bad} of message {seq} differs from what was sent", c.number);
                 self.mismatch(io, id, what);
                 break;

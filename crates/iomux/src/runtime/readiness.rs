@@ -388,7 +388,10 @@ impl<H: Handler> Driver<'_, H> {
             Some(Duration::ZERO)
         } else {
             let linger = c.lingering.front().map(|l| l.0);
-            timeout_until(Instant::now(), [c.timers.next_deadline(), self.accept_resume_at, self.drain_deadline, linger])
+            timeout_until(
+                Instant::now(),
+                [c.timers.next_deadline(), self.accept_resume_at, self.drain_deadline, linger],
+            )
         };
         self.core.poller.wait(events, timeout)?;
         self.core.stats.turns += 1;
