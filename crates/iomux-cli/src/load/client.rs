@@ -42,6 +42,8 @@ pub struct Plan {
     pub progress: Arc<Progress>,
     /// How long to wait for outstanding echoes after the end.
     pub grace: Duration,
+    /// Give up when echoes are awaited and none arrives for this long.
+    pub stall_timeout: Duration,
 }
 
 /// Counters the main thread shows while loops run.
@@ -135,6 +137,7 @@ const CONNECT_TICK: u64 = 1;
 const WARMUP_END: u64 = 2;
 const END: u64 = 3;
 const GRACE_END: u64 = 4;
+const WATCHDOG: u64 = 5;
 /// Open-loop send timers carry the connection id with this bit set.
 const SEND_TIMER: u64 = 1 << 63;
 const SINK_BATCH: usize = 64 << 10;
@@ -153,7 +156,9 @@ pub struct Client {
     quota_left: Option<u64>,
     /// Messages sent and not yet fully echoed, over all connections.
     in_flight: usize,
+    last_progress: Instant,
     message: Vec<u8>,
+    batch: Vec<u8>,
     pattern: Pattern,
     pub report: Report,
 }
@@ -191,7 +196,9 @@ impl Client {
             measure_start: Instant::now(),
             quota_left,
             in_flight: 0,
+            last_progress: Instant::now(),
             message,
+            batch: Vec::new(),
             pattern,
             report: Report::new(),
         }
@@ -259,6 +266,10 @@ impl Client {
             io.set_timer(now + self.plan.warmup + d, END);
         }
         self.sending = self.quota_left != Some(0);
+        self.last_progress = now;
+        if self.plan.mode == LoadMode::Echo {
+            io.set_timer(now + Duration::from_secs(1), WATCHDOG);
+        }
         let active: Vec<u64> = self.conns.iter().filter(|(_, c)| c.active).map(|(k, _)| *k).collect();
         if active.is_empty() {
             return self.finish(io);
@@ -315,9 +326,12 @@ impl Client {
         }
     }
 
+    /// Sink mode: queues about 64 KiB of messages in one write, then asks
+    /// to hear when they are sent.
     fn sink_more(&mut self, io: &mut dyn Io, id: ConnId) {
         let size = self.message.len();
         let per_batch = (SINK_BATCH / size).max(1);
+        self.batch.clear();
         for _ in 0..per_batch {
             if !self.sending {
                 break;
@@ -325,7 +339,7 @@ impl Client {
             let Some(c) = self.conns.get_mut(&id.as_u64()) else { return };
             self.pattern.fill(&mut self.message, c.number, c.next_seq);
             c.next_seq += 1;
-            io.write(id, &self.message);
+            self.batch.extend_from_slice(&self.message);
             self.report.sent_messages += 1;
             self.report.sent_bytes += size as u64;
             if let Some(q) = &mut self.quota_left {
@@ -334,6 +348,9 @@ impl Client {
                     self.sending = false;
                 }
             }
+        }
+        if !self.batch.is_empty() {
+            io.write(id, &self.batch);
         }
         if self.sending {
             io.notify_drained(id);
@@ -443,6 +460,7 @@ impl Handler for Client {
             }
         }
         if completed > 0 {
+            self.last_progress = now;
             self.plan.progress.echoes.fetch_add(completed, Ordering::Relaxed);
         }
         if !self.sending && !self.finishing && self.started && self.in_flight == 0 {
@@ -498,6 +516,21 @@ impl Handler for Client {
             WARMUP_END => self.begin_measuring(Instant::now()),
             END => self.end(io),
             GRACE_END => self.finish(io),
+            WATCHDOG if !self.finishing => {
+                let now = Instant::now();
+                if self.in_flight > 0 && now.duration_since(self.last_progress) >= self.plan.stall_timeout {
+                    if self.report.first_error.is_none() {
+                        self.report.first_error = Some(format!(
+                            "no echo arrived for {:.1} s with {} messages awaited (--timeout)",
+                            self.plan.stall_timeout.as_secs_f64(),
+                            self.in_flight
+                        ));
+                    }
+                    self.plan.progress.errors.fetch_add(1, Ordering::Relaxed);
+                    return self.finish(io);
+                }
+                io.set_timer(now + Duration::from_secs(1), WATCHDOG);
+            }
             t if t & SEND_TIMER != 0 => {
                 let key = t & !SEND_TIMER;
                 let Some(rate) = self.plan.rate_per_conn else { return };

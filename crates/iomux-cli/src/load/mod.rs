@@ -63,6 +63,10 @@ pub struct LoadArgs {
     /// New connections per second, at most.
     #[arg(long)]
     pub connect_rate: Option<f64>,
+    /// Give up, with an error, when echoes are awaited and none has
+    /// arrived for this many seconds.
+    #[arg(long, default_value_t = 30.0)]
+    pub timeout: f64,
     /// Write every figure as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -143,6 +147,9 @@ pub fn execute(args: &LoadArgs, show_progress: bool) -> CliResult<Outcome> {
     if !(args.warmup.is_finite() && args.warmup >= 0.0) {
         return Err(format!("--warmup must be zero or more seconds, not {}", args.warmup).into());
     }
+    if !(args.timeout.is_finite() && args.timeout > 0.0) {
+        return Err(format!("--timeout must be a positive number of seconds, not {}", args.timeout).into());
+    }
     if args.conns + args.idle == 0 {
         return Err("nothing to do: --conns and --idle are both 0".into());
     }
@@ -183,6 +190,7 @@ pub fn execute(args: &LoadArgs, show_progress: bool) -> CliResult<Outcome> {
             connect_rate: args.connect_rate.map(|r| r / threads as f64),
             progress: progress.clone(),
             grace: Duration::from_secs(5),
+            stall_timeout: Duration::from_secs_f64(args.timeout),
         };
         first_conn += conns as u32;
         let (config, control) = (config.clone(), control.clone());

@@ -109,6 +109,7 @@ struct Core {
     cancels: Vec<u64>,
     doomed: VecDeque<(ConnId, CloseReason)>,
     drained: Vec<ConnId>,
+    drained_later: Vec<ConnId>,
     lingering: VecDeque<(Instant, ConnId)>,
     pool: Vec<Vec<u8>>,
     stop_requested: bool,
@@ -250,7 +251,9 @@ impl Io for Core {
     fn notify_drained(&mut self, id: ConnId) {
         let Some(c) = self.conns.get_mut(id) else { return };
         if c.buffered() == 0 && !c.has(CONNECTING) {
-            self.drained.push(id);
+            // Already empty: say so next turn, after events and timers,
+            // so a handler that writes from on_drained cannot starve them.
+            self.drained_later.push(id);
         } else {
             c.flags |= NOTIFY_DRAINED;
         }
@@ -329,6 +332,7 @@ pub fn run<H: Handler>(cfg: &Config, listener: Option<Fd>, handler: &mut H, cont
             cancels: Vec::new(),
             doomed: VecDeque::new(),
             drained: Vec::new(),
+            drained_later: Vec::new(),
             lingering: VecDeque::new(),
             pool: Vec::new(),
             stop_requested: false,
@@ -374,7 +378,11 @@ impl<H: Handler> Driver<'_, H> {
         if c.shutting_down {
             return c.conns.is_empty();
         }
-        self.listener.is_none() && c.conns.is_empty() && c.timers.is_empty() && c.drained.is_empty()
+        self.listener.is_none()
+            && c.conns.is_empty()
+            && c.timers.is_empty()
+            && c.drained.is_empty()
+            && c.drained_later.is_empty()
     }
 
     fn arm_waker(&mut self) -> Result<()> {
@@ -400,7 +408,8 @@ impl<H: Handler> Driver<'_, H> {
     fn turn(&mut self) -> Result<()> {
         self.apply()?;
         let c = &self.core;
-        let immediate = !c.drained.is_empty() || !c.doomed.is_empty() || c.stop_requested;
+        let immediate =
+            !c.drained.is_empty() || !c.drained_later.is_empty() || !c.doomed.is_empty() || c.stop_requested;
         let timeout = if immediate {
             Some(Duration::ZERO)
         } else {
@@ -426,6 +435,9 @@ impl<H: Handler> Driver<'_, H> {
                 self.apply()?;
             }
         }
+        let later = std::mem::take(&mut self.core.drained_later);
+        self.core.drained.extend(later);
+        self.settle();
         while let Some(tok) = self.core.timers.pop_due(self.core.now) {
             self.handler.on_timer(&mut self.core, tok);
             self.settle();

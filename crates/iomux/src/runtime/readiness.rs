@@ -77,6 +77,7 @@ struct Core {
     ready: VecDeque<ConnId>,
     doomed: VecDeque<(ConnId, CloseReason)>,
     drained: Vec<ConnId>,
+    drained_later: Vec<ConnId>,
     lingering: VecDeque<(Instant, ConnId)>,
     stop_requested: bool,
     shutting_down: bool,
@@ -260,7 +261,9 @@ impl Io for Core {
     fn notify_drained(&mut self, id: ConnId) {
         let Some(c) = self.conns.get_mut(id) else { return };
         if c.buffered() == 0 && !c.has(CONNECTING) {
-            self.drained.push(id);
+            // Already empty: say so next turn, after events and timers,
+            // so a handler that writes from on_drained cannot starve them.
+            self.drained_later.push(id);
         } else {
             c.flags |= NOTIFY_DRAINED;
         }
@@ -348,6 +351,7 @@ pub fn run<H: Handler>(cfg: &Config, listener: Option<Fd>, handler: &mut H, cont
             ready: VecDeque::new(),
             doomed: VecDeque::new(),
             drained: Vec::new(),
+            drained_later: Vec::new(),
             lingering: VecDeque::new(),
             stop_requested: false,
             shutting_down: false,
@@ -379,12 +383,17 @@ impl<H: Handler> Driver<'_, H> {
             return c.conns.is_empty();
         }
         // A loop with nothing to serve and nothing pending is done.
-        self.listener.is_none() && c.conns.is_empty() && c.timers.is_empty() && c.drained.is_empty()
+        self.listener.is_none()
+            && c.conns.is_empty()
+            && c.timers.is_empty()
+            && c.drained.is_empty()
+            && c.drained_later.is_empty()
     }
 
     fn turn(&mut self, events: &mut Events) -> Result<()> {
         let c = &self.core;
-        let timeout = if !c.ready.is_empty() || !c.drained.is_empty() || c.stop_requested {
+        let timeout = if !c.ready.is_empty() || !c.drained.is_empty() || !c.drained_later.is_empty() || c.stop_requested
+        {
             Some(Duration::ZERO)
         } else {
             let linger = c.lingering.front().map(|l| l.0);
@@ -418,6 +427,9 @@ impl<H: Handler> Driver<'_, H> {
                 self.settle();
             }
         }
+        let later = std::mem::take(&mut self.core.drained_later);
+        self.core.drained.extend(later);
+        self.settle();
         while let Some(tok) = self.core.timers.pop_due(self.core.now) {
             self.handler.on_timer(&mut self.core, tok);
             self.settle();
