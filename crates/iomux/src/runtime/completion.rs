@@ -430,6 +430,16 @@ impl<H: Handler> Driver<'_, H> {
         while let Some(completion) = self.ring.pop_completion() {
             self.complete(completion);
             self.settle();
+            if !self.core.cancels.is_empty() {
+                // A receive to pause: cancel it now, not after the batch,
+                // which with SQPOLL keeps growing while we reap it.
+                for target in std::mem::take(&mut self.core.cancels) {
+                    self.ring.push_cancel(target, IGNORE << KIND_SHIFT).map_err(ring_err)?;
+                }
+                if self.ring.setup().sqpoll {
+                    self.ring.enter(0, None).map_err(ring_err)?;
+                }
+            }
             // Resubmit inside the batch so a long batch cannot fill the SQ.
             if self.ring.pending_submissions() > 1024 {
                 self.apply()?;
