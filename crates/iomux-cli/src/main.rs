@@ -30,6 +30,11 @@ enum Command {
     /// Drive a server with active and idle connections (closed or open
     /// loop), check every echoed byte, report throughput and latency.
     Load(load::LoadArgs),
+    /// Join the results in DIR (from iomux bench) into DIR/report.html.
+    Report {
+        /// A results folder, e.g. results/2026-11-21T12-00-00Z
+        dir: std::path::PathBuf,
+    },
 }
 
 /// Parses a backend name; the error lists the valid ones.
@@ -46,6 +51,10 @@ fn main() -> ExitCode {
         Command::Bench(args) => lab::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Load(args) => load::run(args),
+        Command::Report { dir } => lab::report::write(&dir).map(|path| {
+            println!("wrote {}", path.display());
+            ExitCode::SUCCESS
+        }),
     };
     match result {
         Ok(code) => code,

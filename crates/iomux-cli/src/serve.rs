@@ -41,6 +41,9 @@ pub struct ServeArgs {
     /// Write the final stats as JSON here.
     #[arg(long)]
     stats_file: Option<PathBuf>,
+    /// Pin every loop thread to this CPU.
+    #[arg(long)]
+    cpu: Option<usize>,
 }
 
 pub fn run(args: ServeArgs) -> CliResult<ExitCode> {
@@ -80,13 +83,26 @@ pub fn run(args: ServeArgs) -> CliResult<ExitCode> {
     let listeners = Listeners::bind(args.listen, usize::from(args.threads))?;
     let addr = listeners.local_addr();
     println!(
-        "iomux serve: listening on {addr} (backend {backend}, proto {:?}, {} thread{})",
+        "iomux serve: listening on {addr} (pid {}, backend {backend}, proto {:?}, {} thread{})",
+        std::process::id(),
         args.proto,
         args.threads,
         if args.threads == 1 { "" } else { "s" }
     );
     std::io::stdout().flush()?;
-    let stats = listeners.serve(&config, |_| Server::new(args.proto), &control)?;
+    let cpu = args.cpu;
+    let stats = listeners.serve(
+        &config,
+        |_| {
+            if let Some(cpu) = cpu {
+                if let Err(e) = iomux::sys::net::pin_to_cpu(cpu) {
+                    eprintln!("iomux serve: cannot pin to CPU {cpu}: {e}");
+                }
+            }
+            Server::new(args.proto)
+        },
+        &control,
+    )?;
     let json = stats_json(&stats, backend, &[("proto", format!("{:?}", args.proto).to_lowercase())])?;
     eprintln!(
         "iomux serve: stopped. {} connections accepted, {} closed ({} abnormally, {} refused); \

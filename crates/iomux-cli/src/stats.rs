@@ -31,7 +31,7 @@ pub fn stats_json(stats: &LoopStats, backend: Backend, extra: &[(&str, String)])
         "syscalls_total": stats.syscalls.total(),
         "user_cpu_s": usage.user.as_secs_f64(),
         "sys_cpu_s": usage.system.as_secs_f64(),
-        "peak_rss_bytes": usage.peak_rss,
+        "peak_rss_bytes": iomux::sys::net::peak_rss().unwrap_or(usage.peak_rss),
         "wall_s": stats.wall.as_secs_f64(),
         "uring_setup": stats.uring_setup,
     });

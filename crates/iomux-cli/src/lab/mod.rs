@@ -2,11 +2,17 @@
 //! experiments on this machine, prints the published figures beside fresh
 //! ones, and writes JSON, Markdown and SVG for each.
 
+mod cell;
+mod child;
+mod echo;
+mod idle;
 mod machine;
 mod measure;
 mod output;
 mod peers;
 mod plot;
+pub mod report;
+mod sink;
 mod syscall_rate;
 mod table;
 
@@ -38,6 +44,15 @@ enum Experiment {
     /// E1: empty poll()/epoll_wait()/select()/io_uring waits per second
     /// against the number of registered fds (the book's poll-vs-epoll.c).
     SyscallRate(syscall_rate::Args),
+    /// E2: 40,000 round trips by 10 active connections among Z idle ones,
+    /// on every backend (the epoll article's poll-vs-epoll test).
+    Idle(idle::Args),
+    /// E3: 40 senders of 100-byte messages, a server that only reads: CPU
+    /// and syscalls per byte.
+    Sink(sink::Args),
+    /// E4: many connections echoing 100-byte messages: server syscalls per
+    /// echo, throughput, latency, memory per connection.
+    Echo(echo::Args),
 }
 
 /// What every experiment is given.
@@ -59,17 +74,45 @@ pub struct Check {
     pub claim: String,
     /// None when the run did not measure what the claim needs.
     pub value: Option<f64>,
+    /// ">=" or "<=": how the value must compare with the threshold.
+    pub needed: &'static str,
     pub threshold: f64,
     pub met: Option<bool>,
     pub detail: String,
 }
 
 impl Check {
+    /// The value must be at least `threshold`.
     pub fn new(claim: &str, value: f64, threshold: f64, detail: String) -> Check {
-        Check { claim: claim.into(), value: Some(value), threshold, met: Some(value >= threshold), detail }
+        Check {
+            claim: claim.into(),
+            value: Some(value),
+            needed: ">=",
+            threshold,
+            met: Some(value >= threshold),
+            detail,
+        }
+    }
+    /// The value must be at most `threshold`.
+    pub fn at_most(claim: &str, value: f64, threshold: f64, detail: String) -> Check {
+        Check {
+            claim: claim.into(),
+            value: Some(value),
+            needed: "<=",
+            threshold,
+            met: Some(value <= threshold),
+            detail,
+        }
     }
     pub fn not_measured(claim: &str, threshold: f64) -> Check {
-        Check { claim: claim.into(), value: None, threshold, met: None, detail: "not measured in this run".into() }
+        Check {
+            claim: claim.into(),
+            value: None,
+            needed: "",
+            threshold,
+            met: None,
+            detail: "not measured in this run".into(),
+        }
     }
 }
 
@@ -82,7 +125,7 @@ pub fn render_checks(checks: &[Check]) -> String {
             None => "-",
         };
         let value = c.value.map_or("-".into(), |v| if v >= 100.0 { table::thousands(v) } else { format!("{v:.3}") });
-        t.row([c.claim.clone(), value, format!(">= {}", c.threshold), verdict.into(), c.detail.clone()]);
+        t.row([c.claim.clone(), value, format!("{} {}", c.needed, c.threshold), verdict.into(), c.detail.clone()]);
     }
     let met = checks.iter().filter(|c| c.met == Some(true)).count();
     let measured = checks.iter().filter(|c| c.met.is_some()).count();
@@ -103,21 +146,38 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
         if settings.full { "full" } else { "quick" },
         settings.out_dir.display()
     );
+    let tracer = child::Tracer::detect();
+    let started = std::time::Instant::now();
     let outcomes = match args.experiment {
         Some(Experiment::SyscallRate(a)) => vec![syscall_rate::run(&a, &settings)?],
-        None => vec![syscall_rate::run(&syscall_rate::Args::default(), &settings)?],
+        Some(Experiment::Idle(a)) => vec![idle::run(&a, &settings)?],
+        Some(Experiment::Sink(a)) => vec![sink::run(&a, &settings, tracer)?],
+        Some(Experiment::Echo(a)) => vec![echo::run(&a, &settings, tracer)?],
+        None => {
+            eprintln!("iomux bench: running E1 syscall-rate, E2 idle, E3 sink, E4 echo");
+            vec![
+                syscall_rate::run(&syscall_rate::Args::default(), &settings)?,
+                idle::run(&idle::Args::default(), &settings)?,
+                sink::run(&sink::Args::default(), &settings, tracer)?,
+                echo::run(&echo::Args::default(), &settings, tracer)?,
+            ]
+        }
     };
+    let report = report::write(&settings.out_dir)?;
     for outcome in &outcomes {
         for file in &outcome.files {
             eprintln!("wrote {}", file.display());
         }
     }
+    eprintln!("wrote {}", report.display());
     let checks: Vec<&Check> = outcomes.iter().flat_map(|o| &o.checks).collect();
     let unmet: Vec<&&Check> = checks.iter().filter(|c| c.met == Some(false)).collect();
     eprintln!(
-        "iomux bench: {} of {} checks met{}",
+        "iomux bench: done in {:.0} s; {} of {} measured checks met ({} not measured){}",
+        started.elapsed().as_secs_f64(),
         checks.iter().filter(|c| c.met == Some(true)).count(),
-        checks.len(),
+        checks.iter().filter(|c| c.met.is_some()).count(),
+        checks.iter().filter(|c| c.met.is_none()).count(),
         if unmet.is_empty() {
             String::new()
         } else {

@@ -120,6 +120,66 @@ pub fn line_chart(axes: &Axes, series: &[Series]) -> CliResult<String> {
     Ok(svg)
 }
 
+/// One panel of a bar chart: a value per named bar.
+pub struct Panel<'a> {
+    pub title: &'a str,
+    pub y_label: &'a str,
+    pub bars: Vec<(String, f64)>,
+}
+
+/// Side-by-side bar charts in one SVG; a bar that could not be measured
+/// (NaN) is left out and its name kept on the axis.
+pub fn bar_panels(panels: &[Panel]) -> CliResult<String> {
+    let mut svg = String::new();
+    {
+        let width = 480 * panels.len().max(1) as u32;
+        let root = SVGBackend::with_string(&mut svg, (width, 480)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let areas = root.split_evenly((1, panels.len().max(1)));
+        for (panel, area) in panels.iter().zip(areas.iter()) {
+            let n = panel.bars.len().max(1);
+            let top = panel.bars.iter().map(|b| b.1).filter(|v| v.is_finite()).fold(0.0f64, f64::max);
+            let top = if top > 0.0 { top * 1.15 } else { 1.0 };
+            let names: Vec<String> = panel.bars.iter().map(|b| b.0.clone()).collect();
+            let mut chart = ChartBuilder::on(area)
+                .caption(panel.title, ("sans-serif", 18))
+                .margin(14)
+                .x_label_area_size(40)
+                .y_label_area_size(70)
+                .build_cartesian_2d((0..n).into_segmented(), 0.0..top)?;
+            chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .y_desc(panel.y_label)
+                .y_label_formatter(&|v| short(*v))
+                .x_labels(n)
+                .x_label_formatter(&|x| match x {
+                    SegmentValue::CenterOf(i) => names.get(*i).cloned().unwrap_or_default(),
+                    _ => String::new(),
+                })
+                .draw()?;
+            for (i, (_, v)) in panel.bars.iter().enumerate() {
+                if !v.is_finite() {
+                    continue;
+                }
+                let color = PALETTE[i % PALETTE.len()];
+                let bar = Rectangle::new(
+                    [(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), *v)],
+                    color.mix(0.8).filled(),
+                );
+                chart.draw_series(std::iter::once(bar))?;
+                chart.draw_series(std::iter::once(Text::new(
+                    short(*v),
+                    (SegmentValue::CenterOf(i), *v),
+                    ("sans-serif", 13).into_font(),
+                )))?;
+            }
+        }
+        root.present()?;
+    }
+    Ok(svg)
+}
+
 /// Axis labels: 1, 10, 1k, 10k, 1M ...
 fn short(v: f64) -> String {
     let a = v.abs();
@@ -169,6 +229,13 @@ mod tests {
         let svg = line_chart(&axes, &series).unwrap();
         assert!(svg.starts_with("<svg"), "{}", &svg[..80]);
         assert!(svg.contains("epoll") && svg.contains("book-poll"));
+    }
+
+    #[test]
+    fn bar_panels_name_every_bar() {
+        let panels = [Panel { title: "t", y_label: "s", bars: vec![("poll".into(), 2.0), ("epoll".into(), f64::NAN)] }];
+        let svg = bar_panels(&panels).unwrap();
+        assert!(svg.contains("poll") && svg.contains("epoll"));
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub struct Plan {
     pub duration: Option<Duration>,
     /// This loop's share of --requests.
     pub requests: Option<u64>,
+    /// Messages each connection sends (--per-conn).
+    pub per_conn: Option<u64>,
     pub warmup: Duration,
     pub sources: Arc<Vec<IpAddr>>,
     /// New connections per second for this loop.
@@ -180,7 +182,7 @@ fn errno_name(e: &std::io::Error) -> String {
 
 impl Client {
     pub fn new(plan: Plan) -> Client {
-        let quota_left = plan.requests;
+        let quota_left = plan.requests.or(plan.per_conn.map(|k| k * plan.conns as u64));
         let message = vec![0; plan.msg_size.max(1)];
         let pattern = Pattern::new(message.len());
         Client {
@@ -272,14 +274,19 @@ impl Client {
         }
         let active: Vec<u64> = self.conns.iter().filter(|(_, c)| c.active).map(|(k, _)| *k).collect();
         if active.is_empty() {
-            return self.finish(io);
+            // Idle connections only: hold them for the duration (or until
+            // stopped); with nothing to count down, finish now.
+            if self.plan.duration.is_none() {
+                self.finish(io);
+            }
+            return;
         }
         let count = active.len();
         for (i, key) in active.into_iter().enumerate() {
             let id = ConnId::from_u64(key);
             match (self.plan.mode, self.plan.rate_per_conn) {
-                (LoadMode::Sink, _) => self.sink_more(io, id),
-                (LoadMode::Echo, Some(rate)) => {
+                (LoadMode::Sink, None) => self.sink_more(io, id),
+                (_, Some(rate)) => {
                     // Stagger the connections over one interval.
                     let phase = Duration::from_secs_f64(i as f64 / count as f64 / rate);
                     if let Some(c) = self.conns.get_mut(&key) {
@@ -311,6 +318,9 @@ impl Client {
             return;
         }
         let Some(c) = self.conns.get_mut(&id.as_u64()) else { return };
+        if self.plan.per_conn.is_some_and(|k| c.next_seq >= k) {
+            return;
+        }
         self.pattern.fill(&mut self.message, c.number, c.next_seq);
         c.outstanding.push_back((c.next_seq, at));
         c.next_seq += 1;
@@ -356,6 +366,39 @@ impl Client {
             io.notify_drained(id);
         } else if self.plan.duration.is_none() {
             self.end(io);
+        }
+    }
+
+    /// Paced sink: every message due by `now` for connection `key`, in one write.
+    fn sink_due(&mut self, io: &mut dyn Io, key: u64, interval: Duration, now: Instant) {
+        self.batch.clear();
+        let size = self.message.len();
+        while self.sending {
+            let Some(c) = self.conns.get_mut(&key) else { return };
+            if c.next_due > now {
+                break;
+            }
+            c.next_due += interval;
+            self.pattern.fill(&mut self.message, c.number, c.next_seq);
+            c.next_seq += 1;
+            self.batch.extend_from_slice(&self.message);
+            self.report.sent_messages += 1;
+            self.report.sent_bytes += size as u64;
+            if let Some(q) = &mut self.quota_left {
+                *q -= 1;
+                if *q == 0 {
+                    self.sending = false;
+                }
+            }
+        }
+        let id = ConnId::from_u64(key);
+        if !self.batch.is_empty() {
+            io.write(id, &self.batch);
+        }
+        match (self.sending, self.conns.get(&key)) {
+            (true, Some(c)) => io.set_timer(c.next_due, SEND_TIMER | key),
+            _ if self.plan.duration.is_none() => self.end(io),
+            _ => {}
         }
     }
 
@@ -536,6 +579,9 @@ impl Handler for Client {
                 let Some(rate) = self.plan.rate_per_conn else { return };
                 let interval = Duration::from_secs_f64(1.0 / rate);
                 let now = Instant::now();
+                if self.plan.mode == LoadMode::Sink {
+                    return self.sink_due(io, key, interval, now);
+                }
                 // Send every message that is due, each stamped with the
                 // time it was due: a stalled server is charged for the stall.
                 while self.sending {

@@ -53,7 +53,7 @@ pub struct LoadArgs {
     pub mode: LoadMode,
     /// Open loop: messages per second in all, on a fixed schedule; latency
     /// counts from each message's scheduled time (coordinated omission
-    /// corrected, as wrk2 does).
+    /// corrected, as wrk2 does). With --mode sink: the sending pace.
     #[arg(long)]
     pub rate: Option<f64>,
     /// Source addresses, one or a range (127.0.0.1-127.0.0.50): more than
@@ -63,6 +63,13 @@ pub struct LoadArgs {
     /// New connections per second, at most.
     #[arg(long)]
     pub connect_rate: Option<f64>,
+    /// Each connection sends exactly this many messages (instead of
+    /// --requests or --duration).
+    #[arg(long, conflicts_with_all = ["duration", "requests"])]
+    pub per_conn: Option<u64>,
+    /// Pin the load's threads to this CPU.
+    #[arg(long)]
+    pub cpu: Option<usize>,
     /// Give up, with an error, when echoes are awaited and none has
     /// arrived for this many seconds.
     #[arg(long, default_value_t = 30.0)]
@@ -120,12 +127,14 @@ pub fn run(args: LoadArgs) -> CliResult<ExitCode> {
 
 /// Runs the load and returns the merged report (used by the lab too).
 pub fn execute(args: &LoadArgs, show_progress: bool) -> CliResult<Outcome> {
+    execute_with(args, show_progress, &Control::new())
+}
+
+/// As [`execute`], stopping early (gracefully) when `control` is stopped.
+pub fn execute_with(args: &LoadArgs, show_progress: bool, control: &Control) -> CliResult<Outcome> {
     if let Some(r) = args.rate {
         if !(r.is_finite() && r > 0.0) {
             return Err(format!("--rate must be a positive number of messages per second, not {r}").into());
-        }
-        if args.mode == LoadMode::Sink {
-            return Err("--rate applies to --mode echo (sink mode sends as fast as it can)".into());
         }
         if args.conns == 0 {
             return Err("--rate needs at least one active connection (--conns)".into());
@@ -136,7 +145,10 @@ pub fn execute(args: &LoadArgs, show_progress: bool) -> CliResult<Outcome> {
             return Err(format!("--connect-rate must be a positive number per second, not {r}").into());
         }
     }
-    let duration = match (args.duration, args.requests) {
+    if args.per_conn == Some(0) || args.requests == Some(0) {
+        return Err("--requests and --per-conn must be at least 1".into());
+    }
+    let duration = match (args.duration, args.requests.or(args.per_conn)) {
         (Some(d), _) if !(d.is_finite() && d > 0.0) => {
             return Err(format!("--duration must be positive, not {d}").into())
         }
@@ -169,7 +181,6 @@ pub fn execute(args: &LoadArgs, show_progress: bool) -> CliResult<Outcome> {
     let sources = Arc::new(args.bind.clone().map(|s| s.0).unwrap_or_default());
     let rate_per_conn = args.rate.map(|r| r / args.conns as f64);
     let config = Config { backend: args.backend, ..Config::default() };
-    let control = Control::new();
     let started = Instant::now();
     let mut first_conn = 0u32;
     let mut handles = Vec::new();
@@ -185,6 +196,7 @@ pub fn execute(args: &LoadArgs, show_progress: bool) -> CliResult<Outcome> {
             rate_per_conn,
             duration,
             requests: args.requests.map(|r| share(r as usize, threads, i) as u64),
+            per_conn: args.per_conn,
             warmup: Duration::from_secs_f64(args.warmup),
             sources: sources.clone(),
             connect_rate: args.connect_rate.map(|r| r / threads as f64),
@@ -194,7 +206,13 @@ pub fn execute(args: &LoadArgs, show_progress: bool) -> CliResult<Outcome> {
         };
         first_conn += conns as u32;
         let (config, control) = (config.clone(), control.clone());
+        let cpu = args.cpu;
         let handle = std::thread::Builder::new().name(format!("iomux-load-{i}")).spawn(move || {
+            if let Some(cpu) = cpu {
+                if let Err(e) = iomux::sys::net::pin_to_cpu(cpu) {
+                    eprintln!("iomux load: cannot pin to CPU {cpu}: {e}");
+                }
+            }
             let mut client = Client::new(plan);
             let stats = run_loop(&config, None, &mut client, &control);
             (client.report, stats)
@@ -202,8 +220,8 @@ pub fn execute(args: &LoadArgs, show_progress: bool) -> CliResult<Outcome> {
         handles.push(handle);
     }
     let total_secs = duration.map(|d| d.as_secs_f64() + args.warmup);
-    let bar =
-        show_progress.then(|| Bar::new("load", total_secs.map_or(args.requests.unwrap_or(0), |s| s.ceil() as u64)));
+    let total_msgs = args.requests.unwrap_or(0) + args.per_conn.unwrap_or(0) * args.conns as u64;
+    let bar = show_progress.then(|| Bar::new("load", total_secs.map_or(total_msgs, |s| s.ceil() as u64)));
     while !handles.iter().all(|h| h.is_finished()) {
         std::thread::sleep(Duration::from_millis(200));
         if let Some(bar) = &bar {

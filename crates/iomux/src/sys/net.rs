@@ -280,6 +280,19 @@ pub fn usage() -> io::Result<Usage> {
     Ok(Usage { user: tv(ru.ru_utime), system: tv(ru.ru_stime), peak_rss: ru.ru_maxrss as u64 * 1024 })
 }
 
+/// The process image's peak resident memory, in bytes (VmHWM from
+/// /proc/self/status). Unlike ru_maxrss it excludes the parent's pages a
+/// child inherited between fork and exec.
+pub fn peak_rss() -> io::Result<u64> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no VmHWM in /proc/self/status"))
+}
+
 /// Resident memory now, in bytes (from /proc/self/statm).
 pub fn current_rss() -> io::Result<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm")?;
@@ -328,4 +341,25 @@ pub fn wait_signal(signals: &[libc::c_int]) -> io::Result<libc::c_int> {
         return Err(io::Error::from_raw_os_error(rc));
     }
     Ok(sig)
+}
+
+/// Pins the calling thread to one CPU (sched_setaffinity).
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain old data; CPU_ZERO/CPU_SET only write
+    // inside the set we own (CPU_SET ignores numbers beyond its size).
+    let set = unsafe {
+        let mut set: libc::cpu_set_t = MaybeUninit::zeroed().assume_init();
+        libc::CPU_ZERO(&mut set);
+        libc::CPU_SET(cpu, &mut set);
+        set
+    };
+    let ptr: *const libc::cpu_set_t = &set;
+    // SAFETY: ptr points at a live cpu_set_t whose size is passed with it.
+    unsafe { syscall!(libc::SYS_sched_setaffinity, 0, size_of::<libc::cpu_set_t>(), ptr) }.map(drop)
+}
+
+/// Sends `signal` to process `pid`.
+pub fn kill(pid: u32, signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: no pointers.
+    unsafe { syscall!(libc::SYS_kill, pid, signal) }.map(drop)
 }

@@ -1,0 +1,101 @@
+//! One measured cell of a client/server experiment: start the server on
+//! its CPU, run the load on the other, stop the server, keep both reports.
+
+use super::child::{ServerChild, ServerResult, Tracer};
+use crate::load::{self, LoadArgs};
+use crate::CliResult;
+use iomux::runtime::Control;
+use iomux::Backend;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+/// The CPUs for server and load: apart when the machine has two or more.
+pub fn cpus() -> (Option<usize>, Option<usize>) {
+    match std::thread::available_parallelism().map_or(1, |n| n.get()) {
+        n if n >= 2 => (Some(0), Some(1)),
+        _ => (None, None),
+    }
+}
+
+/// The load runs on io_uring: the cheapest client there is, so that the
+/// server, not the load, is what runs out of time.
+pub const LOAD_BACKEND: Backend = Backend::Uring;
+
+pub struct Cell {
+    pub load: Value,
+    pub server: ServerResult,
+    /// Server RSS before the load started.
+    pub rss_before: u64,
+    /// Server peak RSS (VmHWM) when the load finished.
+    pub rss_peak: u64,
+}
+
+/// Runs `configure`d load against a fresh server of `backend`.
+pub fn run(
+    backend: Backend,
+    proto: &str,
+    tracer: Option<Tracer>,
+    configure: impl FnOnce(&mut LoadArgs),
+) -> CliResult<Cell> {
+    run_with_idle(backend, proto, tracer, 0, configure)
+}
+
+/// As [`run`], with `idle` connections opened first by a separate load and
+/// held while the measured one runs: the clock starts only once the server
+/// has accepted every idle connection.
+pub fn run_with_idle(
+    backend: Backend,
+    proto: &str,
+    tracer: Option<Tracer>,
+    idle: usize,
+    configure: impl FnOnce(&mut LoadArgs),
+) -> CliResult<Cell> {
+    let (server_cpu, load_cpu) = cpus();
+    let server = ServerChild::start(backend, proto, server_cpu, tracer)?;
+    let rss_before = server.rss();
+    let mut args = server.load_args(LOAD_BACKEND, load_cpu);
+    configure(&mut args);
+    let outcome = if idle == 0 {
+        load::execute(&args, false)?
+    } else {
+        let holder = Control::new();
+        let mut hold = server.load_args(LOAD_BACKEND, load_cpu);
+        hold.conns = 0;
+        hold.idle = idle;
+        hold.duration = Some(3600.0);
+        let base = server.fd_count();
+        std::thread::scope(|scope| -> CliResult<load::Outcome> {
+            let held = scope.spawn(|| load::execute_with(&hold, false, &holder));
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while server.fd_count() < base + idle {
+                if Instant::now() > deadline || held.is_finished() {
+                    holder.stop();
+                    return Err(format!("{backend}: the server did not accept {idle} idle connections").into());
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let measured = load::execute(&args, false);
+            holder.stop();
+            let held = held.join().map_err(|_| "the idle-connection load panicked")??;
+            let errors = held.report.errors();
+            if errors > 0 {
+                return Err(format!("{backend}: {errors} errors on the idle connections").into());
+            }
+            measured
+        })?
+    };
+    let rss_peak = server.peak_rss();
+    let server = server.stop()?;
+    Ok(Cell { load: outcome.json, server, rss_before, rss_peak })
+}
+
+/// Syscalls of the data path: waits, reads and writes (not accepting,
+/// configuring or closing connections).
+pub fn data_path_syscalls(stats: &Value) -> u64 {
+    const KINDS: [&str; 8] = ["epoll_wait", "poll", "select", "io_uring_enter", "read", "write", "recvfrom", "sendto"];
+    KINDS.iter().map(|k| stats["syscalls"][*k].as_u64().unwrap_or(0)).sum()
+}
+
+pub fn f64_of(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}

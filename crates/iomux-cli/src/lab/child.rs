@@ -1,0 +1,247 @@
+//! The server side of an experiment: `iomux serve` as a child process,
+//! pinned to its own CPU, stopped with SIGTERM, its stats read back.
+//! Optionally run under `perf stat` (or `strace -c`) to cross-check the
+//! library's own syscall count.
+
+use crate::load::LoadArgs;
+use crate::CliResult;
+use iomux::Backend;
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// An external syscall counter to run the server under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tracer {
+    Perf,
+    Strace,
+}
+
+impl Tracer {
+    /// The first one that works on this machine, if any.
+    pub fn detect() -> Option<Tracer> {
+        let works = |cmd: &str, args: &[&str]| {
+            Command::new(cmd).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+        };
+        if works("perf", &["stat", "-e", "raw_syscalls:sys_enter", "-x", ",", "--", "true"]) {
+            Some(Tracer::Perf)
+        } else if works("strace", &["-c", "-f", "-o", "/dev/null", "--", "true"]) {
+            Some(Tracer::Strace)
+        } else {
+            None
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Tracer::Perf => "perf stat -e raw_syscalls:sys_enter",
+            Tracer::Strace => "strace -c -f",
+        }
+    }
+}
+
+pub struct ServerChild {
+    child: Child,
+    pub addr: SocketAddr,
+    pub pid: u32,
+    stats_path: PathBuf,
+    trace: Option<(Tracer, PathBuf)>,
+}
+
+/// What the server reported when it stopped.
+pub struct ServerResult {
+    pub stats: Value,
+    /// Syscalls the external tracer counted for the whole process.
+    pub traced: Option<u64>,
+}
+
+fn temp(name: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    std::env::temp_dir().join(format!("iomux-lab-{}-{}-{name}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)))
+}
+
+impl ServerChild {
+    pub fn start(backend: Backend, proto: &str, cpu: Option<usize>, tracer: Option<Tracer>) -> CliResult<ServerChild> {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find the iomux executable: {e}"))?;
+        let stats_path = temp("stats.json");
+        let mut serve_args: Vec<String> = vec![
+            "serve".into(),
+            "--backend".into(),
+            backend.name().into(),
+            "--proto".into(),
+            proto.into(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--stats-file".into(),
+            stats_path.display().to_string(),
+        ];
+        if let Some(cpu) = cpu {
+            serve_args.extend(["--cpu".into(), cpu.to_string()]);
+        }
+        let trace = tracer.map(|t| (t, temp("trace.txt")));
+        let mut cmd = match &trace {
+            None => Command::new(&exe),
+            Some((Tracer::Perf, out)) => {
+                let mut c = Command::new("perf");
+                c.args(["stat", "-e", "raw_syscalls:sys_enter", "-x", ",", "-o"]).arg(out).arg("--").arg(&exe);
+                c
+            }
+            Some((Tracer::Strace, out)) => {
+                let mut c = Command::new("strace");
+                c.args(["-c", "-f", "-o"]).arg(out).arg("--").arg(&exe);
+                c
+            }
+        };
+        let mut child = cmd
+            .args(&serve_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start iomux serve: {e}"))?;
+        let mut banner = String::new();
+        let stdout = child.stdout.take().ok_or("no stdout from iomux serve")?;
+        BufReader::new(stdout).read_line(&mut banner)?;
+        let addr = banner.split_whitespace().find_map(|w| w.parse::<SocketAddr>().ok());
+        let pid = banner
+            .split("pid ")
+            .nth(1)
+            .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|p| p.parse::<u32>().ok());
+        match (addr, pid) {
+            (Some(addr), Some(pid)) => Ok(ServerChild { child, addr, pid, stats_path, trace }),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(format!("iomux serve --backend {backend} did not start (it said {banner:?})").into())
+            }
+        }
+    }
+
+    /// Descriptors the server has open now.
+    pub fn fd_count(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid)).map_or(0, |d| d.count())
+    }
+
+    /// Resident memory of the server now, in bytes.
+    pub fn rss(&self) -> u64 {
+        self.status_kib("VmRSS:") * 1024
+    }
+
+    /// The most resident memory the server has had since it started (its
+    /// own image's high-water mark: unlike ru_maxrss, it does not include
+    /// the parent's pages between fork and exec).
+    pub fn peak_rss(&self) -> u64 {
+        self.status_kib("VmHWM:") * 1024
+    }
+
+    fn status_kib(&self, field: &str) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.pid))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix(field))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+    }
+
+    /// A load aimed at this server, pinned to `cpu`.
+    pub fn load_args(&self, backend: Backend, cpu: Option<usize>) -> LoadArgs {
+        LoadArgs {
+            connect: self.addr,
+            conns: 10,
+            idle: 0,
+            threads: 1,
+            msg_size: 100,
+            requests: None,
+            duration: None,
+            warmup: 0.0,
+            backend,
+            mode: crate::load::LoadMode::Echo,
+            rate: None,
+            bind: None,
+            connect_rate: None,
+            per_conn: None,
+            cpu,
+            timeout: 30.0,
+            json: None,
+        }
+    }
+
+    /// SIGTERM, wait, read the stats (and the tracer's count).
+    pub fn stop(mut self) -> CliResult<ServerResult> {
+        iomux::sys::net::kill(self.pid, libc::SIGTERM).map_err(|e| format!("SIGTERM to iomux serve: {e}"))?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(st) = self.child.try_wait()? {
+                break st;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                return Err("iomux serve did not stop within 60 s of SIGTERM".into());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        if !status.success() {
+            return Err(format!("iomux serve exited with {status}").into());
+        }
+        let text = std::fs::read_to_string(&self.stats_path)
+            .map_err(|e| format!("reading server stats {}: {e}", self.stats_path.display()))?;
+        let _ = std::fs::remove_file(&self.stats_path);
+        let stats: Value = serde_json::from_str(&text)?;
+        let traced = self.trace.as_ref().and_then(|(t, path)| {
+            let text = std::fs::read_to_string(path).ok()?;
+            let _ = std::fs::remove_file(path);
+            parse_trace(*t, &text)
+        });
+        Ok(ServerResult { stats, traced })
+    }
+}
+
+impl Drop for ServerChild {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The total syscall count in perf's CSV (`count,,event,...`) or strace's
+/// summary (`... total` line).
+fn parse_trace(tracer: Tracer, text: &str) -> Option<u64> {
+    match tracer {
+        Tracer::Perf => text
+            .lines()
+            .find(|l| l.contains("raw_syscalls:sys_enter"))
+            .and_then(|l| l.split(',').next())
+            .and_then(|n| n.trim().parse().ok()),
+        Tracer::Strace => text
+            .lines()
+            .find(|l| l.trim_end().ends_with("total"))
+            .and_then(|l| l.split_whitespace().nth(3))
+            .and_then(|n| n.parse().ok()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_totals_parse() {
+        let perf = "# started on Sat\n\n4184461,,raw_syscalls:sys_enter,10000,100.00,,\n";
+        assert_eq!(parse_trace(Tracer::Perf, perf), Some(4_184_461));
+        let strace = "% time     seconds  usecs/call     calls    errors syscall\n\
+                      ------ ----------- ----------- --------- --------- ----------------\n\
+                       60.00    0.000060          60         1           epoll_wait\n\
+                      ------ ----------- ----------- --------- --------- ----------------\n\
+                      100.00    0.000100           5        20         2 total\n";
+        assert_eq!(parse_trace(Tracer::Strace, strace), Some(20));
+    }
+}

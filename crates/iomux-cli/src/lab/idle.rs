@@ -1,0 +1,230 @@
+//! E2 `idle`: 10 active echo connections among Z idle ones; the time for
+//! 40,000 round trips (the Chinese epoll article's "poll vs epoll" test).
+
+use super::cell::{self, data_path_syscalls, f64_of};
+use super::measure::median;
+use super::plot::{self, Axes, Series};
+use super::table::{thousands, Table};
+use super::{Check, Outcome, Settings};
+use crate::progress::Progress;
+use crate::CliResult;
+use iomux::Backend;
+use serde_json::json;
+
+pub const NAME: &str = "idle";
+const IDLE: [usize; 12] = [0, 10, 20, 40, 80, 160, 320, 640, 1280, 2560, 5120, 10240];
+const ACTIVE: usize = 10;
+const ROUND_TRIPS: u64 = 40_000;
+
+#[derive(clap::Args, Debug, Default)]
+pub struct Args {
+    /// Idle connection counts, comma-separated [default: the article's
+    /// 0, 10, 20, ... 10240]
+    #[arg(long, value_delimiter = ',')]
+    pub idle: Option<Vec<usize>>,
+    /// Backends, comma-separated [default: all]
+    #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
+    pub backends: Option<Vec<Backend>>,
+}
+
+struct Row {
+    backend: Backend,
+    idle: usize,
+    seconds: f64,
+    p50_us: f64,
+    p99_us: f64,
+    server_cpu_s: f64,
+    syscalls_per_request: f64,
+    note: Option<String>,
+}
+
+pub fn run(args: &Args, settings: &Settings) -> CliResult<Outcome> {
+    let idles = args.idle.clone().unwrap_or_else(|| IDLE.to_vec());
+    let backends = args.backends.clone().unwrap_or_else(|| Backend::ALL.to_vec());
+    // Cells that take under a second get this many runs (median); the
+    // slow ones (poll and select among thousands of idle fds) one.
+    let reps = if settings.full { 5 } else { 3 };
+    let progress = Progress::new(NAME, (idles.len() * backends.len()) as u64);
+    let mut rows = Vec::new();
+    for &backend in &backends {
+        for &idle in &idles {
+            progress.step(&format!("{backend}: {ACTIVE} active + {idle} idle"));
+            rows.push(measure(backend, idle, reps)?);
+            progress.inc(1);
+        }
+    }
+    progress.finish();
+
+    let time_of = |b: Backend, z: usize| {
+        rows.iter().find(|r| r.backend == b && r.idle == z && r.note.is_none()).map(|r| r.seconds)
+    };
+    let mut checks = Vec::new();
+    let (first, last) = (idles.iter().min().copied(), idles.iter().max().copied());
+    if let (Some(z0), Some(zn)) = (first, last) {
+        let ratio = |b| Some(time_of(b, zn)? / time_of(b, z0)?);
+        let claim_epoll = format!("epoll: |time at Z = {zn} / time at Z = {z0} - 1|");
+        checks.push(match ratio(Backend::Epoll) {
+            Some(r) => {
+                Check::at_most(&claim_epoll, (r - 1.0).abs(), 0.10, format!("ratio {r:.3}: flat, as the article found"))
+            }
+            None => Check::not_measured(&claim_epoll, 0.10),
+        });
+        let claim_poll = format!("poll: time at Z = {zn} / time at Z = {z0}");
+        checks.push(match ratio(Backend::Poll) {
+            Some(r) => Check::new(&claim_poll, r, 5.0, "grows with Z, as the article found".into()),
+            None => Check::not_measured(&claim_poll, 5.0),
+        });
+    }
+
+    // ---- tables
+    let mut t = Table::new(std::iter::once("idle Z".to_string()).chain(backends.iter().map(|b| b.name().to_string())));
+    let mut notes = Vec::new();
+    for &z in &idles {
+        let mut line = vec![thousands(z as f64)];
+        for &b in &backends {
+            let r = rows.iter().find(|r| r.backend == b && r.idle == z);
+            line.push(match r {
+                Some(Row { note: Some(n), .. }) => {
+                    if !notes.contains(n) {
+                        notes.push(n.clone());
+                    }
+                    format!("n/a [{}]", notes.iter().position(|x| x == n).unwrap_or(0) + 1)
+                }
+                Some(r) => format!("{:.3}", r.seconds),
+                None => "-".into(),
+            });
+        }
+        t.row(line);
+    }
+    let mut detail = Table::new(["backend", "idle Z", "p50 us", "p99 us", "server CPU s", "syscalls/request"]);
+    for r in rows.iter().filter(|r| r.note.is_none()) {
+        detail.row([
+            r.backend.name().to_string(),
+            thousands(r.idle as f64),
+            format!("{:.1}", r.p50_us),
+            format!("{:.1}", r.p99_us),
+            format!("{:.3}", r.server_cpu_s),
+            format!("{:.3}", r.syscalls_per_request),
+        ]);
+    }
+    let mut md = format!(
+        "## E2 idle: seconds for {} round trips by {ACTIVE} active connections among Z idle ones\n\n\
+         Machine: {}. Server (`iomux serve`, echo) and load (`iomux load`, io_uring client) on separate CPUs; \
+         median of up to {} runs per cell (one when a run takes over a second). Published (kernel 2.6.11, PIII 933 MHz, 100 Mbit LAN; a plot, no table): \
+         **poll's time grows linearly with Z, epoll's stays flat; at Z = 0 poll is slightly faster than epoll.**\n\n",
+        thousands(ROUND_TRIPS as f64),
+        settings.machine.summary(),
+        reps,
+    );
+    md += &t.render();
+    for (i, n) in notes.iter().enumerate() {
+        md += &format!("\n[{}] {n}  ", i + 1);
+    }
+    md += "\n\nLatency, server CPU (whole server process, including accepting the idle connections) and \
+           data-path syscalls (waits, reads, writes) per request:\n\n";
+    md += &detail.render();
+    md += "\n";
+    md += &super::render_checks(&checks);
+    println!("{md}");
+
+    let json_rows: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            let mut v = json!({"backend": r.backend.name(), "idle": r.idle});
+            if let Some(n) = &r.note {
+                v["note"] = json!(n);
+                v["seconds"] = json!(null);
+            } else {
+                v["seconds"] = json!(r.seconds);
+                v["p50_us"] = json!(r.p50_us);
+                v["p99_us"] = json!(r.p99_us);
+                v["server_cpu_s"] = json!(r.server_cpu_s);
+                v["syscalls_per_request"] = json!(r.syscalls_per_request);
+            }
+            v
+        })
+        .collect();
+    let doc = json!({
+        "experiment": NAME,
+        "machine": settings.machine,
+        "params": {"active": ACTIVE, "idle": idles, "round_trips": ROUND_TRIPS, "msg_size": 100,
+                   "repetitions": reps, "load_backend": cell::LOAD_BACKEND.name()},
+        "published": "poll's time grows linearly with the number of idle connections; epoll's stays flat; \
+                      with none idle, poll is slightly faster than epoll (a plot; no figures)",
+        "rows": json_rows,
+        "checks": checks,
+    });
+    let series: Vec<Series> = backends
+        .iter()
+        .map(|&b| Series {
+            name: b.name().into(),
+            points: idles.iter().map(|&z| (z as f64, time_of(b, z).unwrap_or(f64::NAN))).collect(),
+            published: false,
+        })
+        .collect();
+    let axes = Axes {
+        title: "E2: seconds for 40,000 round trips vs idle connections",
+        x_label: "idle connections",
+        y_label: "seconds",
+        x_log: false,
+        y_log: false,
+        legend: plotters::chart::SeriesLabelPosition::UpperLeft,
+    };
+    let svg = plot::line_chart(&axes, &series)?;
+    let files = super::output::write_experiment(&settings.out_dir, NAME, &doc, &md, Some(&svg))?;
+    Ok(Outcome { files, checks })
+}
+
+fn measure(backend: Backend, idle: usize, reps: usize) -> CliResult<Row> {
+    let mut row = Row {
+        backend,
+        idle,
+        seconds: f64::NAN,
+        p50_us: f64::NAN,
+        p99_us: f64::NAN,
+        server_cpu_s: f64::NAN,
+        syscalls_per_request: f64::NAN,
+        note: None,
+    };
+    // select: every fd number must be below FD_SETSIZE; the server uses a
+    // handful of its own (std streams, listener, waker).
+    if backend == Backend::Select && idle + ACTIVE + 8 > iomux::sys::FD_SETSIZE {
+        row.note = Some(format!(
+            "select: {ACTIVE} + Z connections need fd numbers past FD_SETSIZE ({}); select cannot watch them",
+            iomux::sys::FD_SETSIZE
+        ));
+        return Ok(row);
+    }
+    let mut samples: Vec<(f64, f64, f64, f64, f64)> = Vec::new();
+    for _ in 0..reps {
+        if samples.first().is_some_and(|s| s.0 > 1.0) {
+            break;
+        }
+        let c = cell::run_with_idle(backend, "echo", None, idle, |a| {
+            a.conns = ACTIVE;
+            a.requests = Some(ROUND_TRIPS);
+        })?;
+        let errors = c.load["errors"]["total"].as_u64().unwrap_or(1);
+        if errors > 0 {
+            return Err(
+                format!("E2 {backend} Z={idle}: the load reported {errors} errors: {}", c.load["errors"]).into()
+            );
+        }
+        let requests = c.load["echoes"].as_u64().unwrap_or(0).max(1) as f64;
+        let s = &c.server.stats;
+        samples.push((
+            f64_of(&c.load["seconds"]),
+            f64_of(&c.load["latency"]["p50_us"]),
+            f64_of(&c.load["latency"]["p99_us"]),
+            f64_of(&s["user_cpu_s"]) + f64_of(&s["sys_cpu_s"]),
+            data_path_syscalls(s) as f64 / requests,
+        ));
+    }
+    let pick = |f: fn(&(f64, f64, f64, f64, f64)) -> f64| median(&samples.iter().map(f).collect::<Vec<_>>());
+    row.seconds = pick(|s| s.0);
+    row.p50_us = pick(|s| s.1);
+    row.p99_us = pick(|s| s.2);
+    row.server_cpu_s = pick(|s| s.3);
+    row.syscalls_per_request = pick(|s| s.4);
+    Ok(row)
+}
