@@ -44,6 +44,15 @@ pub struct ServeArgs {
     /// Pin every loop thread to this CPU.
     #[arg(long)]
     cpu: Option<usize>,
+    /// io_uring: buffers in each loop's provided-buffer ring (rounded up
+    /// to a power of two, at most 32768).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u16).range(1..=32768))]
+    ring_buffers: u16,
+    /// io_uring: bytes per ring buffer. Bigger buffers receive bulk data
+    /// with fewer completions; a paused connection can overshoot its
+    /// output bound by what the ring holds.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(64..=(1 << 20)))]
+    ring_buffer_size: u32,
 }
 
 pub fn run(args: ServeArgs) -> CliResult<ExitCode> {
@@ -78,6 +87,8 @@ pub fn run(args: ServeArgs) -> CliResult<ExitCode> {
         max_output: args.max_output.max(1),
         max_conns: args.max_conns,
         drain_timeout: Duration::from_secs_f64(args.drain_timeout),
+        ring_buffers: args.ring_buffers,
+        ring_buffer_size: args.ring_buffer_size as usize,
         ..Config::default()
     };
     let listeners = Listeners::bind(args.listen, usize::from(args.threads))?;

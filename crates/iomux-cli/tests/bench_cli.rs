@@ -65,3 +65,69 @@ fn bad_input_is_refused_with_a_message() {
     let both = iomux().args(["bench", "--quick", "--full"]).output().unwrap();
     assert_eq!(both.status.code(), Some(2));
 }
+
+/// E2, E3 and E4 at toy sizes, then the report that joins them.
+#[test]
+fn client_server_experiments_write_rows_and_a_report() {
+    let out = std::env::temp_dir().join(format!("iomux-lab-{}", std::process::id()));
+    let run = |args: &[&str]| {
+        let r = iomux().arg("bench").args(args).arg("--out").arg(&out).output().expect("run iomux bench");
+        assert!(
+            r.status.success(),
+            "{args:?}: {}\n{}",
+            String::from_utf8_lossy(&r.stdout),
+            String::from_utf8_lossy(&r.stderr)
+        );
+        String::from_utf8_lossy(&r.stdout).into_owned()
+    };
+    let read = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(out.join(format!("{name}.json"))).unwrap()).unwrap()
+    };
+
+    let idle = run(&["idle", "--idle", "0,20", "--backends", "epoll,poll"]);
+    assert!(idle.contains("poll's time grows linearly"), "published claim printed: {idle}");
+    let rows = read("idle")["rows"].as_array().unwrap().clone();
+    assert_eq!(rows.len(), 4);
+    for r in &rows {
+        assert!(r["seconds"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["syscalls_per_request"].as_f64().unwrap() >= 2.0, "a read and a write per request at least: {r}");
+    }
+
+    run(&["sink", "--seconds", "0.3", "--backends", "epoll,uring"]);
+    let rows = read("sink")["rows"].as_array().unwrap().clone();
+    assert_eq!(rows.len(), 4, "paced and unpaced for each backend");
+    for r in &rows {
+        assert!(r["mb_per_sec"].as_f64().unwrap() > 0.0 && r["cpu_s_per_gb"].as_f64().unwrap() > 0.0, "{r}");
+    }
+
+    let echo = run(&["echo", "--conns", "60", "--messages", "5", "--backends", "epoll,uring,select"]);
+    assert!(echo.contains("211,000,000"), "published figures printed");
+    let doc = read("echo");
+    for r in doc["rows"].as_array().unwrap() {
+        assert_eq!(r["echoes"], 300, "{r}");
+        let per_echo = r["syscalls_per_echo"].as_f64().unwrap();
+        if r["backend"] == "uring" {
+            assert!(per_echo < 1.0, "{r}");
+        } else {
+            assert!(per_echo >= 2.0, "a read and a write per echo: {r}");
+        }
+    }
+
+    let report = iomux().arg("report").arg(&out).output().unwrap();
+    assert!(report.status.success());
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    for section in ["E2 idle", "E3 sink", "E4 echo", "<svg", "Linux "] {
+        assert!(html.contains(section), "report lacks {section}");
+    }
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
+fn report_of_an_empty_folder_says_so() {
+    let dir = std::env::temp_dir().join(format!("iomux-empty-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let r = iomux().arg("report").arg(&dir).output().unwrap();
+    assert!(!r.status.success());
+    assert!(String::from_utf8_lossy(&r.stderr).contains("no experiment results"));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -15,14 +15,14 @@ pub const NAME: &str = "echo";
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
-    /// Connections in all [default: 4000; --full: as many as one server
+    /// Connections in all [default: 2000; --full: as many as one server
     /// process may hold, in thousands]
     #[arg(long)]
     pub conns: Option<usize>,
     /// Load threads the connections are spread over.
     #[arg(long, default_value_t = 2)]
     pub threads: u16,
-    /// Messages each connection sends and gets back [default: 25; --full: 100]
+    /// Messages each connection sends and gets back [default: 100, the article's]
     #[arg(long)]
     pub messages: Option<u64>,
     /// Backends, comma-separated [default: epoll, epoll-et, uring,
@@ -72,13 +72,12 @@ pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResul
         }
         Some(c) => c,
         None if settings.full => (server_max / 1000 * 1000).max(1000),
-        None => 4000.min(server_max),
+        None => 2000.min(server_max),
     };
     let messages = match args.messages {
         Some(0) => return Err("--messages must be at least 1".into()),
         Some(m) => m,
-        None if settings.full => 100,
-        None => 25,
+        None => 100,
     };
     let backends = args.backends.clone().unwrap_or_else(|| DEFAULT_BACKENDS.to_vec());
     let progress = Progress::new(NAME, backends.len() as u64);

@@ -119,7 +119,7 @@ pub fn write(dir: &Path) -> CliResult<PathBuf> {
     }
     let machine_html = machine
         .map(|m| {
-            let field = |k: &str| escape(&m[k].to_string().trim_matches('"').to_string());
+            let field = |k: &str| escape(m[k].to_string().trim_matches('"'));
             format!(
                 "<p>Linux {}, {} CPUs ({}), {:.1} GiB memory, RLIMIT_NOFILE {} (hard {}), io_uring_disabled = {}</p>",
                 field("kernel"),

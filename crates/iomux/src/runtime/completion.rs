@@ -564,9 +564,7 @@ impl<H: Handler> Driver<'_, H> {
     }
 
     fn adopt(&mut self, fd: Fd) {
-        if self.core.cfg.nodelay {
-            let _ = net::set_nodelay(fd.raw());
-        }
+        // TCP_NODELAY comes from the listener (see net::tcp_listener).
         let id = self.core.conns.insert(Conn { fd, staged: Vec::new(), sending: 0, pending_in: Vec::new(), flags: 0 });
         self.core.stats.accepted += 1;
         self.core.stats.peak_conns = self.core.stats.peak_conns.max(self.core.conns.len() as u64);
@@ -726,8 +724,12 @@ impl<H: Handler> Driver<'_, H> {
             let _ = self.ring.push_cancel(ud(RECV, id), IGNORE << KIND_SHIFT);
         }
         // A send in flight keeps its buffer in the ring until it completes.
+        // Close through the ring too (IORING_OP_CLOSE): no syscall.
         let Conn { fd, staged, .. } = c;
-        drop(fd);
+        let raw = fd.into_raw();
+        if self.ring.push_close(raw, IGNORE << KIND_SHIFT).is_err() {
+            let _ = net::close(raw);
+        }
         self.core.return_buffer(staged);
         self.core.stats.closed += 1;
         if !reason.is_clean() {

@@ -146,7 +146,8 @@ pub struct Config {
     /// How long a closing connection, its output sent and FIN sent, waits
     /// for the peer's EOF before it closes anyway.
     pub linger: Duration,
-    /// Set TCP_NODELAY on every connection.
+    /// Set TCP_NODELAY on outbound connections (listeners always set it,
+    /// and accepted connections inherit it).
     pub nodelay: bool,
 }
 
@@ -159,8 +160,8 @@ impl Default for Config {
             max_conns: None,
             read_budget: 16,
             read_buffer: 64 << 10,
-            ring_buffers: 512,
-            ring_buffer_size: 32 << 10,
+            ring_buffers: 1024,
+            ring_buffer_size: 4 << 10,
             accept_backoff: Duration::from_millis(50),
             drain_timeout: Duration::from_secs(5),
             linger: Duration::from_secs(2),

@@ -610,10 +610,7 @@ impl<H: Handler> Driver<'_, H> {
     }
 
     fn adopt(&mut self, fd: Fd) {
-        if self.core.cfg.nodelay {
-            // Latency only: a socket without it still works.
-            let _ = net::set_nodelay(fd.raw());
-        }
+        // TCP_NODELAY comes from the listener (see net::tcp_listener).
         let raw = fd.raw();
         let id = self.core.conns.insert(Conn {
             fd,

@@ -70,6 +70,8 @@ syscalls! {
     Getppid => "getppid",
     Prlimit => "prlimit64",
     Getrusage => "getrusage",
+    Mmap => "mmap",
+    Munmap => "munmap",
 }
 
 const KINDS: usize = Syscall::ALL.len();

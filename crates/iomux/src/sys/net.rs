@@ -23,6 +23,12 @@ impl Fd {
     pub(crate) fn adopt_new(fd: i32) -> Fd {
         Fd(fd)
     }
+    /// Gives up ownership without closing (someone else will close it).
+    pub fn into_raw(self) -> RawFd {
+        let fd = self.0;
+        std::mem::forget(self);
+        fd
+    }
     pub fn raw(&self) -> RawFd {
         self.0
     }
@@ -170,6 +176,17 @@ pub fn set_nodelay(fd: RawFd) -> io::Result<()> {
     setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)
 }
 
+/// Whether TCP_NODELAY is set.
+pub fn nodelay(fd: RawFd) -> io::Result<bool> {
+    count(Syscall::Getsockopt);
+    let mut value: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    let (vp, lp): (*mut libc::c_int, *mut libc::socklen_t) = (&mut value, &mut len);
+    // SAFETY: vp and lp point at live locals of the sizes the kernel expects.
+    unsafe { syscall!(libc::SYS_getsockopt, fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, vp, lp) }?;
+    Ok(value != 0)
+}
+
 /// IP_BIND_ADDRESS_NO_PORT: bind a source address now, pick the port at
 /// connect time, so many source addresses multiply the usable ports.
 pub fn set_bind_address_no_port(fd: RawFd) -> io::Result<()> {
@@ -201,9 +218,13 @@ pub fn listen(fd: RawFd, backlog: i32) -> io::Result<()> {
 
 /// A non-blocking TCP listener on `addr`, with SO_REUSEADDR (and
 /// SO_REUSEPORT when several loops share the address).
+/// TCP_NODELAY is set on the listener: accepted connections inherit it
+/// (Linux clones the listener's Nagle setting), which saves a setsockopt
+/// per connection.
 pub fn tcp_listener(addr: &SocketAddr, reuse_port: bool, backlog: i32) -> io::Result<Fd> {
     let fd = tcp_socket(addr, false)?;
     set_reuse_addr(fd.raw())?;
+    set_nodelay(fd.raw())?;
     if reuse_port {
         set_reuse_port(fd.raw())?;
     }
@@ -362,4 +383,26 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
 pub fn kill(pid: u32, signal: libc::c_int) -> io::Result<()> {
     // SAFETY: no pointers.
     unsafe { syscall!(libc::SYS_kill, pid, signal) }.map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepted_connections_inherit_nodelay_from_the_listener() {
+        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let listener = tcp_listener(&addr, false, 16).unwrap();
+        let bound = local_addr(listener.raw()).unwrap();
+        let client = std::net::TcpStream::connect(bound).unwrap();
+        let accepted = loop {
+            match accept(listener.raw()) {
+                Ok(fd) => break fd,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                Err(e) => panic!("accept: {e}"),
+            }
+        };
+        assert!(nodelay(accepted.raw()).unwrap(), "TCP_NODELAY not inherited");
+        assert!(!client.nodelay().unwrap(), "a plain socket does not have it");
+    }
 }

@@ -224,6 +224,13 @@ impl Ring {
         })
     }
 
+    /// Queues IORING_OP_CLOSE of `fd`, which the caller gives up: the
+    /// number stays taken until the close runs, so it cannot be reused
+    /// under a request still queued for it.
+    pub fn push_close(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
+        self.push(opcode::Close::new(types::Fd(fd)).build().user_data(user_data))
+    }
+
     /// Queues IORING_OP_ASYNC_CANCEL of the request whose user_data is `target`.
     pub fn push_cancel(&mut self, target: u64, user_data: u64) -> io::Result<()> {
         self.push(opcode::AsyncCancel::new(target).build().user_data(user_data))
@@ -397,7 +404,7 @@ struct BufRing {
     entries: NonNull<u8>,
     entries_layout: Layout,
     data: NonNull<u8>,
-    data_layout: Layout,
+    data_len: usize,
     group: u16,
     count: u16,
     size: usize,
@@ -421,12 +428,19 @@ impl BufRing {
         let oom = || io::Error::from_raw_os_error(libc::ENOMEM);
         let entries_layout =
             Layout::from_size_align(usize::from(count) * size_of::<BufEntry>(), 4096).map_err(|_| oom())?;
-        let data_layout = Layout::from_size_align(usize::from(count) * size, 4096).map_err(|_| oom())?;
-        // SAFETY: both layouts have non-zero size (count and size > 0).
+        let data_len = usize::from(count) * size;
+        // SAFETY: the layout has non-zero size (count > 0).
         let entries = NonNull::new(unsafe { alloc_zeroed(entries_layout) }).ok_or_else(oom)?;
-        // SAFETY: as above. Buffers start zeroed so no uninitialised byte is
-        // ever exposed, whatever length a completion reports.
-        let data = match NonNull::new(unsafe { alloc_zeroed(data_layout) }) {
+        // The buffers come from an anonymous mapping: zero-filled (no
+        // uninitialised byte is ever exposed) and resident only once the
+        // kernel writes into them, so unused buffers cost no memory.
+        count_syscall(Syscall::Mmap);
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+        // SAFETY: an anonymous private mapping at an address of the kernel's
+        // choice: it replaces nothing of ours.
+        let mapped = unsafe { syscall!(libc::SYS_mmap, 0usize, data_len, prot, flags, -1i64, 0usize) };
+        let data = match mapped.ok().and_then(|p| NonNull::new(p as *mut u8)) {
             Some(d) => d,
             None => {
                 // SAFETY: allocated just above with this layout.
@@ -434,7 +448,7 @@ impl BufRing {
                 return Err(oom());
             }
         };
-        Ok(BufRing { entries, entries_layout, data, data_layout, group, count, size, tail: 0 })
+        Ok(BufRing { entries, entries_layout, data, data_len, group, count, size, tail: 0 })
     }
 
     /// Writes the entry for buffer `bid` at the local tail.
@@ -502,11 +516,12 @@ impl Drop for Ring {
         }
         if let Some(b) = self.buffers.take() {
             let _ = self.ring.submitter().unregister_buf_ring(b.group);
-            // SAFETY: allocated in BufRing::allocate with these layouts; no
-            // request is in flight and the group is unregistered.
+            count_syscall(Syscall::Munmap);
+            // SAFETY: allocated and mapped in BufRing::allocate with these
+            // sizes; no request is in flight and the group is unregistered.
             unsafe {
                 dealloc(b.entries.as_ptr(), b.entries_layout);
-                dealloc(b.data.as_ptr(), b.data_layout);
+                let _ = syscall!(libc::SYS_munmap, b.data.as_ptr(), b.data_len);
             }
         }
     }
