@@ -383,3 +383,19 @@ fn serve_refuses_bad_input_clearly() {
     let text = String::from_utf8_lossy(&unknown.stderr);
     assert!(text.contains("kqueue") && text.contains("epoll-et") && text.contains("uring-sqpoll"), "{text}");
 }
+
+/// --threads N: N share-nothing loops on one port (SO_REUSEPORT), all of
+/// them serving, their stats merged.
+#[test]
+fn several_loops_share_one_port() {
+    for backend in ["epoll", "uring"] {
+        let server = Serve::start(backend, &["--threads", "3"]);
+        let (report, status, out) = load(server.addr, &["--conns", "60", "--requests", "6000", "--threads", "2"]);
+        let (stats, _) = server.stop();
+        assert!(status.success(), "{backend}: {out}");
+        assert_eq!(report["echoes"], 6000, "{backend}");
+        assert_eq!(stats["loops"], 3, "{backend}: {stats}");
+        assert_eq!(stats["accepted"], 60, "{backend}");
+        assert_eq!(stats["bytes_out"], 6000 * 100, "{backend}");
+    }
+}

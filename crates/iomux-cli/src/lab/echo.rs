@@ -186,6 +186,14 @@ pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResul
         settings.machine.summary(),
         args.threads.max(1)
     );
+    md += &format!(
+        "The article used 1,000,000 connections from 50 client threads against a server on another machine; \
+         one server process here may hold at most {} connections (RLIMIT_NOFILE hard limit {hard}), so {} is \
+         the most this run could use{}.\n\n",
+        thousands(server_max as f64),
+        thousands(server_max as f64),
+        if settings.full { "" } else { " (quick settings use fewer; --full goes to that limit)" }
+    );
     md += &t.render();
     for (i, n) in notes.iter().enumerate() {
         md += &format!("\n[{}] {n}  ", i + 1);

@@ -263,3 +263,20 @@ impl Poller for UringPoller {
         Ok(waker)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unavailable_io_uring_says_why_and_how_to_fix_it() {
+        let nosys = uring_unavailable(io::Error::from_raw_os_error(libc::ENOSYS)).to_string();
+        assert!(nosys.contains("no io_uring") && nosys.contains("5.1"), "{nosys}");
+        let nomem = uring_unavailable(io::Error::from_raw_os_error(libc::ENOMEM)).to_string();
+        assert!(nomem.contains("RLIMIT_MEMLOCK"), "{nomem}");
+        let perm = uring_unavailable(io::Error::from_raw_os_error(libc::EPERM));
+        assert_eq!(perm.raw_os_error(), Some(libc::EPERM));
+        let text = perm.to_string();
+        assert!(text.contains("io_uring_disabled") || text.contains("seccomp"), "{text}");
+    }
+}
