@@ -75,19 +75,6 @@ impl StdEcho {
     }
 }
 
-fn load(addr: SocketAddr, args: &[&str]) -> (serde_json::Value, std::process::Output) {
-    let json = std::env::temp_dir().join(format!("iomux-load-test-{}-{}.json", std::process::id(), addr.port()));
-    let out = iomux()
-        .args(["load", "--connect", &addr.to_string(), "--json"])
-        .arg(&json)
-        .args(args)
-        .output()
-        .expect("run iomux load");
-    let text = std::fs::read_to_string(&json).unwrap_or_default();
-    std::fs::remove_file(&json).ok();
-    (serde_json::from_str(&text).unwrap_or(serde_json::Value::Null), out)
-}
-
 fn text(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }
@@ -95,8 +82,9 @@ fn text(out: &std::process::Output) -> String {
 #[test]
 fn echo_counts_match_an_independent_server() {
     let server = StdEcho::start(Faults::default());
-    let (report, out) = load(server.addr, &["--conns", "20", "--requests", "5000", "--msg-size", "100"]);
-    assert!(out.status.success(), "{}", text(&out));
+    let LoadRun { report, status, output } =
+        load(server.addr, &["--conns", "20", "--requests", "5000", "--msg-size", "100"]);
+    assert!(status.success(), "{}", output);
     assert_eq!(report["echoes"], 5000, "{report}");
     assert_eq!(report["errors"]["total"], 0);
     assert_eq!(server.echoed.load(Ordering::SeqCst), 5000 * 100, "the server echoed exactly what was verified");
@@ -110,9 +98,10 @@ fn echo_counts_match_an_independent_server() {
 #[test]
 fn echo_counts_match_iomux_serve() {
     let server = Serve::start("epoll", &[]);
-    let (report, out) = load(server.addr, &["--conns", "50", "--duration", "1", "--msg-size", "64"]);
+    let LoadRun { report, status, output } =
+        load(server.addr, &["--conns", "50", "--duration", "1", "--msg-size", "64"]);
     let (stats, _) = server.stop();
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(status.success(), "{}", output);
     let echoes = report["echoes"].as_u64().unwrap();
     assert!(echoes > 0);
     // Nothing is measured during warm-up here, so every echo was counted.
@@ -122,20 +111,20 @@ fn echo_counts_match_iomux_serve() {
 #[test]
 fn a_corrupting_server_is_caught() {
     let server = StdEcho::start(Faults { flip_byte: Some(12_345), ..Faults::default() });
-    let (report, out) = load(server.addr, &["--conns", "4", "--requests", "1000"]);
-    assert!(!out.status.success(), "corruption must fail the run: {}", text(&out));
+    let LoadRun { report, status, output } = load(server.addr, &["--conns", "4", "--requests", "1000"]);
+    assert!(!status.success(), "corruption must fail the run: {}", output);
     assert_eq!(report["errors"]["mismatches"], 1, "{report}");
     let first = report["errors"]["first"].as_str().unwrap();
     assert!(first.contains("differs from what was sent"), "{first}");
-    assert!(text(&out).contains("1 mismatched"), "{}", text(&out));
+    assert!(output.contains("1 mismatched"), "{}", output);
 }
 
 #[test]
 fn open_loop_latency_includes_a_server_stall() {
     let stall = Duration::from_millis(600);
     let server = StdEcho::start(Faults { stall: Some((Duration::from_millis(500), stall)), ..Faults::default() });
-    let (report, out) = load(server.addr, &["--conns", "10", "--rate", "2000", "--duration", "3"]);
-    assert!(out.status.success(), "{}", text(&out));
+    let LoadRun { report, status, output } = load(server.addr, &["--conns", "10", "--rate", "2000", "--duration", "3"]);
+    assert!(status.success(), "{}", output);
     let lat = &report["latency"];
     let (p90, max) = (lat["p90_us"].as_f64().unwrap(), lat["max_us"].as_f64().unwrap());
     // Messages due during the stall waited for it from their scheduled
@@ -151,9 +140,10 @@ fn open_loop_latency_includes_a_server_stall() {
 fn fifteen_thousand_connections_from_one_process() {
     let _heavy = heavy();
     let server = Serve::start("epoll", &[]);
-    let (report, out) = load(server.addr, &["--conns", "15000", "--requests", "30000", "--threads", "2"]);
+    let LoadRun { report, status, output } =
+        load(server.addr, &["--conns", "15000", "--requests", "30000", "--threads", "2"]);
     let (stats, _) = server.stop();
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(status.success(), "{}", output);
     assert_eq!(report["connected"], 15_000, "{report}");
     assert_eq!(report["echoes"], 30_000);
     assert_eq!(stats["accepted"], 15_000);
@@ -163,8 +153,9 @@ fn fifteen_thousand_connections_from_one_process() {
 #[test]
 fn bind_spreads_connections_over_source_addresses() {
     let server = StdEcho::start(Faults::default());
-    let (report, out) = load(server.addr, &["--conns", "40", "--requests", "400", "--bind", "127.0.0.2-127.0.0.5"]);
-    assert!(out.status.success(), "{}", text(&out));
+    let LoadRun { report, status, output } =
+        load(server.addr, &["--conns", "40", "--requests", "400", "--bind", "127.0.0.2-127.0.0.5"]);
+    assert!(status.success(), "{}", output);
     assert_eq!(report["echoes"], 400);
     let peers: Vec<String> = server.peers.lock().unwrap().iter().map(|ip| ip.to_string()).collect();
     assert_eq!(peers, ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]);
@@ -173,9 +164,9 @@ fn bind_spreads_connections_over_source_addresses() {
 #[test]
 fn sink_mode_sends_and_reads_nothing() {
     let server = Serve::start("epoll", &["--proto", "sink"]);
-    let (report, out) = load(server.addr, &["--mode", "sink", "--conns", "4", "--duration", "1"]);
+    let LoadRun { report, status, output } = load(server.addr, &["--mode", "sink", "--conns", "4", "--duration", "1"]);
     let (stats, _) = server.stop();
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(status.success(), "{}", output);
     let sent = report["sent_bytes"].as_u64().unwrap();
     assert!(sent > 1 << 20, "{report}");
     // Whatever was still in flight at the end is in the server's count too.
@@ -211,11 +202,11 @@ fn a_silent_server_times_out() {
         })
     });
     let start = Instant::now();
-    let (report, out) = load(addr, &["--conns", "1", "--requests", "10", "--timeout", "1"]);
-    assert!(!out.status.success());
+    let LoadRun { report, status, output } = load(addr, &["--conns", "1", "--requests", "10", "--timeout", "1"]);
+    assert!(!status.success());
     assert!(start.elapsed() < Duration::from_secs(4), "took {:?}", start.elapsed());
     assert_eq!(report["errors"]["unanswered"], 1, "{report}");
-    assert!(text(&out).contains("no echo arrived"), "{}", text(&out));
+    assert!(output.contains("no echo arrived"), "{}", output);
     let _ = held.join();
 }
 
@@ -240,9 +231,9 @@ fn a_server_that_hangs_up_is_an_error() {
             }
         }
     });
-    let (report, out) = load(addr, &["--conns", "1", "--requests", "100"]);
+    let LoadRun { report, status, output } = load(addr, &["--conns", "1", "--requests", "100"]);
     stop.store(true, Ordering::Relaxed);
-    assert!(!out.status.success(), "{}", text(&out));
+    assert!(!status.success(), "{}", output);
     assert_eq!(report["errors"]["unexpected_closes"], 1, "{report}");
     let _ = TcpStream::connect(addr);
 }

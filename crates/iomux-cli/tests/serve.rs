@@ -276,22 +276,6 @@ on_every_backend! {
     graceful_stop_flushes_output,
 }
 
-/// Runs `iomux load` to completion against `addr`; returns its JSON report
-/// and exit status.
-fn load(addr: std::net::SocketAddr, args: &[&str]) -> (serde_json::Value, std::process::ExitStatus, String) {
-    let json = std::env::temp_dir().join(format!("iomux-load-{}-{}.json", std::process::id(), addr.port()));
-    let out = iomux()
-        .args(["load", "--connect", &addr.to_string(), "--json"])
-        .arg(&json)
-        .args(args)
-        .output()
-        .expect("run iomux load");
-    let text = std::fs::read_to_string(&json).unwrap_or_default();
-    std::fs::remove_file(&json).ok();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
-    (serde_json::from_str(&text).unwrap_or(serde_json::Value::Null), out.status, stderr)
-}
-
 /// 10,000 idle connections cost the server well under 512 bytes of user
 /// memory each, and 10 active ones are served beside them.
 fn ten_thousand_idle(backend: &str) {
@@ -300,7 +284,7 @@ fn ten_thousand_idle(backend: &str) {
     let addr = server.addr;
     // Traffic first, so fixed costs (io_uring's buffer ring, allocator
     // arenas) are in the baseline and only per-connection memory is left.
-    let (_, warm, out) = load(addr, &["--conns", "10", "--requests", "20000"]);
+    let LoadRun { report: _, status: warm, output: out } = load(addr, &["--conns", "10", "--requests", "20000"]);
     assert!(warm.success(), "{out}");
     let baseline = server.rss();
     let client = std::thread::spawn(move || {
@@ -313,7 +297,7 @@ fn ten_thousand_idle(backend: &str) {
         std::thread::sleep(Duration::from_millis(50));
     }
     let with_idle = server.rss();
-    let (report, status, out) = client.join().unwrap();
+    let LoadRun { report, status, output: out } = client.join().unwrap();
     let (stats, _) = server.stop();
     assert!(status.success(), "{backend}: load failed: {out}");
     assert_eq!(report["echoes"], 20_000, "{backend}: {report}");
@@ -339,7 +323,7 @@ fn ten_thousand_idle_uring() {
 fn select_refuses_beyond_fd_setsize() {
     let _heavy = heavy();
     let server = Serve::start("select", &[]);
-    let (report, status, _) = load(server.addr, &["--conns", "10", "--idle", "1100", "--requests", "1000"]);
+    let LoadRun { report, status, .. } = load(server.addr, &["--conns", "10", "--idle", "1100", "--requests", "1000"]);
     let (stats, stderr) = server.stop();
     assert!(!status.success(), "the refused idle connections are errors for the client");
     assert_eq!(report["echoes"], 1000, "the active connections (accepted first) were served: {report}");
@@ -354,7 +338,8 @@ fn load_runs_on_every_client_backend() {
     let server = Serve::start("epoll", &[]);
     let mut total = 0;
     for backend in BACKENDS {
-        let (report, status, out) = load(server.addr, &["--backend", backend, "--conns", "20", "--requests", "2000"]);
+        let LoadRun { report, status, output: out } =
+            load(server.addr, &["--backend", backend, "--conns", "20", "--requests", "2000"]);
         assert!(status.success(), "client backend {backend}: {out}");
         assert_eq!(report["echoes"], 2000, "client backend {backend}: {report}");
         total += 2000;
@@ -366,7 +351,7 @@ fn load_runs_on_every_client_backend() {
 #[test]
 fn unreachable_server_is_a_clear_error() {
     let unused = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let (_, status, out) = load(unused, &["--conns", "3", "--requests", "3"]);
+    let LoadRun { report: _, status, output: out } = load(unused, &["--conns", "3", "--requests", "3"]);
     assert!(!status.success());
     assert!(out.contains("server unreachable") && out.contains("refused"), "{out}");
 }
@@ -390,7 +375,8 @@ fn serve_refuses_bad_input_clearly() {
 fn several_loops_share_one_port() {
     for backend in ["epoll", "uring"] {
         let server = Serve::start(backend, &["--threads", "3"]);
-        let (report, status, out) = load(server.addr, &["--conns", "60", "--requests", "6000", "--threads", "2"]);
+        let LoadRun { report, status, output: out } =
+            load(server.addr, &["--conns", "60", "--requests", "6000", "--threads", "2"]);
         let (stats, _) = server.stop();
         assert!(status.success(), "{backend}: {out}");
         assert_eq!(report["echoes"], 6000, "{backend}");

@@ -166,12 +166,7 @@ pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResul
     }
     let mut kinds = Table::new(["backend", "server syscalls by kind"]);
     for r in &rows {
-        let list: Vec<String> = r
-            .syscalls
-            .as_object()
-            .map(|o| o.iter().map(|(k, v)| format!("{k} {}", thousands(f64_of(v)))).collect())
-            .unwrap_or_default();
-        kinds.row([r.backend.name().to_string(), list.join(", ")]);
+        kinds.row([r.backend.name().to_string(), super::table::kinds(&r.syscalls)]);
     }
     let mut published =
         Table::new(["published (1,000,000 conns x 100 echoes)", "total syscalls", "per echo", "wall time"]);

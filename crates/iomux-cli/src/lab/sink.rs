@@ -4,7 +4,7 @@
 use super::cell::{self, f64_of};
 use super::child::Tracer;
 use super::plot;
-use super::table::{thousands, Table};
+use super::table::Table;
 use super::{Check, Outcome, Settings};
 use crate::load::LoadMode;
 use crate::progress::Progress;
@@ -98,11 +98,6 @@ pub fn run(args: &Args, settings: &Settings, _tracer: Option<Tracer>) -> CliResu
         "syscalls by kind",
     ]);
     for r in &rows {
-        let kinds: Vec<String> = r
-            .syscalls
-            .as_object()
-            .map(|o| o.iter().map(|(k, v)| format!("{k} {}", thousands(f64_of(v)))).collect())
-            .unwrap_or_default();
         t.row([
             r.backend.name().to_string(),
             if r.paced { "97.95 Mbit/s".to_string() } else { "loopback".to_string() },
@@ -111,7 +106,7 @@ pub fn run(args: &Args, settings: &Settings, _tracer: Option<Tracer>) -> CliResu
             format!("{:.3}", r.sys_s),
             format!("{:.3}", r.cpu_s_per_gb),
             format!("{:.1}", r.syscalls_per_mb),
-            kinds.join(", "),
+            super::table::kinds(&r.syscalls),
         ]);
     }
     let mut published =

@@ -336,27 +336,32 @@ impl Client {
         }
     }
 
+    /// Appends connection `key`'s next message to the sink batch and counts
+    /// it against the quota; false if the connection is gone.
+    fn batch_next(&mut self, key: u64) -> bool {
+        let Some(c) = self.conns.get_mut(&key) else { return false };
+        self.pattern.fill(&mut self.message, c.number, c.next_seq);
+        c.next_seq += 1;
+        self.batch.extend_from_slice(&self.message);
+        self.report.sent_messages += 1;
+        self.report.sent_bytes += self.message.len() as u64;
+        if let Some(q) = &mut self.quota_left {
+            *q -= 1;
+            if *q == 0 {
+                self.sending = false;
+            }
+        }
+        true
+    }
+
     /// Sink mode: queues about 64 KiB of messages in one write, then asks
     /// to hear when they are sent.
     fn sink_more(&mut self, io: &mut dyn Io, id: ConnId) {
-        let size = self.message.len();
-        let per_batch = (SINK_BATCH / size).max(1);
+        let per_batch = (SINK_BATCH / self.message.len()).max(1);
         self.batch.clear();
         for _ in 0..per_batch {
-            if !self.sending {
+            if !self.sending || !self.batch_next(id.as_u64()) {
                 break;
-            }
-            let Some(c) = self.conns.get_mut(&id.as_u64()) else { return };
-            self.pattern.fill(&mut self.message, c.number, c.next_seq);
-            c.next_seq += 1;
-            self.batch.extend_from_slice(&self.message);
-            self.report.sent_messages += 1;
-            self.report.sent_bytes += size as u64;
-            if let Some(q) = &mut self.quota_left {
-                *q -= 1;
-                if *q == 0 {
-                    self.sending = false;
-                }
             }
         }
         if !self.batch.is_empty() {
@@ -372,24 +377,13 @@ impl Client {
     /// Paced sink: every message due by `now` for connection `key`, in one write.
     fn sink_due(&mut self, io: &mut dyn Io, key: u64, interval: Duration, now: Instant) {
         self.batch.clear();
-        let size = self.message.len();
         while self.sending {
             let Some(c) = self.conns.get_mut(&key) else { return };
             if c.next_due > now {
                 break;
             }
             c.next_due += interval;
-            self.pattern.fill(&mut self.message, c.number, c.next_seq);
-            c.next_seq += 1;
-            self.batch.extend_from_slice(&self.message);
-            self.report.sent_messages += 1;
-            self.report.sent_bytes += size as u64;
-            if let Some(q) = &mut self.quota_left {
-                *q -= 1;
-                if *q == 0 {
-                    self.sending = false;
-                }
-            }
+            self.batch_next(key);
         }
         let id = ConnId::from_u64(key);
         if !self.batch.is_empty() {

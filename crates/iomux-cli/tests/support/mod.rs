@@ -162,3 +162,27 @@ pub fn round_trip(s: &mut TcpStream, data: &[u8]) {
 pub fn raise_fd_limit() {
     iomux::sys::raise_nofile_limit().expect("raise RLIMIT_NOFILE");
 }
+
+/// Runs `iomux load` to completion against `addr`; returns its JSON report
+/// and exit status.
+/// What a finished `iomux load` said: its JSON report, exit status, and
+/// its stdout and stderr together.
+pub struct LoadRun {
+    pub report: serde_json::Value,
+    pub status: std::process::ExitStatus,
+    pub output: String,
+}
+
+pub fn load(addr: std::net::SocketAddr, args: &[&str]) -> LoadRun {
+    let json = std::env::temp_dir().join(format!("iomux-load-{}-{}.json", std::process::id(), addr.port()));
+    let out = iomux()
+        .args(["load", "--connect", &addr.to_string(), "--json"])
+        .arg(&json)
+        .args(args)
+        .output()
+        .expect("run iomux load");
+    let text = std::fs::read_to_string(&json).unwrap_or_default();
+    std::fs::remove_file(&json).ok();
+    let output = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    LoadRun { report: serde_json::from_str(&text).unwrap_or(serde_json::Value::Null), status: out.status, output }
+}
