@@ -238,9 +238,11 @@ fn reset_is_survived(backend: &str) {
 
 /// SIGTERM while output is queued: it is all delivered, then EOF.
 fn graceful_stop_flushes_output(backend: &str) {
-    let server = Serve::start(backend, &[]);
+    // Room for all of it in the server's output, so none of it is held
+    // back by backpressure: megabytes wait in the server when it stops.
+    let server = Serve::start(backend, &["--max-output", &(64u32 << 20).to_string()]);
     let mut s = server.connect();
-    let data = Rng::new(5).bytes(3 << 20);
+    let data = Rng::new(5).bytes(12 << 20);
     s.write_all(&data).unwrap();
     // Let the server read all of it (it cannot send it: we are not reading).
     std::thread::sleep(Duration::from_millis(500));

@@ -539,7 +539,10 @@ impl<H: Handler> Driver<'_, H> {
         if !c.more() {
             self.accept_armed = false;
         }
-        if c.result >= 0 {
+        if c.result >= 0 && self.core.shutting_down {
+            // Accepted just before the stop took effect: refuse it.
+            drop(Fd::adopt_new(c.result));
+        } else if c.result >= 0 {
             self.adopt(Fd::adopt_new(c.result));
             if self.core.cfg.max_conns.is_some_and(|m| self.core.conns.len() >= m) {
                 self.pause_accept(None);
@@ -725,10 +728,13 @@ impl<H: Handler> Driver<'_, H> {
         }
         // A send in flight keeps its buffer in the ring until it completes.
         // Close through the ring too (IORING_OP_CLOSE): no syscall.
-        let Conn { fd, staged, .. } = c;
-        let raw = fd.into_raw();
-        if self.ring.push_close(raw, IGNORE << KIND_SHIFT).is_err() {
-            let _ = net::close(raw);
+        let Conn { fd, staged, flags, .. } = c;
+        if flags & CONNECTING != 0 {
+            // A connect in flight keeps the socket alive until cancelled.
+            let _ = self.ring.push_cancel(ud(CONNECT, id), IGNORE << KIND_SHIFT);
+        }
+        if let Err((fd, _)) = self.ring.push_close(fd, IGNORE << KIND_SHIFT) {
+            drop(fd); // closes with a syscall instead
         }
         self.core.return_buffer(staged);
         self.core.stats.closed += 1;
@@ -743,14 +749,21 @@ impl<H: Handler> Driver<'_, H> {
     }
 
     fn begin_shutdown(&mut self) {
+        // Handled: later turns may wait again (for the output to drain).
+        self.core.stop_requested = false;
         if self.core.shutting_down {
             return;
         }
         self.core.shutting_down = true;
         if self.listener.is_some() {
             self.pause_accept(None);
-            // The accept's cancellation is queued; the listener closes now.
-            self.listener = None;
+            // Close through the ring, after the accept's cancellation, so no
+            // queued accept can meet a closed (or reused) descriptor number.
+            if let Some(l) = self.listener.take() {
+                if let Err((l, _)) = self.ring.push_close(l, IGNORE << KIND_SHIFT) {
+                    drop(l);
+                }
+            }
         }
         self.drain_deadline = Some(self.core.now + self.core.cfg.drain_timeout);
         for id in self.core.conns.ids() {

@@ -659,6 +659,8 @@ impl<H: Handler> Driver<'_, H> {
     }
 
     fn begin_shutdown(&mut self) {
+        // Handled: later turns may wait again (for the output to drain).
+        self.core.stop_requested = false;
         if self.core.shutting_down {
             return;
         }

@@ -263,7 +263,8 @@ pub fn select(nfds: usize, read: &mut FdSet, write: &mut FdSet, timeout: Option<
         tv_usec: d.subsec_nanos().div_ceil(1000) as libc::suseconds_t,
     });
     let tv_ptr = tv.as_mut().map_or(std::ptr::null_mut(), |t| t as *mut libc::timeval);
-    debug_assert!(nfds <= FD_SETSIZE);
+    // The sets hold FD_SETSIZE bits: never let the kernel look past them.
+    let nfds = nfds.min(FD_SETSIZE);
     // SAFETY: both sets have fd_set's size and layout (asserted above) and
     // nfds <= FD_SETSIZE, so the kernel touches only their 1024 bits; tv_ptr
     // is null or points at a live timeval on our stack.

@@ -48,8 +48,8 @@ impl Drop for Fd {
     }
 }
 
-/// `close(2)`.
-pub fn close(fd: RawFd) -> io::Result<()> {
+/// `close(2)`, for descriptors this crate owns (Fd's drop).
+pub(crate) fn close(fd: RawFd) -> io::Result<()> {
     count(Syscall::Close);
     // SAFETY: close takes no pointers; callers own `fd` (Fd's drop).
     unsafe { syscall!(libc::SYS_close, fd) }.map(drop)

@@ -224,11 +224,19 @@ impl Ring {
         })
     }
 
-    /// Queues IORING_OP_CLOSE of `fd`, which the caller gives up: the
-    /// number stays taken until the close runs, so it cannot be reused
-    /// under a request still queued for it.
-    pub fn push_close(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
-        self.push(opcode::Close::new(types::Fd(fd)).build().user_data(user_data))
+    /// Queues IORING_OP_CLOSE of `fd`, taking ownership: the number stays
+    /// taken until the close runs, so it cannot be reused under a request
+    /// still queued for it. On failure the descriptor is handed back.
+    pub fn push_close(&mut self, fd: super::net::Fd, user_data: u64) -> Result<(), (super::net::Fd, io::Error)> {
+        let entry = opcode::Close::new(types::Fd(fd.raw())).build().user_data(user_data);
+        match self.push(entry) {
+            Ok(()) => {
+                // The queued close owns the number now.
+                let _ = fd.into_raw();
+                Ok(())
+            }
+            Err(e) => Err((fd, e)),
+        }
     }
 
     /// Queues IORING_OP_ASYNC_CANCEL of the request whose user_data is `target`.
@@ -258,20 +266,25 @@ impl Ring {
         Ok(())
     }
 
-    /// The bytes a receive completion put in buffer `bid`.
+    /// The bytes a receive completion put in buffer `bid` (empty unless a
+    /// completion handed that buffer over and it was not recycled yet).
     pub fn buffer(&self, bid: u16, len: usize) -> &[u8] {
         match &self.buffers {
-            Some(b) if bid < b.count => b.slice(bid, len),
+            Some(b) if b.held.get(usize::from(bid)) == Some(&true) => b.slice(bid, len),
             _ => &[],
         }
     }
 
-    /// Gives buffer `bid` back to the kernel for later receives.
+    /// Gives buffer `bid` back to the kernel for later receives; a buffer
+    /// not held (already recycled, or never handed over) is left alone.
     pub fn recycle_buffer(&mut self, bid: u16) {
         if let Some(b) = &mut self.buffers {
-            if bid < b.count {
-                b.provide(bid);
-                b.publish();
+            if let Some(h) = b.held.get_mut(usize::from(bid)) {
+                if *h {
+                    *h = false;
+                    b.provide(bid);
+                    b.publish();
+                }
             }
         }
     }
@@ -316,7 +329,9 @@ impl Ring {
             (sq.len() as u32, sq.taskrun(), sq.cq_overflow(), self.setup.sqpoll && sq.need_wakeup())
         };
         let mut flags = 0u32;
-        if min_complete > 0 || taskrun || overflow {
+        // With DEFER_TASKRUN completions are posted only by an enter that
+        // asks for events, and no flag says when some are pending: ask always.
+        if min_complete > 0 || taskrun || overflow || self.setup.defer_taskrun {
             flags |= EnterFlags::GETEVENTS.bits();
         }
         if self.setup.sqpoll {
@@ -385,6 +400,11 @@ impl Ring {
         if done {
             self.in_flight = self.in_flight.saturating_sub(1);
         }
+        if let (Some(bid), Some(b)) = (io_uring::cqueue::buffer_select(flags), &mut self.buffers) {
+            if let Some(h) = b.held.get_mut(usize::from(bid)) {
+                *h = true;
+            }
+        }
         let returned = match done.then(|| self.owned.remove(&user_data)).flatten() {
             Some(Owned::Send(buf)) => Some(buf),
             Some(Owned::Addr(_)) | None => None,
@@ -409,6 +429,9 @@ struct BufRing {
     count: u16,
     size: usize,
     tail: u16,
+    /// Buffers a completion handed to us and not yet recycled: only these
+    /// may be read or given back.
+    held: Vec<bool>,
 }
 
 /// `struct io_uring_buf`.
@@ -448,7 +471,8 @@ impl BufRing {
                 return Err(oom());
             }
         };
-        Ok(BufRing { entries, entries_layout, data, data_len, group, count, size, tail: 0 })
+        let held = vec![false; usize::from(count)];
+        Ok(BufRing { entries, entries_layout, data, data_len, group, count, size, tail: 0, held })
     }
 
     /// Writes the entry for buffer `bid` at the local tail.
@@ -498,8 +522,9 @@ impl Drop for Ring {
             // wait (a bounded time) for every request to complete.
             let cancel = opcode::AsyncCancel2::new(types::CancelBuilder::any()).build().user_data(u64::MAX);
             // SAFETY: a cancel entry references no user memory.
-            let _ = unsafe { self.ring.submission().push(&cancel) };
-            self.in_flight += 1;
+            if unsafe { self.ring.submission().push(&cancel) }.is_ok() {
+                self.in_flight += 1;
+            }
             let deadline = std::time::Instant::now() + Duration::from_secs(2);
             while self.in_flight > 0 && std::time::Instant::now() < deadline {
                 let _ = self.enter(1, Some(Duration::from_millis(20)));
