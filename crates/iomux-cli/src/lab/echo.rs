@@ -80,6 +80,7 @@ pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResul
         None => 100,
     };
     let backends = args.backends.clone().unwrap_or_else(|| DEFAULT_BACKENDS.to_vec());
+    let reps = if settings.full { 1 } else { 3 };
     let progress = Progress::new(NAME, backends.len() as u64);
     let mut rows = Vec::new();
     let mut cross: Option<CrossCheck> = None;
@@ -88,39 +89,46 @@ pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResul
         let limit = if backend == Backend::Select { 1000 } else { conns };
         let n = conns.min(limit);
         progress.step(&format!("{backend}: {n} connections x {messages} messages"));
-        let trace = if cross.is_none() && backend == Backend::Epoll { tracer } else { None };
-        let c = cell::run(backend, "echo", trace, |a| {
-            a.conns = n;
-            a.threads = args.threads.max(1);
-            a.per_conn = Some(messages);
-        })?;
-        let errors = c.load["errors"]["total"].as_u64().unwrap_or(1);
-        if errors > 0 {
-            return Err(format!("E4 {backend}: the load reported {errors} errors: {}", c.load["errors"]).into());
+        // Runs per backend; the one with the median syscalls per echo is
+        // kept whole (how often the server finds a batch varies run to run).
+        let mut runs = Vec::new();
+        for rep in 0..reps {
+            let trace = if rep == 0 && cross.is_none() && backend == Backend::Epoll { tracer } else { None };
+            let c = cell::run(backend, "echo", trace, |a| {
+                a.conns = n;
+                a.threads = args.threads.max(1);
+                a.per_conn = Some(messages);
+            })?;
+            let errors = c.load["errors"]["total"].as_u64().unwrap_or(1);
+            if errors > 0 {
+                return Err(format!("E4 {backend}: the load reported {errors} errors: {}", c.load["errors"]).into());
+            }
+            let s = &c.server.stats;
+            let echoes = c.load["echoes"].as_u64().unwrap_or(0);
+            let total = s["syscalls_total"].as_u64().unwrap_or(0);
+            if let (Some(t), Some(traced)) = (trace, c.server.traced) {
+                cross = Some(CrossCheck { tracer: t, backend, traced, counted: total });
+            }
+            runs.push(Row {
+                backend,
+                conns: n,
+                echoes,
+                seconds: f64_of(&c.load["seconds"]),
+                echoes_per_sec: f64_of(&c.load["echoes_per_sec"]),
+                syscalls_per_echo: total as f64 / echoes.max(1) as f64,
+                syscalls_total: total,
+                p50_us: f64_of(&c.load["latency"]["p50_us"]),
+                p99_us: f64_of(&c.load["latency"]["p99_us"]),
+                rss_bytes_per_conn: c.rss_peak.saturating_sub(c.rss_before) as f64 / n as f64,
+                syscalls: s["syscalls"].clone(),
+                note: (n < conns).then(|| {
+                    format!("select: capped at {n} connections, its fd numbers must stay below FD_SETSIZE (1024)")
+                }),
+            });
         }
-        let s = &c.server.stats;
-        let echoes = c.load["echoes"].as_u64().unwrap_or(0);
-        let total = s["syscalls_total"].as_u64().unwrap_or(0);
-        if let (Some(t), Some(traced)) = (trace, c.server.traced) {
-            cross = Some(CrossCheck { tracer: t, backend, traced, counted: total });
-        }
-        let peak = c.rss_peak;
-        rows.push(Row {
-            backend,
-            conns: n,
-            echoes,
-            seconds: f64_of(&c.load["seconds"]),
-            echoes_per_sec: f64_of(&c.load["echoes_per_sec"]),
-            syscalls_per_echo: total as f64 / echoes.max(1) as f64,
-            syscalls_total: total,
-            p50_us: f64_of(&c.load["latency"]["p50_us"]),
-            p99_us: f64_of(&c.load["latency"]["p99_us"]),
-            rss_bytes_per_conn: peak.saturating_sub(c.rss_before) as f64 / n as f64,
-            syscalls: s["syscalls"].clone(),
-            note: (n < conns).then(|| {
-                format!("select: capped at {n} connections, its fd numbers must stay below FD_SETSIZE (1024)")
-            }),
-        });
+        runs.sort_by(|a, b| a.syscalls_per_echo.total_cmp(&b.syscalls_per_echo));
+        let middle = runs.len() / 2;
+        rows.push(runs.swap_remove(middle));
         progress.inc(1);
     }
     progress.finish();
@@ -176,10 +184,11 @@ pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResul
         "## E4 echo: {} connections x {messages} messages of 100 B, server syscalls per echo\n\n\
          Machine: {}. Server and load on separate CPUs; the load (io_uring client, {} threads) opens every \
          connection, then each sends {messages} messages, one at a time. Syscalls are the server's own count \
-         (all kinds, start to exit); RSS per connection is the server's peak RSS (VmHWM) over its RSS before the load, per connection.\n\n",
+         (all kinds, start to exit); each row is the run with the median syscalls per echo of {reps} runs \
+         (a full run: one); RSS per connection is the server's peak RSS (VmHWM) over its RSS before the load, per connection.\n\n",
         thousands(conns as f64),
         settings.machine.summary(),
-        args.threads.max(1)
+        args.threads.max(1),
     );
     md += &format!(
         "The article used 1,000,000 connections from 50 client threads against a server on another machine; \

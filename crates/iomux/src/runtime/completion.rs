@@ -420,7 +420,13 @@ impl<H: Handler> Driver<'_, H> {
             )
         };
         let wait = !immediate && self.ring.completions_empty();
-        match self.ring.enter(u32::from(wait), timeout.filter(|_| wait)) {
+        let entered = if immediate && self.ring.setup().defer_taskrun {
+            // Not waiting, but completions still have to be asked for.
+            self.ring.enter_getevents()
+        } else {
+            self.ring.enter(u32::from(wait), timeout.filter(|_| wait))
+        };
+        match entered {
             Ok(_) => {}
             Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)) => {}
             Err(e) => return Err(ring_err(e)),

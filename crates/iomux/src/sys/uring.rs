@@ -329,9 +329,7 @@ impl Ring {
             (sq.len() as u32, sq.taskrun(), sq.cq_overflow(), self.setup.sqpoll && sq.need_wakeup())
         };
         let mut flags = 0u32;
-        // With DEFER_TASKRUN completions are posted only by an enter that
-        // asks for events, and no flag says when some are pending: ask always.
-        if min_complete > 0 || taskrun || overflow || self.setup.defer_taskrun {
+        if min_complete > 0 || taskrun || overflow {
             flags |= EnterFlags::GETEVENTS.bits();
         }
         if self.setup.sqpoll {
@@ -385,11 +383,21 @@ impl Ring {
 
     /// One `io_uring_enter(GETEVENTS)` that waits for nothing: what an
     /// empty wait costs when it does enter the kernel (the lab's baseline).
+    ///
+    /// Also what a loop on a DEFER_TASKRUN ring needs when it must not wait:
+    /// there completions are posted only by an enter that asks for events,
+    /// and no flag says when some are pending. Submits what is queued.
     pub fn enter_getevents(&mut self) -> io::Result<usize> {
+        let to_submit = {
+            let mut sq = self.ring.submission();
+            sq.sync();
+            sq.len()
+        };
         count(Syscall::IoUringEnter);
         let fd = self.ring.as_raw_fd();
+        let flags = EnterFlags::GETEVENTS.bits();
         // SAFETY: no argument pointer; the kernel only reads the mapped rings.
-        unsafe { syscall!(libc::SYS_io_uring_enter, fd, 0usize, 0usize, EnterFlags::GETEVENTS.bits(), 0usize, 0usize) }
+        unsafe { syscall!(libc::SYS_io_uring_enter, fd, to_submit, 0usize, flags, 0usize, 0usize) }
     }
 
     /// Takes the next completion off the completion ring (no syscall).
