@@ -43,13 +43,30 @@ pub fn run(args: &Args, settings: &Settings) -> CliResult<Outcome> {
     let backends = args.backends.clone().unwrap_or_else(|| Backend::ALL.to_vec());
     // Cells that take under a second get this many runs (median); the
     // slow ones (poll and select among thousands of idle fds) one.
-    let reps = if settings.full { 5 } else { 3 };
+    let reps = 5;
     let progress = Progress::new(NAME, (idles.len() * backends.len()) as u64);
     let mut rows = Vec::new();
     for &backend in &backends {
-        for &idle in &idles {
-            progress.step(&format!("{backend}: {ACTIVE} active + {idle} idle"));
-            rows.push(measure(backend, idle, reps)?);
+        // Repetitions go round-robin over Z, so a slow spell of this shared
+        // machine lands on different cells in different rounds and the
+        // median per cell leaves it out.
+        let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); idles.len()];
+        let mut notes: Vec<Option<String>> = vec![None; idles.len()];
+        for rep in 0..reps {
+            for (i, &idle) in idles.iter().enumerate() {
+                // One run is enough where a run takes over a second.
+                if notes[i].is_some() || samples[i].first().is_some_and(|s| s.seconds > 1.0) {
+                    continue;
+                }
+                progress.step(&format!("{backend}: {ACTIVE} active + {idle} idle (round {}/{reps})", rep + 1));
+                match run_once(backend, idle)? {
+                    Ok(sample) => samples[i].push(sample),
+                    Err(note) => notes[i] = Some(note),
+                }
+            }
+        }
+        for (i, &idle) in idles.iter().enumerate() {
+            rows.push(summarize(backend, idle, &samples[i], notes[i].take()));
             progress.inc(1);
         }
     }
@@ -175,56 +192,55 @@ pub fn run(args: &Args, settings: &Settings) -> CliResult<Outcome> {
     Ok(Outcome { files, checks })
 }
 
-fn measure(backend: Backend, idle: usize, reps: usize) -> CliResult<Row> {
-    let mut row = Row {
-        backend,
-        idle,
-        seconds: f64::NAN,
-        p50_us: f64::NAN,
-        p99_us: f64::NAN,
-        server_cpu_s: f64::NAN,
-        syscalls_per_request: f64::NAN,
-        note: None,
-    };
+#[derive(Clone, Copy)]
+struct Sample {
+    seconds: f64,
+    p50_us: f64,
+    p99_us: f64,
+    server_cpu_s: f64,
+    syscalls_per_request: f64,
+}
+
+/// One run of a cell, or why the cell cannot be measured.
+fn run_once(backend: Backend, idle: usize) -> CliResult<Result<Sample, String>> {
     // select: every fd number must be below FD_SETSIZE; the server uses a
     // handful of its own (std streams, listener, waker).
     if backend == Backend::Select && idle + ACTIVE + 8 > iomux::sys::FD_SETSIZE {
-        row.note = Some(format!(
+        return Ok(Err(format!(
             "select: {ACTIVE} + Z connections need fd numbers past FD_SETSIZE ({}); select cannot watch them",
             iomux::sys::FD_SETSIZE
-        ));
-        return Ok(row);
+        )));
     }
-    let mut samples: Vec<(f64, f64, f64, f64, f64)> = Vec::new();
-    for _ in 0..reps {
-        if samples.first().is_some_and(|s| s.0 > 1.0) {
-            break;
-        }
-        let c = cell::run_with_idle(backend, "echo", None, idle, |a| {
-            a.conns = ACTIVE;
-            a.requests = Some(ROUND_TRIPS);
-        })?;
-        let errors = c.load["errors"]["total"].as_u64().unwrap_or(1);
-        if errors > 0 {
-            return Err(
-                format!("E2 {backend} Z={idle}: the load reported {errors} errors: {}", c.load["errors"]).into()
-            );
-        }
-        let requests = c.load["echoes"].as_u64().unwrap_or(0).max(1) as f64;
-        let s = &c.server.stats;
-        samples.push((
-            f64_of(&c.load["seconds"]),
-            f64_of(&c.load["latency"]["p50_us"]),
-            f64_of(&c.load["latency"]["p99_us"]),
-            f64_of(&s["user_cpu_s"]) + f64_of(&s["sys_cpu_s"]),
-            data_path_syscalls(s) as f64 / requests,
-        ));
+    let c = cell::run_with_idle(backend, "echo", None, idle, |a| {
+        a.conns = ACTIVE;
+        a.requests = Some(ROUND_TRIPS);
+    })?;
+    let errors = c.load["errors"]["total"].as_u64().unwrap_or(1);
+    if errors > 0 {
+        return Err(format!("E2 {backend} Z={idle}: the load reported {errors} errors: {}", c.load["errors"]).into());
     }
-    let pick = |f: fn(&(f64, f64, f64, f64, f64)) -> f64| median(&samples.iter().map(f).collect::<Vec<_>>());
-    row.seconds = pick(|s| s.0);
-    row.p50_us = pick(|s| s.1);
-    row.p99_us = pick(|s| s.2);
-    row.server_cpu_s = pick(|s| s.3);
-    row.syscalls_per_request = pick(|s| s.4);
-    Ok(row)
+    let requests = c.load["echoes"].as_u64().unwrap_or(0).max(1) as f64;
+    let s = &c.server.stats;
+    Ok(Ok(Sample {
+        seconds: f64_of(&c.load["seconds"]),
+        p50_us: f64_of(&c.load["latency"]["p50_us"]),
+        p99_us: f64_of(&c.load["latency"]["p99_us"]),
+        server_cpu_s: f64_of(&s["user_cpu_s"]) + f64_of(&s["sys_cpu_s"]),
+        syscalls_per_request: data_path_syscalls(s) as f64 / requests,
+    }))
+}
+
+/// The cell's row: medians of its samples, or its note.
+fn summarize(backend: Backend, idle: usize, samples: &[Sample], note: Option<String>) -> Row {
+    let pick = |f: fn(&Sample) -> f64| median(&samples.iter().map(f).collect::<Vec<_>>());
+    Row {
+        backend,
+        idle,
+        seconds: pick(|s| s.seconds),
+        p50_us: pick(|s| s.p50_us),
+        p99_us: pick(|s| s.p99_us),
+        server_cpu_s: pick(|s| s.server_cpu_s),
+        syscalls_per_request: pick(|s| s.syscalls_per_request),
+        note,
+    }
 }
