@@ -14,7 +14,7 @@
 
 use super::slab::Slab;
 use super::stats::LoopStats;
-use super::timers::{timeout_until, Timers};
+use super::timers::{timeout_until, Deadlines, Timers};
 use super::{feed, CloseReason, Config, ConnId, Control, Handler, Io};
 use crate::error::{Error, Result};
 use crate::poller::{Backend, Waker};
@@ -110,7 +110,7 @@ struct Core {
     doomed: VecDeque<(ConnId, CloseReason)>,
     drained: Vec<ConnId>,
     drained_later: Vec<ConnId>,
-    lingering: VecDeque<(Instant, ConnId)>,
+    lingering: Deadlines,
     pool: Vec<Vec<u8>>,
     stop_requested: bool,
     shutting_down: bool,
@@ -118,11 +118,7 @@ struct Core {
 
 impl Core {
     fn closing_reason(&self) -> CloseReason {
-        if self.shutting_down {
-            CloseReason::Shutdown
-        } else {
-            CloseReason::Local
-        }
+        CloseReason::closing(self.shutting_down)
     }
 
     /// Output sent and closing: FIN now, then discard input until the
@@ -145,7 +141,7 @@ impl Core {
         if !c.has(RECV_ARMED) {
             self.rearm.push(id);
         }
-        self.lingering.push_back((until, id));
+        self.lingering.push(until, id);
     }
 
     fn doom(&mut self, id: ConnId, reason: CloseReason) {
@@ -333,7 +329,7 @@ pub fn run<H: Handler>(cfg: &Config, listener: Option<Fd>, handler: &mut H, cont
             doomed: VecDeque::new(),
             drained: Vec::new(),
             drained_later: Vec::new(),
-            lingering: VecDeque::new(),
+            lingering: Deadlines::default(),
             pool: Vec::new(),
             stop_requested: false,
             shutting_down: false,
@@ -413,7 +409,7 @@ impl<H: Handler> Driver<'_, H> {
         let timeout = if immediate {
             Some(Duration::ZERO)
         } else {
-            let linger = c.lingering.front().map(|l| l.0);
+            let linger = c.lingering.next_deadline();
             timeout_until(
                 Instant::now(),
                 [c.timers.next_deadline(), self.accept_resume_at, self.drain_deadline, linger],
@@ -458,11 +454,7 @@ impl<H: Handler> Driver<'_, H> {
             self.handler.on_timer(&mut self.core, tok);
             self.settle();
         }
-        while let Some(&(until, id)) = self.core.lingering.front() {
-            if until > self.core.now {
-                break;
-            }
-            self.core.lingering.pop_front();
+        while let Some(id) = self.core.lingering.pop_due(self.core.now) {
             let reason = self.core.closing_reason();
             self.core.doom(id, reason);
         }

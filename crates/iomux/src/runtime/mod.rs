@@ -69,6 +69,15 @@ pub enum CloseReason {
 }
 
 impl CloseReason {
+    /// Why a connection we are closing closes: the loop's stop, or ours.
+    pub(crate) fn closing(shutting_down: bool) -> CloseReason {
+        if shutting_down {
+            CloseReason::Shutdown
+        } else {
+            CloseReason::Local
+        }
+    }
+
     /// Whether this is an orderly close (EOF, ours, or shutdown).
     pub fn is_clean(&self) -> bool {
         matches!(self, CloseReason::PeerClosed | CloseReason::Local | CloseReason::Shutdown)

@@ -11,7 +11,7 @@
 
 use super::slab::Slab;
 use super::stats::LoopStats;
-use super::timers::{timeout_until, Timers};
+use super::timers::{timeout_until, Deadlines, Timers};
 use super::{feed, CloseReason, Config, ConnId, Control, Handler, Io};
 use crate::error::{Error, Result};
 use crate::poller::{Events, Interest, Mode, Poller, Token};
@@ -78,18 +78,14 @@ struct Core {
     doomed: VecDeque<(ConnId, CloseReason)>,
     drained: Vec<ConnId>,
     drained_later: Vec<ConnId>,
-    lingering: VecDeque<(Instant, ConnId)>,
+    lingering: Deadlines,
     stop_requested: bool,
     shutting_down: bool,
 }
 
 impl Core {
     fn closing_reason(&self) -> CloseReason {
-        if self.shutting_down {
-            CloseReason::Shutdown
-        } else {
-            CloseReason::Local
-        }
+        CloseReason::closing(self.shutting_down)
     }
 
     /// Our output is all sent and we are closing: send FIN, then read and
@@ -110,7 +106,7 @@ impl Core {
             return self.doom(id, io_reason("shutdown", e));
         }
         c.flags |= LINGER;
-        self.lingering.push_back((until, id));
+        self.lingering.push(until, id);
         self.update_interest(id);
     }
 
@@ -352,7 +348,7 @@ pub fn run<H: Handler>(cfg: &Config, listener: Option<Fd>, handler: &mut H, cont
             doomed: VecDeque::new(),
             drained: Vec::new(),
             drained_later: Vec::new(),
-            lingering: VecDeque::new(),
+            lingering: Deadlines::default(),
             stop_requested: false,
             shutting_down: false,
         },
@@ -396,7 +392,7 @@ impl<H: Handler> Driver<'_, H> {
         {
             Some(Duration::ZERO)
         } else {
-            let linger = c.lingering.front().map(|l| l.0);
+            let linger = c.lingering.next_deadline();
             timeout_until(
                 Instant::now(),
                 [c.timers.next_deadline(), self.accept_resume_at, self.drain_deadline, linger],
@@ -435,11 +431,7 @@ impl<H: Handler> Driver<'_, H> {
             self.settle();
         }
         self.settle();
-        while let Some(&(until, id)) = self.core.lingering.front() {
-            if until > self.core.now {
-                break;
-            }
-            self.core.lingering.pop_front();
+        while let Some(id) = self.core.lingering.pop_due(self.core.now) {
             let reason = self.core.closing_reason();
             self.core.doom(id, reason);
         }

@@ -34,6 +34,34 @@ impl Timers {
     }
 }
 
+/// Connections waiting, in order, for a deadline that is the same length
+/// for all of them (the linger time): a FIFO, no heap needed.
+#[derive(Default)]
+pub struct Deadlines {
+    queue: std::collections::VecDeque<(Instant, super::ConnId)>,
+}
+
+impl Deadlines {
+    pub fn push(&mut self, at: Instant, id: super::ConnId) {
+        self.queue.push_back((at, id));
+    }
+
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.queue.front().map(|d| d.0)
+    }
+
+    /// The next connection whose deadline has passed at `now`.
+    pub fn pop_due(&mut self, now: Instant) -> Option<super::ConnId> {
+        match self.queue.front() {
+            Some(&(at, id)) if at <= now => {
+                self.queue.pop_front();
+                Some(id)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// The wait timeout that ends at the earliest of `deadlines`, rounded up
 /// to whole milliseconds, or None when there is no deadline.
 pub fn timeout_until(now: Instant, deadlines: impl IntoIterator<Item = Option<Instant>>) -> Option<Duration> {
@@ -59,6 +87,20 @@ mod tests {
         assert_eq!(t.pop_due(later), None);
         assert_eq!(t.pop_due(now + Duration::from_millis(20)), Some(2));
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn deadlines_pop_in_order_once_due() {
+        let now = Instant::now();
+        let (a, b) = (super::super::ConnId::from_u64(1), super::super::ConnId::from_u64(2));
+        let mut d = Deadlines::default();
+        d.push(now + Duration::from_millis(5), a);
+        d.push(now + Duration::from_millis(9), b);
+        assert_eq!(d.next_deadline(), Some(now + Duration::from_millis(5)));
+        assert_eq!(d.pop_due(now), None);
+        assert_eq!(d.pop_due(now + Duration::from_millis(9)), Some(a));
+        assert_eq!(d.pop_due(now + Duration::from_millis(9)), Some(b));
+        assert_eq!(d.pop_due(now + Duration::from_millis(9)), None);
     }
 
     #[test]
