@@ -3,7 +3,7 @@
 use crate::apps::{Proto, Server};
 use crate::stats::{stats_json, write_json};
 use crate::CliResult;
-use iomux::runtime::{Config, Control, Listeners};
+use iomux::runtime::{Config, Runtime};
 use iomux::Backend;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -63,57 +63,47 @@ pub fn run(args: ServeArgs) -> CliResult<ExitCode> {
     if !(0.0..=3600.0).contains(&args.drain_timeout) {
         return Err("--drain-timeout must be between 0 and 3600 seconds".into());
     }
+    let mut config = Config::builder()
+        .backend(backend)
+        .max_output(args.max_output.max(1))
+        .drain_timeout(Duration::from_secs_f64(args.drain_timeout))
+        .ring_buffers(args.ring_buffers.next_power_of_two())
+        .ring_buffer_size(args.ring_buffer_size as usize);
+    if let Some(max) = args.max_conns {
+        config = config.max_conns(max);
+    }
+    let config = config.build()?;
     match args.nofile {
-        Some(n) => iomux::sys::set_nofile_soft(n).map_err(|e| format!("setting RLIMIT_NOFILE to {n}: {e}"))?,
+        Some(n) => crate::os::set_nofile_soft(n).map_err(|e| format!("setting RLIMIT_NOFILE to {n}: {e}"))?,
         None => {
-            iomux::sys::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))?;
+            crate::os::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))?;
         }
     }
-    // Signals go to a thread of their own, which stops the loops; block
-    // them before any loop thread exists so no loop ever receives one.
-    let signals = [libc::SIGINT, libc::SIGTERM];
-    iomux::sys::net::block_signals(&signals)?;
-    let control = Control::new();
-    {
-        let control = control.clone();
-        std::thread::Builder::new().name("iomux-signals".into()).spawn(move || {
-            if iomux::sys::net::wait_signal(&signals).is_ok() {
-                control.stop();
-            }
-        })?;
-    }
-    let config = Config {
-        backend,
-        max_output: args.max_output.max(1),
-        max_conns: args.max_conns,
-        drain_timeout: Duration::from_secs_f64(args.drain_timeout),
-        ring_buffers: args.ring_buffers,
-        ring_buffer_size: args.ring_buffer_size as usize,
-        ..Config::default()
-    };
-    let listeners = Listeners::bind(args.listen, usize::from(args.threads))?;
-    let addr = listeners.local_addr();
-    println!(
-        "iomux serve: listening on {addr} (pid {}, backend {backend}, proto {:?}, {} thread{})",
+    let threads = usize::from(args.threads);
+    let runtime = Runtime::new(config, threads)?.bind(args.listen)?.stop_on_signals();
+    let addr = runtime.local_addr().ok_or("no listening address")?;
+    let banner = format!(
+        "iomux serve: listening on {addr} (pid {}, backend {backend}, proto {:?}, {threads} thread{})",
         std::process::id(),
         args.proto,
-        args.threads,
-        if args.threads == 1 { "" } else { "s" }
+        if threads == 1 { "" } else { "s" }
     );
-    std::io::stdout().flush()?;
-    let cpu = args.cpu;
-    let stats = listeners.serve(
-        &config,
-        |_| {
+    // "listening" only once every loop is set up: a client may connect at once.
+    let runtime = runtime.on_ready(move || {
+        println!("{banner}");
+        let _ = std::io::stdout().flush();
+    });
+    let (cpu, proto) = (args.cpu, args.proto);
+    let stats = runtime
+        .run(|_| {
             if let Some(cpu) = cpu {
-                if let Err(e) = iomux::sys::net::pin_to_cpu(cpu) {
+                if let Err(e) = crate::os::pin_to_cpu(cpu) {
                     eprintln!("iomux serve: cannot pin to CPU {cpu}: {e}");
                 }
             }
-            Server::new(args.proto)
-        },
-        &control,
-    )?;
+            Server::new(proto)
+        })?
+        .stats;
     let json = stats_json(&stats, backend, &[("proto", format!("{:?}", args.proto).to_lowercase())])?;
     eprintln!(
         "iomux serve: stopped. {} connections accepted, {} closed ({} abnormally, {} refused); \

@@ -4,6 +4,7 @@
 use crate::poller::Mode;
 use std::fmt;
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::RawFd;
 
 /// The result type of every fallible iomux call.
@@ -27,6 +28,14 @@ pub enum Error {
     Sys { backend: &'static str, syscall: &'static str, fd: Option<RawFd>, source: io::Error },
     /// A backend name that is not one of [`crate::Backend::NAMES`].
     UnknownBackend { name: String },
+    /// A configuration value is out of range; `field` names it.
+    InvalidConfig { field: &'static str, reason: String },
+    /// A listener could not bind `addr`.
+    Bind { addr: SocketAddr, source: io::Error },
+    /// A loop thread could not be started.
+    Spawn(io::Error),
+    /// A loop's handler panicked; the other loops were stopped.
+    LoopPanicked,
 }
 
 impl Error {
@@ -37,7 +46,10 @@ impl Error {
     /// The OS error number behind this error, if there is one.
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
-            Error::Sys { source, .. } | Error::UringUnavailable { source, .. } => source.raw_os_error(),
+            Error::Sys { source, .. }
+            | Error::UringUnavailable { source, .. }
+            | Error::Bind { source, .. }
+            | Error::Spawn(source) => source.raw_os_error(),
             _ => None,
         }
     }
@@ -51,7 +63,9 @@ impl Error {
             Error::FdSetSize { .. } => io::ErrorKind::InvalidInput,
             Error::UringUnavailable { .. } => io::ErrorKind::Unsupported,
             Error::Sys { source, .. } => source.kind(),
-            Error::UnknownBackend { .. } => io::ErrorKind::InvalidInput,
+            Error::UnknownBackend { .. } | Error::InvalidConfig { .. } => io::ErrorKind::InvalidInput,
+            Error::Bind { source, .. } | Error::Spawn(source) => source.kind(),
+            Error::LoopPanicked => io::ErrorKind::Other,
         }
     }
 }
@@ -78,6 +92,18 @@ impl fmt::Display for Error {
             Error::UnknownBackend { name } => {
                 write!(f, "unknown backend '{name}'; valid backends: {}", crate::Backend::NAMES.join(", "))
             }
+            Error::InvalidConfig { field, reason } => write!(f, "invalid {field}: {reason}"),
+            Error::Bind { addr, source } => {
+                let why = match source.raw_os_error() {
+                    Some(libc::EADDRINUSE) => " (address in use: another server is listening there)",
+                    Some(libc::EADDRNOTAVAIL) => " (no such local address)",
+                    Some(libc::EACCES) => " (a port below 1024 needs privileges)",
+                    _ => "",
+                };
+                write!(f, "cannot listen on {addr}{why}: {source}")
+            }
+            Error::Spawn(source) => write!(f, "cannot start a loop thread: {source}"),
+            Error::LoopPanicked => f.write_str("a loop's handler panicked; the other loops were stopped"),
         }
     }
 }
@@ -85,7 +111,10 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Sys { source, .. } | Error::UringUnavailable { source, .. } => Some(source),
+            Error::Sys { source, .. }
+            | Error::UringUnavailable { source, .. }
+            | Error::Bind { source, .. }
+            | Error::Spawn(source) => Some(source),
             _ => None,
         }
     }

@@ -23,7 +23,11 @@ impl Server {
 }
 
 impl Handler for Server {
-    fn on_data(&mut self, io: &mut dyn Io, conn: ConnId, data: &[u8]) -> usize {
+    type Conn = ();
+
+    fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
+
+    fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _state: &mut (), data: &[u8]) -> usize {
         if self.proto == Proto::Echo {
             io.write(conn, data);
         }

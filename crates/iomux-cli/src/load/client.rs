@@ -4,7 +4,7 @@
 
 use super::pattern::Pattern;
 use hdrhistogram::Histogram;
-use iomux::runtime::{CloseReason, ConnId, Handler, Io};
+use iomux::runtime::{CloseReason, ConnId, Handler, Io, TimerId};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -211,7 +211,7 @@ impl Client {
     }
 
     /// Opens up to `n` more connections (active ones first).
-    fn open_some(&mut self, io: &mut dyn Io, n: usize) {
+    fn open_some(&mut self, io: &mut Io<()>, n: usize) {
         for _ in 0..n {
             let (active, number) = if self.next_active < self.plan.conns {
                 self.next_active += 1;
@@ -224,7 +224,7 @@ impl Client {
             };
             let k = self.next_active + self.next_idle;
             let source = (!self.plan.sources.is_empty()).then(|| self.plan.sources[k % self.plan.sources.len()]);
-            match io.connect(self.plan.addr, source) {
+            match io.connect(self.plan.addr, source, ()) {
                 Ok(id) => {
                     self.opening += 1;
                     let conn = Conn {
@@ -237,7 +237,7 @@ impl Client {
                     };
                     self.conns.insert(id.as_u64(), conn);
                 }
-                Err(e) => self.connect_failed(&e),
+                Err(e) => self.connect_failed(&e.into()),
             }
         }
         self.maybe_start(io);
@@ -252,7 +252,7 @@ impl Client {
     }
 
     /// Starts the clock once every connection is open (or has failed).
-    fn maybe_start(&mut self, io: &mut dyn Io) {
+    fn maybe_start(&mut self, io: &mut Io<()>) {
         let all_tried = self.next_active + self.next_idle == self.total();
         if self.started || !all_tried || self.opening > 0 {
             return;
@@ -313,7 +313,7 @@ impl Client {
 
     /// Sends the connection's next message, stamped `at` (now, or, open
     /// loop, when it was due: latency then includes any delay in sending).
-    fn send(&mut self, io: &mut dyn Io, id: ConnId, at: Instant) {
+    fn send(&mut self, io: &mut Io<()>, id: ConnId, at: Instant) {
         if !self.sending {
             return;
         }
@@ -356,7 +356,7 @@ impl Client {
 
     /// Sink mode: queues about 64 KiB of messages in one write, then asks
     /// to hear when they are sent.
-    fn sink_more(&mut self, io: &mut dyn Io, id: ConnId) {
+    fn sink_more(&mut self, io: &mut Io<()>, id: ConnId) {
         let per_batch = (SINK_BATCH / self.message.len()).max(1);
         self.batch.clear();
         for _ in 0..per_batch {
@@ -375,7 +375,7 @@ impl Client {
     }
 
     /// Paced sink: every message due by `now` for connection `key`, in one write.
-    fn sink_due(&mut self, io: &mut dyn Io, key: u64, interval: Duration, now: Instant) {
+    fn sink_due(&mut self, io: &mut Io<()>, key: u64, interval: Duration, now: Instant) {
         self.batch.clear();
         while self.sending {
             let Some(c) = self.conns.get_mut(&key) else { return };
@@ -390,14 +390,16 @@ impl Client {
             io.write(id, &self.batch);
         }
         match (self.sending, self.conns.get(&key)) {
-            (true, Some(c)) => io.set_timer(c.next_due, SEND_TIMER | key),
+            (true, Some(c)) => {
+                io.set_timer(c.next_due, SEND_TIMER | key);
+            }
             _ if self.plan.duration.is_none() => self.end(io),
             _ => {}
         }
     }
 
     /// Stops sending; finishes when every echo is in (or after the grace).
-    fn end(&mut self, io: &mut dyn Io) {
+    fn end(&mut self, io: &mut Io<()>) {
         self.sending = false;
         if self.measuring && self.report.measured.is_zero() {
             self.report.measured = self.measure_start.elapsed();
@@ -409,7 +411,7 @@ impl Client {
         }
     }
 
-    fn finish(&mut self, io: &mut dyn Io) {
+    fn finish(&mut self, io: &mut Io<()>) {
         if self.finishing {
             return;
         }
@@ -426,7 +428,7 @@ impl Client {
         io.stop();
     }
 
-    fn mismatch(&mut self, io: &mut dyn Io, id: ConnId, what: String) {
+    fn mismatch(&mut self, io: &mut Io<()>, id: ConnId, what: String) {
         self.report.mismatches += 1;
         self.plan.progress.errors.fetch_add(1, Ordering::Relaxed);
         if self.report.first_error.is_none() {
@@ -443,9 +445,13 @@ impl Client {
 }
 
 impl Handler for Client {
-    fn on_start(&mut self, io: &mut dyn Io) {
+    type Conn = ();
+
+    fn on_start(&mut self, io: &mut Io<()>) {
         match self.plan.connect_rate {
-            Some(_) => io.set_timer(Instant::now(), CONNECT_TICK),
+            Some(_) => {
+                io.set_timer(Instant::now(), CONNECT_TICK);
+            }
             None => {
                 let n = self.total();
                 self.open_some(io, n);
@@ -453,14 +459,17 @@ impl Handler for Client {
         }
     }
 
-    fn on_open(&mut self, io: &mut dyn Io, _conn: ConnId) {
+    /// The load only connects; it never listens.
+    fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
+
+    fn on_connect(&mut self, io: &mut Io<()>, _conn: ConnId, _state: &mut ()) {
         self.opening -= 1;
         self.report.connected += 1;
         self.plan.progress.connected.fetch_add(1, Ordering::Relaxed);
         self.maybe_start(io);
     }
 
-    fn on_data(&mut self, io: &mut dyn Io, id: ConnId, mut data: &[u8]) -> usize {
+    fn on_data(&mut self, io: &mut Io<()>, id: ConnId, _state: &mut (), mut data: &[u8]) -> usize {
         let consumed = data.len();
         let size = self.message.len();
         let now = Instant::now();
@@ -506,13 +515,13 @@ impl Handler for Client {
         consumed
     }
 
-    fn on_drained(&mut self, io: &mut dyn Io, id: ConnId) {
+    fn on_drained(&mut self, io: &mut Io<()>, id: ConnId, _state: &mut ()) {
         if self.plan.mode == LoadMode::Sink {
             self.sink_more(io, id);
         }
     }
 
-    fn on_close(&mut self, io: &mut dyn Io, id: ConnId, reason: &CloseReason) {
+    fn on_close(&mut self, io: &mut Io<()>, id: ConnId, _state: (), reason: &CloseReason) {
         let Some(c) = self.conns.remove(&id.as_u64()) else { return };
         match reason {
             CloseReason::ConnectFailed(e) => {
@@ -540,7 +549,7 @@ impl Handler for Client {
         }
     }
 
-    fn on_timer(&mut self, io: &mut dyn Io, token: u64) {
+    fn on_timer(&mut self, io: &mut Io<()>, _timer: TimerId, token: u64) {
         match token {
             CONNECT_TICK => {
                 // Spread the connect rate over 1 ms ticks.

@@ -9,7 +9,7 @@ pub use client::{LoadMode, Report};
 use crate::progress::Progress as Bar;
 use crate::CliResult;
 use client::{Client, Plan, Progress};
-use iomux::runtime::{run_loop, Config, Control};
+use iomux::runtime::{Config, Control};
 use iomux::Backend;
 use serde_json::json;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -167,8 +167,8 @@ pub fn execute_with(args: &LoadArgs, show_progress: bool, control: &Control) -> 
     }
     let threads = usize::from(args.threads).min((args.conns + args.idle).max(1));
     // Each loop needs a few descriptors of its own (epoll or ring, waker).
-    let limit = iomux::sys::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))? as usize;
-    let needed = args.conns + args.idle + iomux::sys::open_fd_count().unwrap_or(8) + 4 * threads;
+    let limit = crate::os::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))? as usize;
+    let needed = args.conns + args.idle + crate::os::open_fd_count().unwrap_or(8) + 4 * threads;
     if needed > limit {
         return Err(format!(
             "--conns {} + --idle {} need {needed} file descriptors in this process, but RLIMIT_NOFILE allows {limit} \
@@ -180,74 +180,76 @@ pub fn execute_with(args: &LoadArgs, show_progress: bool, control: &Control) -> 
     let progress = Arc::new(Progress::default());
     let sources = Arc::new(args.bind.clone().map(|s| s.0).unwrap_or_default());
     let rate_per_conn = args.rate.map(|r| r / args.conns as f64);
-    let config = Config { backend: args.backend, ..Config::default() };
+    let config = Config::builder().backend(args.backend).build()?;
     let started = Instant::now();
-    let mut first_conn = 0u32;
-    let mut handles = Vec::new();
-    for i in 0..threads {
-        let conns = share(args.conns, threads, i);
-        let plan = Plan {
-            addr: args.connect,
-            conns,
-            idle: share(args.idle, threads, i),
-            first_conn,
-            msg_size: args.msg_size as usize,
-            mode: args.mode,
-            rate_per_conn,
-            duration,
-            requests: args.requests.map(|r| share(r as usize, threads, i) as u64),
-            per_conn: args.per_conn,
-            warmup: Duration::from_secs_f64(args.warmup),
-            sources: sources.clone(),
-            connect_rate: args.connect_rate.map(|r| r / threads as f64),
-            progress: progress.clone(),
-            grace: Duration::from_secs(5),
-            stall_timeout: Duration::from_secs_f64(args.timeout),
-        };
-        first_conn += conns as u32;
-        let (config, control) = (config.clone(), control.clone());
-        let cpu = args.cpu;
-        let handle = std::thread::Builder::new().name(format!("iomux-load-{i}")).spawn(move || {
-            if let Some(cpu) = cpu {
-                if let Err(e) = iomux::sys::net::pin_to_cpu(cpu) {
-                    eprintln!("iomux load: cannot pin to CPU {cpu}: {e}");
-                }
-            }
-            let mut client = Client::new(plan);
-            let stats = run_loop(&config, None, &mut client, &control);
-            (client.report, stats)
-        })?;
-        handles.push(handle);
-    }
+    let plans: Vec<Plan> = (0..threads)
+        .scan(0u32, |first_conn, i| {
+            let conns = share(args.conns, threads, i);
+            let plan = Plan {
+                addr: args.connect,
+                conns,
+                idle: share(args.idle, threads, i),
+                first_conn: *first_conn,
+                msg_size: args.msg_size as usize,
+                mode: args.mode,
+                rate_per_conn,
+                duration,
+                requests: args.requests.map(|r| share(r as usize, threads, i) as u64),
+                per_conn: args.per_conn,
+                warmup: Duration::from_secs_f64(args.warmup),
+                sources: sources.clone(),
+                connect_rate: args.connect_rate.map(|r| r / threads as f64),
+                progress: progress.clone(),
+                grace: Duration::from_secs(5),
+                stall_timeout: Duration::from_secs_f64(args.timeout),
+            };
+            *first_conn += conns as u32;
+            Some(plan)
+        })
+        .collect();
     let total_secs = duration.map(|d| d.as_secs_f64() + args.warmup);
     let total_msgs = args.requests.unwrap_or(0) + args.per_conn.unwrap_or(0) * args.conns as u64;
     let bar = show_progress.then(|| Bar::new("load", total_secs.map_or(total_msgs, |s| s.ceil() as u64)));
-    while !handles.iter().all(|h| h.is_finished()) {
-        std::thread::sleep(Duration::from_millis(200));
+    let runtime = iomux::runtime::Runtime::new(config, threads)?.controlled_by(control.clone());
+    let running = std::sync::atomic::AtomicBool::new(true);
+    let cpu = args.cpu;
+    let finished = std::thread::scope(|scope| {
         if let Some(bar) = &bar {
-            let secs = started.elapsed().as_secs_f64();
-            bar.set_position(match total_secs {
-                Some(_) => secs as u64,
-                None => progress.echoes.load(Ordering::Relaxed),
+            scope.spawn(|| {
+                while running.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(200));
+                    bar.set_position(match total_secs {
+                        Some(_) => started.elapsed().as_secs(),
+                        None => progress.echoes.load(Ordering::Relaxed),
+                    });
+                    bar.set_message(&format!(
+                        "{} connected, {} echoes, {} errors",
+                        progress.connected.load(Ordering::Relaxed),
+                        progress.echoes.load(Ordering::Relaxed),
+                        progress.errors.load(Ordering::Relaxed)
+                    ));
+                }
             });
-            bar.set_message(&format!(
-                "{} connected, {} echoes, {} errors",
-                progress.connected.load(Ordering::Relaxed),
-                progress.echoes.load(Ordering::Relaxed),
-                progress.errors.load(Ordering::Relaxed)
-            ));
         }
-    }
+        let finished = runtime.run(|i| {
+            if let Some(cpu) = cpu {
+                if let Err(e) = crate::os::pin_to_cpu(cpu) {
+                    eprintln!("iomux load: cannot pin to CPU {cpu}: {e}");
+                }
+            }
+            Client::new(plans[i].clone())
+        });
+        running.store(false, Ordering::Relaxed);
+        finished
+    })?;
     if let Some(bar) = &bar {
         bar.finish();
     }
     let mut report = Report::default();
-    let mut loop_stats = iomux::runtime::LoopStats::default();
-    for h in handles {
-        let (r, stats) = h.join().map_err(|_| "a load thread panicked")?;
-        report.merge(&r);
-        loop_stats.merge(&stats?);
+    for client in &finished.handlers {
+        report.merge(&client.report);
     }
+    let loop_stats = finished.stats;
     if report.connected == 0 && !report.connect_errors.is_empty() {
         return Err(format!(
             "server unreachable at {}: {}",

@@ -56,11 +56,13 @@ impl Interest {
     }
 
     /// epoll bits; readable interest includes EPOLLRDHUP so that a peer's
-    /// shutdown is reported as such, not only as a readable fd.
+    /// shutdown is reported as such, not only as a readable fd, and
+    /// EPOLLPRI so that pending urgent data (at whose mark a read stops
+    /// short) is reported too.
     pub(crate) fn epoll_bits(self) -> u32 {
         let mut bits = 0;
         if self.is_readable() {
-            bits |= (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
+            bits |= (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLPRI) as u32;
         }
         if self.is_writable() {
             bits |= libc::EPOLLOUT as u32;
@@ -72,7 +74,7 @@ impl Interest {
     pub(crate) fn poll_bits(self) -> i16 {
         let mut bits = 0;
         if self.is_readable() {
-            bits |= libc::POLLIN | libc::POLLRDHUP;
+            bits |= libc::POLLIN | libc::POLLRDHUP | libc::POLLPRI;
         }
         if self.is_writable() {
             bits |= libc::POLLOUT;
@@ -131,6 +133,11 @@ impl Event {
     }
     pub fn is_writable(&self) -> bool {
         self.bits & OUT != 0
+    }
+    /// TCP urgent data is pending: a read stops short at its mark, so a
+    /// short read does not mean the socket is drained.
+    pub fn is_priority(&self) -> bool {
+        self.bits & PRI != 0
     }
     /// The peer will send no more (it shut down or closed), or both
     /// directions are closed (hang-up).

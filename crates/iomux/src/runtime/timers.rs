@@ -1,36 +1,55 @@
-//! One-shot timers for handlers: a min-heap of deadlines.
+//! Timers: a handler's one-shot timers (cancellable), and the linger
+//! deadlines of closing connections.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use super::ConnId;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+/// A timer set with [`Io::set_timer`](super::Io::set_timer), to cancel it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TimerId(u64);
+
+/// Timers ordered by deadline, then by the order they were set.
 #[derive(Default)]
 pub struct Timers {
-    heap: BinaryHeap<Reverse<(Instant, u64, u64)>>,
-    seq: u64,
+    by_deadline: BTreeMap<(Instant, u64), u64>,
+    deadline_of: HashMap<u64, Instant>,
+    next: u64,
 }
 
 impl Timers {
-    pub fn add(&mut self, at: Instant, token: u64) {
-        // The sequence number keeps equal deadlines in the order set.
-        self.seq += 1;
-        self.heap.push(Reverse((at, self.seq, token)));
+    pub fn add(&mut self, at: Instant, token: u64) -> TimerId {
+        self.next += 1;
+        self.by_deadline.insert((at, self.next), token);
+        self.deadline_of.insert(self.next, at);
+        TimerId(self.next)
     }
 
-    pub fn next_deadline(&self) -> Option<Instant> {
-        self.heap.peek().map(|Reverse((at, _, _))| *at)
-    }
-
-    /// The next timer due at `now`, if any.
-    pub fn pop_due(&mut self, now: Instant) -> Option<u64> {
-        match self.heap.peek() {
-            Some(Reverse((at, _, _))) if *at <= now => self.heap.pop().map(|Reverse((_, _, token))| token),
-            _ => None,
+    /// Removes a pending timer; false if it fired or was cancelled already.
+    pub fn cancel(&mut self, id: TimerId) -> bool {
+        match self.deadline_of.remove(&id.0) {
+            Some(at) => self.by_deadline.remove(&(at, id.0)).is_some(),
+            None => false,
         }
     }
 
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.by_deadline.first_key_value().map(|((at, _), _)| *at)
+    }
+
+    /// The next timer due at `now`, with its token.
+    pub fn pop_due(&mut self, now: Instant) -> Option<(TimerId, u64)> {
+        let entry = self.by_deadline.first_entry()?;
+        if entry.key().0 > now {
+            return None;
+        }
+        let ((_, id), token) = entry.remove_entry();
+        self.deadline_of.remove(&id);
+        Some((TimerId(id), token))
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
+        self.by_deadline.is_empty()
     }
 }
 
@@ -38,11 +57,11 @@ impl Timers {
 /// for all of them (the linger time): a FIFO, no heap needed.
 #[derive(Default)]
 pub struct Deadlines {
-    queue: std::collections::VecDeque<(Instant, super::ConnId)>,
+    queue: VecDeque<(Instant, ConnId)>,
 }
 
 impl Deadlines {
-    pub fn push(&mut self, at: Instant, id: super::ConnId) {
+    pub fn push(&mut self, at: Instant, id: ConnId) {
         self.queue.push_back((at, id));
     }
 
@@ -51,7 +70,7 @@ impl Deadlines {
     }
 
     /// The next connection whose deadline has passed at `now`.
-    pub fn pop_due(&mut self, now: Instant) -> Option<super::ConnId> {
+    pub fn pop_due(&mut self, now: Instant) -> Option<ConnId> {
         match self.queue.front() {
             Some(&(at, id)) if at <= now => {
                 self.queue.pop_front();
@@ -62,8 +81,8 @@ impl Deadlines {
     }
 }
 
-/// The wait timeout that ends at the earliest of `deadlines`, rounded up
-/// to whole milliseconds, or None when there is no deadline.
+/// The wait timeout that ends at the earliest of `deadlines`, or None when
+/// there is no deadline.
 pub fn timeout_until(now: Instant, deadlines: impl IntoIterator<Item = Option<Instant>>) -> Option<Duration> {
     deadlines.into_iter().flatten().min().map(|d| d.saturating_duration_since(now))
 }
@@ -73,26 +92,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn timers_fire_in_deadline_order() {
+    fn timers_fire_in_deadline_order_and_cancelled_ones_never() {
         let now = Instant::now();
         let mut t = Timers::default();
-        t.add(now + Duration::from_millis(20), 2);
-        t.add(now + Duration::from_millis(10), 1);
-        t.add(now + Duration::from_millis(10), 3);
+        let two = t.add(now + Duration::from_millis(20), 2);
+        let one = t.add(now + Duration::from_millis(10), 1);
+        let three = t.add(now + Duration::from_millis(10), 3);
+        let four = t.add(now + Duration::from_millis(12), 4);
+        assert!(t.cancel(four));
+        assert!(!t.cancel(four), "a second cancel finds nothing");
         assert_eq!(t.next_deadline(), Some(now + Duration::from_millis(10)));
         assert_eq!(t.pop_due(now), None);
         let later = now + Duration::from_millis(15);
-        assert_eq!(t.pop_due(later), Some(1));
-        assert_eq!(t.pop_due(later), Some(3));
+        assert_eq!(t.pop_due(later), Some((one, 1)));
+        assert_eq!(t.pop_due(later), Some((three, 3)));
         assert_eq!(t.pop_due(later), None);
-        assert_eq!(t.pop_due(now + Duration::from_millis(20)), Some(2));
+        assert_eq!(t.pop_due(now + Duration::from_millis(20)), Some((two, 2)));
+        assert!(!t.cancel(two), "a fired timer cannot be cancelled");
         assert!(t.is_empty());
     }
 
     #[test]
     fn deadlines_pop_in_order_once_due() {
         let now = Instant::now();
-        let (a, b) = (super::super::ConnId::from_u64(1), super::super::ConnId::from_u64(2));
+        let (a, b) = (ConnId::from_u64(1), ConnId::from_u64(2));
         let mut d = Deadlines::default();
         d.push(now + Duration::from_millis(5), a);
         d.push(now + Duration::from_millis(9), b);

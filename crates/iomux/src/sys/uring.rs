@@ -186,6 +186,17 @@ impl Ring {
         self.push(entry)
     }
 
+    /// Queues one accept (IORING_OP_ACCEPT): one completion, its result
+    /// the new fd. With a connection limit, one accept at a time never
+    /// takes more connections than the limit allows.
+    pub fn push_accept(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
+        let entry = opcode::Accept::new(types::Fd(fd), std::ptr::null_mut(), std::ptr::null_mut())
+            .flags(libc::SOCK_CLOEXEC)
+            .build()
+            .user_data(user_data);
+        self.push(entry)
+    }
+
     /// Queues a multishot receive into the provided-buffer ring: one
     /// completion per arrival, naming the buffer it filled.
     pub fn push_recv_multi(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {

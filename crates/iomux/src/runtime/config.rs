@@ -1,0 +1,180 @@
+//! [`Config`]: a loop's tuning, built and checked by [`ConfigBuilder`].
+
+use crate::error::{Error, Result};
+use crate::poller::Backend;
+use std::time::Duration;
+
+/// How a loop runs: the backend and its limits. Build one with
+/// [`Config::builder`]; [`Config::default`] is epoll with the defaults
+/// listed on each builder method.
+///
+/// ```
+/// use iomux::runtime::Config;
+/// use iomux::Backend;
+///
+/// let config = Config::builder().backend(Backend::Uring).max_conns(10_000).build()?;
+/// assert_eq!(config.backend(), Backend::Uring);
+///
+/// let bad = Config::builder().ring_buffers(1000).build().unwrap_err();
+/// assert!(bad.to_string().contains("power of two"));
+/// # Ok::<(), iomux::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Config {
+    pub(crate) backend: Backend,
+    pub(crate) max_output: usize,
+    pub(crate) max_input: usize,
+    pub(crate) max_conns: Option<usize>,
+    pub(crate) read_budget: usize,
+    pub(crate) read_buffer: usize,
+    pub(crate) ring_buffers: u16,
+    pub(crate) ring_buffer_size: usize,
+    pub(crate) accept_backoff: Duration,
+    pub(crate) drain_timeout: Duration,
+    pub(crate) linger: Duration,
+    pub(crate) nodelay: bool,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            backend: Backend::Epoll,
+            max_output: 4 << 20,
+            max_input: 4 << 20,
+            max_conns: None,
+            read_budget: 16,
+            read_buffer: 64 << 10,
+            ring_buffers: 1024,
+            ring_buffer_size: 4 << 10,
+            accept_backoff: Duration::from_millis(50),
+            drain_timeout: Duration::from_secs(5),
+            linger: Duration::from_secs(2),
+            nodelay: true,
+        }
+    }
+}
+
+impl Config {
+    /// A builder starting from the defaults.
+    pub fn builder() -> ConfigBuilder {
+        ConfigBuilder { config: Config::default() }
+    }
+
+    /// The mechanism the loop runs on.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The per-loop connection limit, if any.
+    pub fn max_conns(&self) -> Option<usize> {
+        self.max_conns
+    }
+}
+
+/// Builds a [`Config`]; [`build`](ConfigBuilder::build) says which value is
+/// wrong and why.
+#[derive(Clone, Debug)]
+pub struct ConfigBuilder {
+    config: Config,
+}
+
+impl ConfigBuilder {
+    /// The mechanism (default: epoll, or see [`Backend::from_env`]).
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.config.backend = backend;
+        self
+    }
+    /// Output bytes queued per connection before the loop stops reading
+    /// it (default 4 MiB); reading resumes at half of it.
+    pub fn max_output(mut self, bytes: usize) -> Self {
+        self.config.max_output = bytes;
+        self
+    }
+    /// Input bytes a handler may leave unconsumed before the connection
+    /// closes with `InputLimit` (default 4 MiB).
+    pub fn max_input(mut self, bytes: usize) -> Self {
+        self.config.max_input = bytes;
+        self
+    }
+    /// Connections open at once per loop, at most (default: no limit);
+    /// accepting pauses at the limit and resumes when one closes.
+    pub fn max_conns(mut self, conns: usize) -> Self {
+        self.config.max_conns = Some(conns);
+        self
+    }
+    /// Edge-triggered epoll: reads per event before the connection yields
+    /// to the others (default 16).
+    pub fn read_budget(mut self, reads: usize) -> Self {
+        self.config.read_budget = reads;
+        self
+    }
+    /// select/poll/epoll: the loop's one read buffer (default 64 KiB).
+    pub fn read_buffer(mut self, bytes: usize) -> Self {
+        self.config.read_buffer = bytes;
+        self
+    }
+    /// io_uring: buffers in the provided-buffer ring, a power of two up
+    /// to 32768 (default 1024). The ring is the loop's whole receive memory.
+    pub fn ring_buffers(mut self, count: u16) -> Self {
+        self.config.ring_buffers = count;
+        self
+    }
+    /// io_uring: bytes per ring buffer (default 4 KiB).
+    pub fn ring_buffer_size(mut self, bytes: usize) -> Self {
+        self.config.ring_buffer_size = bytes;
+        self
+    }
+    /// The first pause of accepting after EMFILE/ENFILE (default 50 ms);
+    /// it doubles while accepting keeps failing, up to one second, and
+    /// ends early when a connection closes.
+    pub fn accept_backoff(mut self, pause: Duration) -> Self {
+        self.config.accept_backoff = pause;
+        self
+    }
+    /// How long a graceful stop keeps flushing output (default 5 s).
+    pub fn drain_timeout(mut self, timeout: Duration) -> Self {
+        self.config.drain_timeout = timeout;
+        self
+    }
+    /// How long a closing connection, its output sent and FIN sent,
+    /// waits for the peer's EOF before it closes anyway (default 2 s).
+    pub fn linger(mut self, linger: Duration) -> Self {
+        self.config.linger = linger;
+        self
+    }
+    /// TCP_NODELAY on outbound connections (default on; listeners always
+    /// set it, and accepted connections inherit it).
+    pub fn nodelay(mut self, on: bool) -> Self {
+        self.config.nodelay = on;
+        self
+    }
+
+    /// Checks every value.
+    pub fn build(self) -> Result<Config> {
+        let c = &self.config;
+        let invalid = |field: &'static str, reason: String| Err(Error::InvalidConfig { field, reason });
+        if c.max_output == 0 {
+            return invalid("max_output", "must be at least 1 byte".into());
+        }
+        if c.max_conns == Some(0) {
+            return invalid(
+                "max_conns",
+                "must be at least 1 (a loop that may hold no connection serves nobody)".into(),
+            );
+        }
+        if c.read_budget == 0 {
+            return invalid("read_budget", "must be at least 1 read".into());
+        }
+        if c.read_buffer == 0 {
+            return invalid("read_buffer", "must be at least 1 byte".into());
+        }
+        if !c.ring_buffers.is_power_of_two() || c.ring_buffers > 32768 {
+            return invalid("ring_buffers", format!("{} is not a power of two from 1 to 32768", c.ring_buffers));
+        }
+        if c.ring_buffer_size == 0 || c.ring_buffer_size > u32::MAX as usize {
+            return invalid("ring_buffer_size", format!("{} is not between 1 and 2^32-1 bytes", c.ring_buffer_size));
+        }
+        Ok(self.config)
+    }
+}

@@ -1,0 +1,232 @@
+//! The loop both drivers share: the handler's callbacks, closing, the end
+//! of each turn (timers, linger deadlines, accept back-off, stop, drain).
+//!
+//! Like libev's backends, a driver only turns its mechanism's events into
+//! calls here (`accepted`, `received`, `connected`, and on [`Io`]:
+//! `sent`, `peer_eof`, `failed`) and carries out requests through the
+//! [`Driver`] trait; everything else is written once.
+
+use super::io::{Accept, Io};
+use super::stats::LoopStats;
+use super::timers::timeout_until;
+use super::{CloseReason, Config, ConnId, Control, Handler};
+use crate::error::Error;
+use crate::sys::{self, net::Fd, SyscallCounts};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// What a driver does on the core's behalf.
+pub(crate) trait Driver {
+    /// Brings the kernel in line with connection `id`'s state: what to
+    /// read (interest, or an armed receive) and its unsent output.
+    fn sync<S>(&mut self, io: &mut Io<S>, id: ConnId);
+    /// Watches a connection just accepted; an error refuses it.
+    fn adopt<S>(&mut self, io: &mut Io<S>, id: ConnId) -> Result<(), Error>;
+    /// Starts an outbound connect.
+    fn connect<S>(&mut self, io: &mut Io<S>, id: ConnId, addr: SocketAddr);
+    /// Accepting may now do `accept` (called after every settle).
+    fn accept<S>(&mut self, io: &mut Io<S>, accept: Accept);
+    /// The connection left the core: forget it, then close `fd`.
+    fn release(&mut self, id: ConnId, fd: Fd, driver_bits: u16);
+}
+
+pub(crate) struct Core<'h, H: Handler> {
+    pub(crate) io: Io<H::Conn>,
+    handler: &'h mut H,
+    control: Control,
+    start: Instant,
+    counts_before: SyscallCounts,
+}
+
+impl<'h, H: Handler> Core<'h, H> {
+    pub(crate) fn new(cfg: &Config, has_listener: bool, handler: &'h mut H, control: &Control) -> Self {
+        let start = Instant::now();
+        Core {
+            io: Io::new(cfg, has_listener, start),
+            handler,
+            control: control.clone(),
+            start,
+            counts_before: sys::counts(),
+        }
+    }
+
+    pub(crate) fn start<D: Driver>(&mut self, d: &mut D) {
+        self.handler.on_start(&mut self.io);
+        self.settle(d);
+    }
+
+    pub(crate) fn finished(&self) -> bool {
+        let io = &self.io;
+        if io.shutting_down {
+            return io.conns.is_empty();
+        }
+        // A loop with nothing to serve and nothing pending is done.
+        !io.has_listener
+            && io.conns.is_empty()
+            && io.timers.is_empty()
+            && io.drained.is_empty()
+            && io.drained_later.is_empty()
+    }
+
+    /// How long the next wait may block; zero when work is pending here
+    /// or, with `driver_busy`, in the driver.
+    pub(crate) fn timeout(&self, driver_busy: bool) -> Option<Duration> {
+        let io = &self.io;
+        if driver_busy || self.must_not_wait() {
+            return Some(Duration::ZERO);
+        }
+        let deadlines =
+            [io.timers.next_deadline(), io.accept_resume_at, io.drain_deadline, io.lingering.next_deadline()];
+        timeout_until(Instant::now(), deadlines)
+    }
+
+    pub(crate) fn must_not_wait(&self) -> bool {
+        let io = &self.io;
+        !io.drained.is_empty() || !io.drained_later.is_empty() || !io.doomed.is_empty() || io.stop_requested
+    }
+
+    pub(crate) fn begin_turn(&mut self) {
+        self.io.stats.turns += 1;
+        self.io.now = Instant::now();
+    }
+
+    /// The loop's waker fired: a stop, perhaps.
+    pub(crate) fn woken(&mut self) {
+        if self.control.is_stopped() {
+            self.io.stop_requested = true;
+        }
+    }
+
+    /// After the events: drained notices, timers, deadlines, stop.
+    pub(crate) fn end_turn<D: Driver>(&mut self, d: &mut D) {
+        let later = std::mem::take(&mut self.io.drained_later);
+        self.io.drained.extend(later);
+        self.settle(d);
+        while let Some((timer, token)) = self.io.timers.pop_due(self.io.now) {
+            self.handler.on_timer(&mut self.io, timer, token);
+            self.settle(d);
+        }
+        while let Some(id) = self.io.lingering.pop_due(self.io.now) {
+            let reason = self.io.closing_reason();
+            self.io.doom(id, reason);
+        }
+        if self.io.accept_resume_at.is_some_and(|t| t <= self.io.now) {
+            self.io.accept_resume_at = None;
+        }
+        if self.control.is_stopped() || self.io.stop_requested {
+            self.io.begin_shutdown();
+        }
+        if self.io.drain_deadline.is_some_and(|t| t <= self.io.now) {
+            for id in self.io.conns.ids() {
+                self.io.doom(id, CloseReason::Shutdown);
+            }
+        }
+        self.settle(d);
+    }
+
+    /// A connection was accepted: watch it, then let the handler make its
+    /// state (or refuse it, when the driver cannot watch it).
+    pub(crate) fn accepted<D: Driver>(&mut self, d: &mut D, fd: Fd) {
+        if self.io.shutting_down {
+            return; // accepted just before the stop took effect: refuse it
+        }
+        self.io.accept_succeeded();
+        let id = self.io.insert(fd, 0, None);
+        if let Err(e) = d.adopt(&mut self.io, id) {
+            // select cannot watch fd >= FD_SETSIZE: refuse this one, loudly.
+            if let Some(c) = self.io.conns.remove(id) {
+                d.release(id, c.fd, c.driver);
+            }
+            self.io.stats.refused += 1;
+            self.handler.on_refused(&e);
+            return;
+        }
+        self.io.stats.accepted += 1;
+        let state = self.handler.on_accept(&mut self.io, id);
+        self.io.put_back(id, Vec::new(), state);
+        self.settle(d);
+    }
+
+    /// An outbound connect finished.
+    pub(crate) fn connected(&mut self, id: ConnId) {
+        if !self.io.connected(id) {
+            return;
+        }
+        if let Some((pending, mut state)) = self.io.take_for_callback(id) {
+            self.handler.on_connect(&mut self.io, id, &mut state);
+            self.io.put_back(id, pending, state);
+        }
+    }
+
+    /// Bytes arrived: hands them, after any the handler left unconsumed,
+    /// to the handler (discarded once the connection is closing).
+    pub(crate) fn received(&mut self, id: ConnId, data: &[u8]) {
+        if !self.io.delivers(id) {
+            return;
+        }
+        self.io.stats.bytes_in += data.len() as u64;
+        self.io.stats.reads += 1;
+        let Some((mut pending, mut state)) = self.io.take_for_callback(id) else { return };
+        let io = &mut self.io;
+        if pending.is_empty() {
+            // Nothing held back: no copy.
+            let consumed = self.handler.on_data(io, id, &mut state, data).min(data.len());
+            pending.extend_from_slice(&data[consumed..]);
+        } else {
+            pending.extend_from_slice(data);
+            let consumed = self.handler.on_data(io, id, &mut state, &pending).min(pending.len());
+            pending.drain(..consumed);
+        }
+        let overflow = pending.len() > io.cfg.max_input;
+        io.put_back(id, pending, state);
+        if overflow {
+            io.doom(id, CloseReason::InputLimit);
+        }
+    }
+
+    /// Carries out what callbacks asked for, closes doomed connections and
+    /// delivers drained notices, until none are left.
+    pub(crate) fn settle<D: Driver>(&mut self, d: &mut D) {
+        loop {
+            if let Some((id, addr)) = self.io.connecting.pop() {
+                d.connect(&mut self.io, id, addr);
+            } else if let Some(id) = self.io.pop_dirty() {
+                d.sync(&mut self.io, id);
+            } else if let Some((id, reason)) = self.io.doomed.pop_front() {
+                self.finalize(d, id, reason);
+            } else if let Some(id) = self.io.drained.pop() {
+                if let Some((pending, mut state)) = self.io.take_for_callback(id) {
+                    self.handler.on_drained(&mut self.io, id, &mut state);
+                    self.io.put_back(id, pending, state);
+                }
+            } else {
+                break;
+            }
+        }
+        let accept = self.io.accept_budget();
+        d.accept(&mut self.io, accept);
+    }
+
+    fn finalize<D: Driver>(&mut self, d: &mut D, id: ConnId, reason: CloseReason) {
+        let Some(c) = self.io.conns.remove(id) else { return };
+        let (fd, driver_bits, state) = self.io.dismantle(c);
+        d.release(id, fd, driver_bits);
+        self.io.stats.closed += 1;
+        if !reason.is_clean() {
+            self.io.stats.closed_abnormally += 1;
+        }
+        self.io.released();
+        if let Some(state) = state {
+            self.handler.on_close(&mut self.io, id, state, &reason);
+        }
+    }
+
+    /// The loop's figures, with the syscalls its thread made.
+    pub(crate) fn finish(self, uring_setup: Option<&'static str>) -> LoopStats {
+        let mut stats = self.io.stats;
+        stats.syscalls = sys::counts().since(&self.counts_before);
+        stats.wall = self.start.elapsed();
+        stats.uring_setup = uring_setup;
+        stats
+    }
+}

@@ -1,0 +1,68 @@
+//! [`Handler`]: a protocol, written once for every backend.
+
+use super::{CloseReason, ConnId, Io, TimerId};
+use crate::error::Error;
+
+/// A protocol, written once for every backend.
+///
+/// The loop calls these methods on its own thread; each receives the
+/// loop's [`Io`] to write, close, connect, set timers or stop. Every
+/// connection carries a [`Handler::Conn`] state owned by the loop: made by
+/// [`on_accept`](Handler::on_accept) (or handed to [`Io::connect`]), lent to
+/// each callback, and handed back by value to
+/// [`on_close`](Handler::on_close), exactly once.
+///
+/// ```
+/// use iomux::runtime::{ConnId, Handler, Io};
+///
+/// /// Echoes every byte and counts them per connection.
+/// struct Echo;
+///
+/// impl Handler for Echo {
+///     type Conn = u64; // bytes echoed on this connection
+///
+///     fn on_accept(&mut self, _io: &mut Io<u64>, _conn: ConnId) -> u64 {
+///         0
+///     }
+///
+///     fn on_data(&mut self, io: &mut Io<u64>, conn: ConnId, echoed: &mut u64, data: &[u8]) -> usize {
+///         io.write(conn, data);
+///         *echoed += data.len() as u64;
+///         data.len() // all consumed
+///     }
+/// }
+/// ```
+pub trait Handler {
+    /// Per-connection state (use `()` for none).
+    type Conn;
+
+    /// The loop is set up and about to wait for the first time: a client
+    /// opens its first connections here.
+    fn on_start(&mut self, _io: &mut Io<Self::Conn>) {}
+
+    /// A connection was accepted; returns its state.
+    fn on_accept(&mut self, io: &mut Io<Self::Conn>, conn: ConnId) -> Self::Conn;
+
+    /// An outbound connection opened with [`Io::connect`] is established.
+    fn on_connect(&mut self, _io: &mut Io<Self::Conn>, _conn: ConnId, _state: &mut Self::Conn) {}
+
+    /// Bytes arrived. Returns how many were consumed; the rest is handed
+    /// back, followed by what arrives next, on the next call. More than
+    /// [`ConfigBuilder::max_input`](super::ConfigBuilder::max_input) bytes
+    /// left unconsumed close the connection with
+    /// [`CloseReason::InputLimit`].
+    fn on_data(&mut self, io: &mut Io<Self::Conn>, conn: ConnId, state: &mut Self::Conn, data: &[u8]) -> usize;
+
+    /// The output became empty after [`Io::notify_drained`].
+    fn on_drained(&mut self, _io: &mut Io<Self::Conn>, _conn: ConnId, _state: &mut Self::Conn) {}
+
+    /// The connection is closed and its id is dead; its state comes back.
+    fn on_close(&mut self, _io: &mut Io<Self::Conn>, _conn: ConnId, _state: Self::Conn, _reason: &CloseReason) {}
+
+    /// A timer set with [`Io::set_timer`] is due; `token` is what was set.
+    fn on_timer(&mut self, _io: &mut Io<Self::Conn>, _timer: TimerId, _token: u64) {}
+
+    /// An accepted connection was closed at once because the backend
+    /// cannot watch it (select: descriptor number >= FD_SETSIZE).
+    fn on_refused(&mut self, _error: &Error) {}
+}

@@ -1,0 +1,553 @@
+//! [`Io`]: what a handler may do, and the one connection state machine
+//! every driver shares (output and its bound, backpressure, half-close,
+//! close with pending output, lingering close, timers, stop).
+//!
+//! A driver never decides policy: it tells the core what the kernel did
+//! (bytes received, EOF, bytes sent, an error) and carries out what the
+//! core asks for, which the core leaves in `dirty` (a connection whose
+//! reading or output changed), `doomed` (to close) and the accept budget.
+
+use super::slab::Slab;
+use super::stats::LoopStats;
+use super::timers::{Deadlines, TimerId, Timers};
+use super::{CloseReason, Config, ConnId};
+use crate::error::{Error, Result};
+use crate::sys::net::{self, Fd};
+use std::collections::VecDeque;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+// Connection state bits (the core's; drivers keep theirs in `Conn::driver`).
+pub(crate) const READ_CLOSED: u16 = 1; // the peer sent EOF
+pub(crate) const CLOSING: u16 = 2; // close once the output is sent; deliver nothing more
+pub(crate) const CONNECTING: u16 = 4; // outbound connect not finished
+const PAUSED: u16 = 8; // output over its bound: not reading
+const NOTIFY_DRAINED: u16 = 16;
+const DOOMED: u16 = 32; // queued for close
+const LINGER: u16 = 64; // FIN sent; reading and discarding until the peer's EOF
+const DIRTY: u16 = 128; // in the dirty list
+
+/// Output buffers kept for reuse, so a write costs no allocation and an
+/// idle connection owns no buffer.
+const POOL_MAX: usize = 256;
+const POOL_BUF_MAX: usize = 64 << 10;
+
+/// One connection, as every driver sees it.
+pub(crate) struct Conn<S> {
+    pub(crate) fd: Fd,
+    /// Written by the handler and not yet sent (readiness) or not yet
+    /// handed to the kernel (completion), from `out_pos` on.
+    out: Vec<u8>,
+    out_pos: usize,
+    /// Bytes handed to the kernel in a send that has not completed.
+    in_flight: usize,
+    pending_in: Vec<u8>,
+    flags: u16,
+    /// The driver's own bits (registered interest, receive armed, ...).
+    pub(crate) driver: u16,
+    /// The handler's state; taken out while a callback borrows it.
+    state: Option<S>,
+}
+
+impl<S> Conn<S> {
+    fn buffered(&self) -> usize {
+        self.out.len() - self.out_pos + self.in_flight
+    }
+    pub(crate) fn has(&self, flag: u16) -> bool {
+        self.flags & flag != 0
+    }
+    /// Whether the driver should read: to deliver, or (lingering) to discard.
+    pub(crate) fn reading(&self) -> bool {
+        if self.flags & (READ_CLOSED | CONNECTING | DOOMED) != 0 {
+            return false;
+        }
+        self.has(LINGER) || self.flags & (CLOSING | PAUSED) == 0
+    }
+    /// Output the driver has not handed to the kernel yet.
+    pub(crate) fn unsent(&self) -> &[u8] {
+        &self.out[self.out_pos..]
+    }
+    /// Bytes of the send in flight not yet confirmed (completion drivers).
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+}
+
+/// The loop as a handler sees it: write, close, connect, timers, stop.
+///
+/// Every method takes effect after the callback returns, in order: a write
+/// is queued and sent by the loop right after the callback, whatever the
+/// backend, so all backends behave the same.
+pub struct Io<S> {
+    pub(crate) cfg: Config,
+    pub(crate) conns: Slab<Conn<S>>,
+    pub(crate) timers: Timers,
+    pub(crate) now: Instant,
+    pub(crate) stats: LoopStats,
+    pub(crate) dirty: Vec<ConnId>,
+    pub(crate) doomed: VecDeque<(ConnId, CloseReason)>,
+    pub(crate) drained: Vec<ConnId>,
+    pub(crate) drained_later: Vec<ConnId>,
+    pub(crate) lingering: Deadlines,
+    pool: Vec<Vec<u8>>,
+    pub(crate) stop_requested: bool,
+    pub(crate) shutting_down: bool,
+    pub(crate) has_listener: bool,
+    /// Accepting paused until then (EMFILE/ENFILE back-off).
+    pub(crate) accept_resume_at: Option<Instant>,
+    /// The next back-off: doubles while accepting keeps failing, so a
+    /// loop out of descriptors wakes (and wakes an SQPOLL thread) rarely.
+    accept_backoff: Duration,
+    pub(crate) drain_deadline: Option<Instant>,
+    /// Outbound connects the driver has not started yet.
+    pub(crate) connecting: Vec<(ConnId, SocketAddr)>,
+}
+
+impl<S> Io<S> {
+    pub(crate) fn new(cfg: &Config, has_listener: bool, now: Instant) -> Io<S> {
+        Io {
+            cfg: cfg.clone(),
+            conns: Slab::default(),
+            timers: Timers::default(),
+            now,
+            stats: LoopStats { loops: 1, ..LoopStats::default() },
+            dirty: Vec::new(),
+            doomed: VecDeque::new(),
+            drained: Vec::new(),
+            drained_later: Vec::new(),
+            lingering: Deadlines::default(),
+            pool: Vec::new(),
+            stop_requested: false,
+            shutting_down: false,
+            has_listener,
+            accept_resume_at: None,
+            accept_backoff: cfg.accept_backoff,
+            drain_deadline: None,
+            connecting: Vec::new(),
+        }
+    }
+
+    // ------------------------------------------------------------ public
+
+    /// The loop's clock, read once per turn.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// Queues `data` on the connection's output, in order. Never drops
+    /// bytes: the output may pass its bound by one write, and then the loop
+    /// stops reading that connection until it drains to half the bound.
+    /// Returns false if the connection is gone or closing.
+    pub fn write(&mut self, conn: ConnId, data: &[u8]) -> bool {
+        let fresh = self.conns.get(conn).is_some_and(|c| c.out.capacity() == 0).then(|| self.pool.pop());
+        let Some(c) = self.conns.get_mut(conn) else { return false };
+        if c.has(DOOMED) {
+            return false;
+        }
+        if data.is_empty() {
+            return true;
+        }
+        if let Some(Some(buf)) = fresh {
+            c.out = buf;
+        }
+        c.out.extend_from_slice(data);
+        self.stats.peak_output = self.stats.peak_output.max(c.buffered() as u64);
+        self.update_backpressure(conn);
+        self.mark_dirty(conn);
+        true
+    }
+
+    /// Output bytes queued and not yet sent (0 for a closed connection).
+    pub fn buffered(&self, conn: ConnId) -> usize {
+        self.conns.get(conn).map_or(0, Conn::buffered)
+    }
+
+    /// Calls [`Handler::on_drained`](super::Handler::on_drained) once, when
+    /// the output is next empty (on the next turn if it is empty now).
+    pub fn notify_drained(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.get_mut(conn) else { return };
+        if c.buffered() == 0 && !c.has(CONNECTING) {
+            // Next turn, after events and timers, so a handler that writes
+            // from on_drained cannot starve them.
+            self.drained_later.push(conn);
+        } else {
+            c.flags |= NOTIFY_DRAINED;
+        }
+    }
+
+    /// Closes the connection once its queued output is sent. From now on
+    /// nothing more is delivered and the loop stops reading it, so a peer
+    /// that keeps sending is held back by TCP flow control; once the
+    /// output is out, the loop sends FIN and discards input until the
+    /// peer's EOF or [`Config`]'s linger time, so the close never turns
+    /// into a reset that would destroy output the peer has not read.
+    pub fn close(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.get_mut(conn) else { return };
+        c.flags |= CLOSING;
+        if c.buffered() == 0 {
+            self.linger(conn);
+        }
+        self.mark_dirty(conn);
+    }
+
+    /// Opens an outbound TCP connection that owns `state`.
+    /// [`Handler::on_connect`](super::Handler::on_connect) follows, or
+    /// [`Handler::on_close`](super::Handler::on_close) with
+    /// [`CloseReason::ConnectFailed`]. `source` binds a local address first
+    /// (IP_BIND_ADDRESS_NO_PORT: the port is chosen at connect time, so
+    /// several source addresses multiply the usable ports).
+    pub fn connect(&mut self, addr: SocketAddr, source: Option<IpAddr>, state: S) -> Result<ConnId> {
+        let err = |syscall, e| Error::sys("connect", syscall, None, e);
+        let fd = net::tcp_socket(&addr, false).map_err(|e| err("socket", e))?;
+        if let Some(ip) = source {
+            if ip.is_ipv4() {
+                net::set_bind_address_no_port(fd.raw()).map_err(|e| err("setsockopt", e))?;
+            }
+            net::bind(fd.raw(), &SocketAddr::new(ip, 0)).map_err(|e| err("bind", e))?;
+        }
+        if self.cfg.nodelay {
+            net::set_nodelay(fd.raw()).map_err(|e| err("setsockopt", e))?;
+        }
+        let id = self.insert(fd, CONNECTING, Some(state));
+        self.connecting.push((id, addr));
+        Ok(id)
+    }
+
+    /// Calls [`Handler::on_timer`](super::Handler::on_timer) with `token`
+    /// at or after `at`, unless cancelled first.
+    pub fn set_timer(&mut self, at: Instant, token: u64) -> TimerId {
+        self.timers.add(at, token)
+    }
+
+    /// Cancels a timer; false if it already fired or was cancelled.
+    pub fn cancel_timer(&mut self, timer: TimerId) -> bool {
+        self.timers.cancel(timer)
+    }
+
+    /// The state of another connection (None for one that is closed, and
+    /// for the connection whose callback is running: that one is the
+    /// callback's `state` argument).
+    pub fn state(&mut self, conn: ConnId) -> Option<&mut S> {
+        self.conns.get_mut(conn)?.state.as_mut()
+    }
+
+    /// Open connections in this loop.
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Stops the loop gracefully, as [`Control::stop`](super::Control::stop)
+    /// would: no more accepts, pending output is flushed (for at most the
+    /// drain timeout), then every connection closes.
+    pub fn stop(&mut self) {
+        self.stop_requested = true;
+    }
+}
+
+/// What accepting may do now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Accept {
+    /// No listener, or stopping: close the listener if there is one.
+    Closed,
+    /// Accept at most this many more (0: pause; `max_conns` reached or
+    /// backing off after EMFILE).
+    Up(usize),
+    /// Accept as many as arrive.
+    Unlimited,
+}
+
+/// Why a syscall's error closes a connection: a reset, or an error.
+pub(crate) fn io_reason(syscall: &'static str, e: io::Error) -> CloseReason {
+    match e.raw_os_error() {
+        Some(libc::ECONNRESET) | Some(libc::EPIPE) => CloseReason::Reset,
+        _ => CloseReason::Error { syscall, error: e },
+    }
+}
+
+// The driver's side: what the kernel did, and the requests it carries out.
+impl<S> Io<S> {
+    pub(crate) fn insert(&mut self, fd: Fd, flags: u16, state: Option<S>) -> ConnId {
+        let conn =
+            Conn { fd, out: Vec::new(), out_pos: 0, in_flight: 0, pending_in: Vec::new(), flags, driver: 0, state };
+        let id = self.conns.insert(conn);
+        self.stats.peak_conns = self.stats.peak_conns.max(self.conns.len() as u64);
+        self.mark_dirty(id);
+        id
+    }
+
+    /// Takes a removed connection apart: its descriptor, the driver's
+    /// bits and the handler's state; its output buffer goes to the pool.
+    pub(crate) fn dismantle(&mut self, c: Conn<S>) -> (Fd, u16, Option<S>) {
+        let Conn { fd, out, driver, state, .. } = c;
+        self.recycle(out);
+        (fd, driver, state)
+    }
+
+    pub(crate) fn conn(&self, id: ConnId) -> Option<&Conn<S>> {
+        self.conns.get(id)
+    }
+
+    pub(crate) fn conn_mut(&mut self, id: ConnId) -> Option<&mut Conn<S>> {
+        self.conns.get_mut(id)
+    }
+
+    /// Asks the driver to look at the connection again after the callback.
+    pub(crate) fn mark_dirty(&mut self, id: ConnId) {
+        if let Some(c) = self.conns.get_mut(id) {
+            if !c.has(DIRTY) {
+                c.flags |= DIRTY;
+                self.dirty.push(id);
+            }
+        }
+    }
+
+    /// The next connection the driver must look at, if any.
+    pub(crate) fn pop_dirty(&mut self) -> Option<ConnId> {
+        while let Some(id) = self.dirty.pop() {
+            if let Some(c) = self.conns.get_mut(id) {
+                c.flags &= !DIRTY;
+                if !c.has(DOOMED) {
+                    return Some(id);
+                }
+            }
+        }
+        None
+    }
+
+    pub(crate) fn closing_reason(&self) -> CloseReason {
+        CloseReason::closing(self.shutting_down)
+    }
+
+    pub(crate) fn doom(&mut self, id: ConnId, reason: CloseReason) {
+        if let Some(c) = self.conns.get_mut(id) {
+            if !c.has(DOOMED) {
+                c.flags |= DOOMED;
+                self.doomed.push_back((id, reason));
+            }
+        }
+    }
+
+    /// A syscall on the connection failed: it closes (reset or error).
+    pub(crate) fn failed(&mut self, id: ConnId, syscall: &'static str, e: io::Error) {
+        self.doom(id, io_reason(syscall, e));
+    }
+
+    /// Output sent and closing: FIN now, then discard input until the
+    /// peer's EOF (or the linger time), so close never meets unread data
+    /// (which would turn it into a RST that destroys output in flight).
+    fn linger(&mut self, id: ConnId) {
+        let until = self.now + self.cfg.linger;
+        let Some(c) = self.conns.get_mut(id) else { return };
+        if c.has(LINGER) {
+            return;
+        }
+        if c.has(READ_CLOSED) || c.has(CONNECTING) {
+            let reason = self.closing_reason();
+            return self.doom(id, reason);
+        }
+        if let Err(e) = net::shutdown_write(c.fd.raw()) {
+            return self.failed(id, "shutdown", e);
+        }
+        c.flags |= LINGER;
+        self.lingering.push(until, id);
+        self.mark_dirty(id);
+    }
+
+    /// Pauses reading over the output bound, resumes at half of it.
+    fn update_backpressure(&mut self, id: ConnId) {
+        let max = self.cfg.max_output;
+        let Some(c) = self.conns.get_mut(id) else { return };
+        let buffered = c.buffered();
+        let paused = c.has(PAUSED);
+        if buffered >= max && !paused {
+            c.flags |= PAUSED;
+        } else if paused && buffered <= max / 2 {
+            c.flags &= !PAUSED;
+        } else {
+            return;
+        }
+        self.mark_dirty(id);
+    }
+
+    /// The driver sent `n` bytes of the connection's output (from
+    /// `unsent()` directly, or of the send in flight).
+    pub(crate) fn sent(&mut self, id: ConnId, n: usize) {
+        let Some(c) = self.conns.get_mut(id) else { return };
+        self.stats.bytes_out += n as u64;
+        if c.in_flight > 0 {
+            c.in_flight -= n.min(c.in_flight);
+        } else {
+            c.out_pos += n.min(c.out.len() - c.out_pos);
+            if c.out_pos == c.out.len() {
+                let buf = std::mem::take(&mut c.out);
+                c.out_pos = 0;
+                self.recycle(buf);
+            } else if c.out_pos >= POOL_BUF_MAX && c.out_pos * 2 >= c.out.len() {
+                // Mostly sent: drop the sent front rather than grow.
+                c.out.drain(..c.out_pos);
+                c.out_pos = 0;
+            }
+        }
+        let Some(c) = self.conns.get(id) else { return };
+        if c.buffered() == 0 {
+            self.on_empty(id);
+        }
+        self.update_backpressure(id);
+    }
+
+    /// Hands the unsent output to the driver as one buffer for a send in
+    /// flight (completion drivers); `sent` then counts it down.
+    pub(crate) fn take_output(&mut self, id: ConnId) -> Option<Vec<u8>> {
+        let c = self.conns.get_mut(id)?;
+        if c.out.len() == c.out_pos || c.in_flight > 0 || c.has(CONNECTING) {
+            return None;
+        }
+        let mut buf = std::mem::take(&mut c.out);
+        buf.drain(..c.out_pos);
+        c.out_pos = 0;
+        c.in_flight = buf.len();
+        Some(buf)
+    }
+
+    /// A send in flight ended without sending everything it held (an
+    /// error): forget it.
+    pub(crate) fn send_aborted(&mut self, id: ConnId) {
+        if let Some(c) = self.conns.get_mut(id) {
+            c.in_flight = 0;
+        }
+    }
+
+    /// A buffer the driver no longer needs, for the next write.
+    pub(crate) fn recycle(&mut self, mut buf: Vec<u8>) {
+        if self.pool.len() < POOL_MAX && buf.capacity() > 0 && buf.capacity() <= POOL_BUF_MAX {
+            buf.clear();
+            self.pool.push(buf);
+        }
+    }
+
+    /// The output just became empty.
+    fn on_empty(&mut self, id: ConnId) {
+        let Some(c) = self.conns.get_mut(id) else { return };
+        if c.has(NOTIFY_DRAINED) {
+            // Next turn, after events and timers: a handler that writes
+            // again from on_drained, into a socket with room, would
+            // otherwise never let the turn end.
+            c.flags &= !NOTIFY_DRAINED;
+            self.drained_later.push(id);
+        }
+        if c.has(CLOSING) {
+            self.linger(id);
+        } else if c.has(READ_CLOSED) {
+            self.doom(id, CloseReason::PeerClosed);
+        }
+    }
+
+    /// The peer sent EOF.
+    pub(crate) fn peer_eof(&mut self, id: ConnId) {
+        let Some(c) = self.conns.get_mut(id) else { return };
+        if c.has(LINGER) {
+            let reason = self.closing_reason();
+            return self.doom(id, reason);
+        }
+        c.flags |= READ_CLOSED;
+        if c.buffered() == 0 {
+            self.doom(id, CloseReason::PeerClosed);
+        } else {
+            // Half-close: finish sending what the peer asked for, then close.
+            self.mark_dirty(id);
+        }
+    }
+
+    /// The outbound connect finished; false if the connection is gone.
+    pub(crate) fn connected(&mut self, id: ConnId) -> bool {
+        let Some(c) = self.conns.get_mut(id) else { return false };
+        c.flags &= !CONNECTING;
+        self.stats.connected += 1;
+        self.mark_dirty(id);
+        true
+    }
+
+    /// Takes the input left over from the last delivery, and the state.
+    pub(crate) fn take_for_callback(&mut self, id: ConnId) -> Option<(Vec<u8>, S)> {
+        let c = self.conns.get_mut(id)?;
+        let state = c.state.take()?;
+        Some((std::mem::take(&mut c.pending_in), state))
+    }
+
+    /// Puts back what `take_for_callback` took; the connection is still in
+    /// the slab (connections leave it only between callbacks).
+    pub(crate) fn put_back(&mut self, id: ConnId, pending: Vec<u8>, state: S) {
+        if let Some(c) = self.conns.get_mut(id) {
+            c.state = Some(state);
+            c.pending_in = pending;
+        }
+    }
+
+    /// Whether received bytes go to the handler (not after `close`).
+    pub(crate) fn delivers(&self, id: ConnId) -> bool {
+        self.conns.get(id).is_some_and(|c| !c.has(CLOSING) && !c.has(DOOMED))
+    }
+
+    /// How many more connections accepting may take now.
+    pub(crate) fn accept_budget(&self) -> Accept {
+        if !self.has_listener || self.shutting_down {
+            return Accept::Closed;
+        }
+        if self.accept_resume_at.is_some() {
+            return Accept::Up(0);
+        }
+        match self.cfg.max_conns {
+            Some(max) => Accept::Up(max.saturating_sub(self.conns.len())),
+            None => Accept::Unlimited,
+        }
+    }
+
+    /// An accept failed with `e`: ignore what concerns one connection only,
+    /// back off from what concerns them all (out of descriptors or memory).
+    pub(crate) fn accept_failed(&mut self, e: &io::Error) {
+        match e.raw_os_error() {
+            Some(libc::EAGAIN | libc::EINTR | libc::ECONNABORTED | libc::EPROTO | libc::EPERM | libc::ECANCELED) => {}
+            _ => {
+                self.stats.accept_backoffs += 1;
+                self.accept_resume_at = Some(self.now + self.accept_backoff);
+                self.accept_backoff = (self.accept_backoff * 2).min(MAX_ACCEPT_BACKOFF);
+            }
+        }
+    }
+
+    /// An accept succeeded: the next failure backs off from the start.
+    pub(crate) fn accept_succeeded(&mut self) {
+        self.accept_backoff = self.cfg.accept_backoff;
+    }
+
+    /// A connection closed: a descriptor is free, so accept again now.
+    pub(crate) fn released(&mut self) {
+        self.accept_resume_at = None;
+    }
+
+    /// Begins a graceful stop: no more accepts, idle connections close,
+    /// the others once their output is sent (or at the drain deadline).
+    pub(crate) fn begin_shutdown(&mut self) {
+        // Handled: later turns may wait again (for the output to drain).
+        self.stop_requested = false;
+        if self.shutting_down {
+            return;
+        }
+        self.shutting_down = true;
+        self.accept_resume_at = None;
+        self.drain_deadline = Some(self.now + self.cfg.drain_timeout);
+        for id in self.conns.ids() {
+            if self.buffered(id) == 0 {
+                self.doom(id, CloseReason::Shutdown);
+            } else if let Some(c) = self.conns.get_mut(id) {
+                c.flags |= CLOSING;
+                self.mark_dirty(id);
+            }
+        }
+    }
+}
+
+/// The longest accept back-off: longer than an SQPOLL thread's idle time,
+/// so a loop that is out of descriptors lets that thread sleep.
+const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);

@@ -1,0 +1,265 @@
+//! [`Runtime`]: N share-nothing loops on N threads, for a server (each
+//! loop with its own listener) or a client (no listener), stopped together.
+
+use super::stats::LoopStats;
+use super::{completion, readiness, Config, Control, Handler};
+use crate::error::{Error, Result};
+use crate::poller::Backend;
+use crate::sys::net::{self, Fd};
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{IntoRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// Listen backlog: at least the kernel's usual somaxconn, so a burst of
+/// connects waits in the queue instead of being dropped.
+const BACKLOG: i32 = 4096;
+
+/// Runs loops: `threads` of them, each on its own thread with its own
+/// handler, its own poller or ring and (for a server) its own listener.
+///
+/// ```no_run
+/// use iomux::runtime::{Config, ConnId, Handler, Io, Runtime};
+///
+/// struct Echo;
+/// impl Handler for Echo {
+///     type Conn = ();
+///     fn on_accept(&mut self, _: &mut Io<()>, _: ConnId) {}
+///     fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut (), data: &[u8]) -> usize {
+///         io.write(conn, data);
+///         data.len()
+///     }
+/// }
+///
+/// let runtime = Runtime::new(Config::default(), 2)?
+///     .bind("127.0.0.1:7878".parse().unwrap())?
+///     .stop_on_signals();
+/// let finished = runtime.run(|_loop_index| Echo)?;
+/// println!("{} connections served", finished.stats.accepted);
+/// # Ok::<(), iomux::Error>(())
+/// ```
+pub struct Runtime {
+    config: Config,
+    threads: usize,
+    listeners: Vec<Fd>,
+    local_addr: Option<SocketAddr>,
+    control: Control,
+    signals: bool,
+    on_ready: Option<Box<dyn FnOnce() + Send>>,
+}
+
+/// What a run of loops leaves: each loop's handler and figures, and the
+/// figures of all loops together.
+pub struct Finished<H> {
+    /// The handlers, in loop order.
+    pub handlers: Vec<H>,
+    /// Each loop's figures, in loop order.
+    pub loops: Vec<LoopStats>,
+    /// Every loop's figures merged.
+    pub stats: LoopStats,
+}
+
+impl Runtime {
+    /// `threads` loops (at least 1) with `config`; no listener yet.
+    pub fn new(config: Config, threads: usize) -> Result<Runtime> {
+        if threads == 0 {
+            return Err(Error::InvalidConfig { field: "threads", reason: "must be at least 1 loop".into() });
+        }
+        Ok(Runtime {
+            config,
+            threads,
+            listeners: Vec::new(),
+            local_addr: None,
+            control: Control::new(),
+            signals: false,
+            on_ready: None,
+        })
+    }
+
+    /// Listens on `addr`: one listener per loop, sharing the address with
+    /// SO_REUSEPORT when there are several (the kernel spreads connections
+    /// over them). Port 0 picks a free port: see [`Runtime::local_addr`].
+    pub fn bind(mut self, addr: SocketAddr) -> Result<Runtime> {
+        let reuse_port = self.threads > 1;
+        let bind_err = |addr, source| Error::Bind { addr, source };
+        let first = net::tcp_listener(&addr, reuse_port, BACKLOG).map_err(|e| bind_err(addr, e))?;
+        let local =
+            net::local_addr(first.raw()).map_err(|e| Error::sys("listen", "getsockname", Some(first.raw()), e))?;
+        self.listeners = vec![first];
+        for _ in 1..self.threads {
+            self.listeners.push(net::tcp_listener(&local, true, BACKLOG).map_err(|e| bind_err(local, e))?);
+        }
+        self.local_addr = Some(local);
+        Ok(self)
+    }
+
+    /// Serves connections from a listener made elsewhere (every loop
+    /// accepts from it). It is made non-blocking; TCP_NODELAY is set on
+    /// it, so accepted connections inherit it.
+    pub fn listener(mut self, listener: TcpListener) -> Result<Runtime> {
+        let sys_err = |syscall, e| Error::sys("listen", syscall, None, e);
+        listener.set_nonblocking(true).map_err(|e| sys_err("fcntl", e))?;
+        let local = listener.local_addr().map_err(|e| sys_err("getsockname", e))?;
+        let mut fds = Vec::with_capacity(self.threads);
+        for _ in 1..self.threads {
+            let dup = listener.try_clone().map_err(|e| sys_err("fcntl(F_DUPFD_CLOEXEC)", e))?;
+            fds.push(adopt(dup));
+        }
+        fds.push(adopt(listener));
+        for fd in &fds {
+            net::set_nodelay(fd.raw()).map_err(|e| Error::sys("listen", "setsockopt", Some(fd.raw()), e))?;
+        }
+        self.listeners = fds;
+        self.local_addr = Some(local);
+        Ok(self)
+    }
+
+    /// The address the loops listen on, once bound.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.local_addr
+    }
+
+    /// A handle that stops the loops from another thread.
+    pub fn control(&self) -> Control {
+        self.control.clone()
+    }
+
+    /// Uses `control` (shared with other code) instead of a new one, so
+    /// that stopping it stops these loops.
+    pub fn controlled_by(mut self, control: Control) -> Runtime {
+        self.control = control;
+        self
+    }
+
+    /// Stops the loops gracefully on SIGINT or SIGTERM (while they run); a
+    /// second signal ends the process as the signal's default would.
+    pub fn stop_on_signals(mut self) -> Runtime {
+        self.signals = true;
+        self
+    }
+
+    /// Calls `ready` once every loop is set up (poller or ring, buffers,
+    /// listener registered): from then on connections are served. It is
+    /// not called when a set-up step fails.
+    pub fn on_ready(mut self, ready: impl FnOnce() + Send + 'static) -> Runtime {
+        self.on_ready = Some(Box::new(ready));
+        self
+    }
+
+    /// Runs the loops until they stop: a server until [`Control::stop`]
+    /// (or a signal), a client until its handlers have nothing left to do.
+    /// `make_handler(i)` builds loop `i`'s handler on that loop's thread
+    /// (so it may pin the thread, for instance). One loop failing stops
+    /// the others; the first error is returned.
+    pub fn run<H, F>(self, make_handler: F) -> Result<Finished<H>>
+    where
+        H: Handler + Send,
+        F: Fn(usize) -> H + Sync,
+    {
+        let Runtime { config, threads, listeners, control, signals, on_ready, .. } = self;
+        let signal_thread = if signals { Some(SignalThread::start(&control)?) } else { None };
+        let ready = Ready { remaining: AtomicUsize::new(threads), callback: Mutex::new(on_ready) };
+        let mut listeners = listeners.into_iter();
+        let results: Vec<Result<(H, LoopStats)>> = std::thread::scope(|scope| {
+            let mut handles = Vec::with_capacity(threads);
+            for i in 0..threads {
+                let listener = listeners.next();
+                let (make_handler, config, control, ready) = (&make_handler, &config, &control, &ready);
+                let spawned =
+                    std::thread::Builder::new().name(format!("iomux-loop-{i}")).spawn_scoped(scope, move || {
+                        let mut handler = make_handler(i);
+                        let result = run_loop(config, listener, &mut handler, control, &|| ready.one_ready());
+                        if result.is_err() {
+                            control.stop(); // one loop failing stops the others too
+                        }
+                        result.map(|stats| (handler, stats))
+                    });
+                handles.push(spawned.map_err(Error::Spawn));
+            }
+            handles.into_iter().map(|h| h?.join().unwrap_or(Err(Error::LoopPanicked))).collect()
+        });
+        drop(signal_thread);
+        let mut finished = Finished { handlers: Vec::new(), loops: Vec::new(), stats: LoopStats::default() };
+        for result in results {
+            let (handler, stats) = result?;
+            finished.stats.merge(&stats);
+            finished.loops.push(stats);
+            finished.handlers.push(handler);
+        }
+        Ok(finished)
+    }
+}
+
+fn adopt(listener: TcpListener) -> Fd {
+    Fd::adopt_new(OwnedFd::from(listener).into_raw_fd())
+}
+
+/// One loop on this thread: the completion driver for io_uring, the
+/// readiness driver for the others. `ready` is called once it is set up.
+fn run_loop<H: Handler>(
+    config: &Config,
+    listener: Option<Fd>,
+    handler: &mut H,
+    control: &Control,
+    ready: &dyn Fn(),
+) -> Result<LoopStats> {
+    match config.backend {
+        Backend::Uring | Backend::UringSqpoll => completion::run(config, listener, handler, control, ready),
+        _ => readiness::run(config, listener, handler, control, ready),
+    }
+}
+
+/// Counts loops that finished setting up; the last one calls back.
+struct Ready {
+    remaining: AtomicUsize,
+    callback: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl Ready {
+    fn one_ready(&self) {
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            if let Some(callback) = self.callback.lock().ok().and_then(|mut c| c.take()) {
+                callback();
+            }
+        }
+    }
+}
+
+/// A thread that turns SIGINT/SIGTERM into [`Control::stop`] (signal-hook
+/// does the async-signal-safe part); closed when the loops end.
+struct SignalThread {
+    handle: signal_hook::iterator::Handle,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SignalThread {
+    fn start(control: &Control) -> Result<SignalThread> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+            .map_err(|e| Error::sys("signals", "sigaction", None, e))?;
+        let handle = signals.handle();
+        let control = control.clone();
+        let thread = std::thread::Builder::new()
+            .name("iomux-signals".into())
+            .spawn(move || {
+                for signal in signals.forever() {
+                    if control.is_stopped() {
+                        // A second signal: do what it would have done.
+                        let _ = signal_hook::low_level::emulate_default_handler(signal);
+                    }
+                    control.stop();
+                }
+            })
+            .map_err(Error::Spawn)?;
+        Ok(SignalThread { handle, thread: Some(thread) })
+    }
+}
+
+impl Drop for SignalThread {
+    fn drop(&mut self) {
+        self.handle.close();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
