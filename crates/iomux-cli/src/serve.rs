@@ -27,7 +27,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: u16,
     /// Connections per loop at most; accepting pauses at the limit.
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one)]
     max_conns: Option<usize>,
     /// Output bytes queued per connection before it stops being read.
     #[arg(long, default_value_t = 4 << 20)]
@@ -53,6 +53,16 @@ pub struct ServeArgs {
     /// output bound by what the ring holds.
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(64..=(1 << 20)))]
     ring_buffer_size: u32,
+}
+
+/// A count that must be at least 1 (`--max-conns 0` would refuse every
+/// connection).
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 pub fn run(args: ServeArgs) -> CliResult<ExitCode> {
