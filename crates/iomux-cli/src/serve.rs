@@ -66,6 +66,11 @@ fn at_least_one(s: &str) -> Result<usize, String> {
 }
 
 pub fn run(args: ServeArgs) -> CliResult<ExitCode> {
+    // The figures are written when the server stops: refuse a path they
+    // could not go to now, before serving.
+    if let Some(path) = &args.stats_file {
+        crate::stats::check_writable(path)?;
+    }
     let backend = match args.backend {
         Some(b) => b,
         None => Backend::from_env()?,
