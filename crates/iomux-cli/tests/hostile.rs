@@ -267,10 +267,27 @@ fn emfile_backoff_does_not_spin(backend: &str) {
     assert!(stats["accept_backoffs"].as_u64().unwrap() >= 1, "{backend}: never ran out of fds: {stats}");
 }
 
-/// Every set-up step succeeds before "listening" is printed: a client
-/// connects and is served right after it; and when set-up fails (the loop
-/// cannot have its descriptors; io_uring cannot have its buffer ring) the
-/// server exits with the reason and never said "listening".
+/// `iomux serve` on `backend`, any free port.
+fn serve_cmd(backend: &str) -> Command {
+    let mut cmd = iomux();
+    cmd.args(["serve", "--backend", backend, "--listen", "127.0.0.1:0"]);
+    cmd
+}
+
+/// The server fails to set up: it exits with the reason, naming it with
+/// `reason` (lower case), and never said "listening".
+fn assert_set_up_fails(backend: &str, cmd: &mut Command, reason: &[&str]) {
+    let r = run_within(cmd, Duration::from_secs(5));
+    assert!(r.failed(), "{backend}: serve did not fail ({:?}): {}", r.status, r.stderr);
+    let said = r.stderr.to_lowercase();
+    assert!(reason.iter().all(|w| said.contains(w)), "{backend}: no reason ({reason:?}) given: {}", r.stderr);
+    assert!(!r.stdout.contains("listening"), "{backend}: said {:?} before failing: {}", r.stdout, r.stderr);
+}
+
+/// "listening" is printed once every set-up step succeeded: a client
+/// connecting right after it is served; and a server whose loop cannot
+/// have its descriptors (0-2 and the listener fit in 4; the poller or the
+/// waker do not) exits with the reason, never having said "listening".
 fn listening_means_ready(backend: &str) {
     let server = Serve::start(backend, &[]);
     let mut s = server.connect();
@@ -279,41 +296,37 @@ fn listening_means_ready(backend: &str) {
     assert!(echoed == b"right away", "{backend}: not served right after \"listening\": {why}");
     drop(s);
     server.stop();
+    assert_set_up_fails(backend, serve_cmd(backend).args(["--nofile", "4"]), &["too many open files"]);
+}
 
-    // Descriptors 0-2 and the listener (3) fit; the poller or waker do not.
-    let serve = || {
-        let mut cmd = iomux();
-        cmd.args(["serve", "--backend", backend, "--listen", "127.0.0.1:0"]);
-        cmd
+/// io_uring cannot have its buffer ring: 32768 x 1 MiB of receive buffers
+/// is a 32 GiB mapping, refused here (24 GiB of memory, no swap) and on
+/// any machine under the 4 GiB address-space limit set for the server.
+fn failed_buffer_ring_never_says_listening(backend: &str) {
+    let mut cmd = serve_cmd(backend);
+    cmd.args(["--ring-buffers", "32768", "--ring-buffer-size", "1048576"]);
+    // SAFETY: between fork and exec the closure only calls setrlimit,
+    // which is async-signal-safe, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit { rlim_cur: 4 << 30, rlim_max: 4 << 30 };
+            match libc::setrlimit(libc::RLIMIT_AS, &limit) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        })
     };
-    let r = run_within(serve().args(["--nofile", "4"]), Duration::from_secs(5));
-    assert!(r.failed(), "{backend}: serve with 4 descriptors did not fail ({:?}): {}", r.status, r.stderr);
-    assert!(r.stderr.contains("Too many open files"), "{backend}: no reason given: {}", r.stderr);
-    assert!(!r.stdout.contains("listening"), "{backend}: said {:?} before failing: {}", r.stdout, r.stderr);
+    assert_set_up_fails(backend, &mut cmd, &["buf", "memory"]);
+}
 
-    if backend.starts_with("uring") {
-        // 32768 x 1 MiB of receive buffers: a 32 GiB mapping, refused here
-        // (24 GiB of memory, no swap) and on any machine under a 4 GiB
-        // address-space limit.
-        let mut cmd = serve();
-        cmd.args(["--ring-buffers", "32768", "--ring-buffer-size", "1048576"]);
-        // SAFETY: between fork and exec the closure only calls setrlimit,
-        // which is async-signal-safe, and allocates nothing.
-        unsafe {
-            cmd.pre_exec(|| {
-                let limit = libc::rlimit { rlim_cur: 4 << 30, rlim_max: 4 << 30 };
-                match libc::setrlimit(libc::RLIMIT_AS, &limit) {
-                    0 => Ok(()),
-                    _ => Err(std::io::Error::last_os_error()),
-                }
-            })
-        };
-        let r = run_within(&mut cmd, Duration::from_secs(5));
-        let said = r.stderr.to_lowercase();
-        assert!(r.failed(), "{backend}: a 32 GiB buffer ring did not fail ({:?}): {}", r.status, r.stderr);
-        assert!(said.contains("buf") && said.contains("memory"), "{backend}: no reason given: {}", r.stderr);
-        assert!(!r.stdout.contains("listening"), "{backend}: said {:?} before failing: {}", r.stdout, r.stderr);
-    }
+#[test]
+fn failed_buffer_ring_never_says_listening_uring() {
+    failed_buffer_ring_never_says_listening("uring");
+}
+
+#[test]
+fn failed_buffer_ring_never_says_listening_uring_sqpoll() {
+    failed_buffer_ring_never_says_listening("uring-sqpoll");
 }
 
 on_every_backend! {
@@ -333,10 +346,7 @@ fn bad_output_paths(file: &TempFile) -> [PathBuf; 3] {
 fn serve_stats_file_checked_before_serving() {
     let file = TempFile::new("serve-file");
     for path in bad_output_paths(&file) {
-        let r = run_within(
-            iomux().args(["serve", "--listen", "127.0.0.1:0", "--stats-file"]).arg(&path),
-            Duration::from_secs(2),
-        );
+        let r = run_within(serve_cmd("epoll").arg("--stats-file").arg(&path), Duration::from_secs(2));
         let shown = path.display().to_string();
         assert!(r.failed(), "--stats-file {shown}: serve did not fail within 2 s ({:?}): {}", r.status, r.stdout);
         assert!(r.stderr.contains(&shown), "--stats-file {shown}: the error does not name it: {}", r.stderr);
@@ -390,10 +400,7 @@ fn report_of_a_missing_folder_says_so() {
 #[test]
 fn max_conns_zero_is_refused() {
     for backend in BACKENDS {
-        let r = run_within(
-            iomux().args(["serve", "--backend", backend, "--listen", "127.0.0.1:0", "--max-conns", "0"]),
-            Duration::from_secs(2),
-        );
+        let r = run_within(serve_cmd(backend).args(["--max-conns", "0"]), Duration::from_secs(2));
         assert_eq!(r.status.and_then(|s| s.code()), Some(2), "{backend}: --max-conns 0 not refused: {}", r.stdout);
         assert!(r.stderr.contains("at least 1"), "{backend}: no reason given: {}", r.stderr);
         assert!(!r.stdout.contains("listening"), "{backend}: {}", r.stdout);
