@@ -9,6 +9,8 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
@@ -108,14 +110,24 @@ pub fn run(args: ServeArgs) -> CliResult<ExitCode> {
     };
     let listeners = Listeners::bind(args.listen, usize::from(args.threads))?;
     let addr = listeners.local_addr();
-    println!(
+    let banner = format!(
         "iomux serve: listening on {addr} (pid {}, backend {backend}, proto {:?}, {} thread{})",
         std::process::id(),
         args.proto,
         args.threads,
         if args.threads == 1 { "" } else { "s" }
     );
-    std::io::stdout().flush()?;
+    // "listening" means ready: printed when the last loop starts, that is
+    // once every loop has its poller or ring, waker and buffers and waits
+    // for connections. A loop that cannot set up stops the others: then
+    // it is never printed.
+    let (loops, started) = (usize::from(args.threads), AtomicUsize::new(0));
+    let announce: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+        if started.fetch_add(1, Ordering::AcqRel) + 1 == loops {
+            println!("{banner}");
+            let _ = std::io::stdout().flush();
+        }
+    });
     let cpu = args.cpu;
     let stats = listeners.serve(
         &config,
@@ -125,7 +137,7 @@ pub fn run(args: ServeArgs) -> CliResult<ExitCode> {
                     eprintln!("iomux serve: cannot pin to CPU {cpu}: {e}");
                 }
             }
-            Server::new(args.proto)
+            Server::new(args.proto, announce.clone())
         },
         &control,
     )?;

@@ -2,6 +2,7 @@
 
 use iomux::runtime::{ConnId, Handler, Io};
 use iomux::Error;
+use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Proto {
@@ -14,15 +15,21 @@ pub enum Proto {
 pub struct Server {
     proto: Proto,
     refusals_reported: u32,
+    /// Called when the loop has set itself up and starts serving.
+    started: Arc<dyn Fn() + Send + Sync>,
 }
 
 impl Server {
-    pub fn new(proto: Proto) -> Server {
-        Server { proto, refusals_reported: 0 }
+    pub fn new(proto: Proto, started: Arc<dyn Fn() + Send + Sync>) -> Server {
+        Server { proto, refusals_reported: 0, started }
     }
 }
 
 impl Handler for Server {
+    fn on_start(&mut self, _io: &mut dyn Io) {
+        (self.started)();
+    }
+
     fn on_data(&mut self, io: &mut dyn Io, conn: ConnId, data: &[u8]) -> usize {
         if self.proto == Proto::Echo {
             io.write(conn, data);
