@@ -49,7 +49,7 @@ pub fn stats_json(stats: &LoopStats, backend: Backend, extra: &[(&str, String)])
 pub fn check_writable(path: &Path) -> CliResult<()> {
     let refuse = |why: String| format!("cannot write {}: {why}", path.display());
     if path.is_dir() {
-        return Err(refuse("it is a folder".into()).into());
+        return Err(refuse("it is a directory".into()).into());
     }
     let folder = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -57,7 +57,7 @@ pub fn check_writable(path: &Path) -> CliResult<()> {
     };
     match std::fs::metadata(folder) {
         Err(e) => return Err(refuse(format!("{}: {e}", folder.display())).into()),
-        Ok(m) if !m.is_dir() => return Err(refuse(format!("{} is not a folder", folder.display())).into()),
+        Ok(m) if !m.is_dir() => return Err(refuse(format!("{} is not a directory", folder.display())).into()),
         Ok(_) => {}
     }
     let existing = if path.exists() { path } else { folder };

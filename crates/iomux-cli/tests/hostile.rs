@@ -11,7 +11,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 use support::*;
@@ -276,6 +276,7 @@ fn serve_cmd(backend: &str) -> Command {
 
 /// The server fails to set up: it exits with the reason, naming it with
 /// `reason` (lower case), and never said "listening".
+#[track_caller]
 fn assert_set_up_fails(backend: &str, cmd: &mut Command, reason: &[&str]) {
     let r = run_within(cmd, Duration::from_secs(5));
     assert!(r.failed(), "{backend}: serve did not fail ({:?}): {}", r.status, r.stderr);
@@ -336,21 +337,37 @@ on_every_backend! {
     listening_means_ready,
 }
 
-/// Paths no output can be written to: under a missing folder, under a
-/// regular file, and a folder itself.
-fn bad_output_paths(file: &TempFile) -> [PathBuf; 3] {
-    [temp_path("missing").join("out.json"), file.0.join("out.json"), std::env::temp_dir()]
+/// Paths no output can be written to (under a missing folder, under a
+/// regular file, a folder itself), each with the reason to be given.
+fn bad_output_paths(file: &TempFile) -> [(PathBuf, &'static str); 3] {
+    [
+        (temp_path("missing").join("out.json"), "no such file or directory"),
+        (file.0.join("out.json"), "not a directory"),
+        (std::env::temp_dir(), "is a directory"),
+    ]
+}
+
+/// `cmd`, told to write to `path`, fails within 2 s, and its error names
+/// the path and the reason (lower case).
+#[track_caller]
+fn assert_refused(cmd: &mut Command, path: &Path, reason: &str) -> Finished {
+    let r = run_within(cmd, Duration::from_secs(2));
+    let shown = path.display().to_string();
+    assert!(r.failed(), "{shown}: did not fail within 2 s ({:?}): {}\n{}", r.status, r.stdout, r.stderr);
+    assert!(
+        r.stderr.contains(&shown) && r.stderr.to_lowercase().contains(reason),
+        "{shown}: the error names neither the path nor the reason ({reason}): {}",
+        r.stderr
+    );
+    r
 }
 
 #[test]
 fn serve_stats_file_checked_before_serving() {
     let file = TempFile::new("serve-file");
-    for path in bad_output_paths(&file) {
-        let r = run_within(serve_cmd("epoll").arg("--stats-file").arg(&path), Duration::from_secs(2));
-        let shown = path.display().to_string();
-        assert!(r.failed(), "--stats-file {shown}: serve did not fail within 2 s ({:?}): {}", r.status, r.stdout);
-        assert!(r.stderr.contains(&shown), "--stats-file {shown}: the error does not name it: {}", r.stderr);
-        assert!(!r.stdout.contains("listening"), "--stats-file {shown}: it started serving: {}", r.stdout);
+    for (path, reason) in bad_output_paths(&file) {
+        let r = assert_refused(serve_cmd("epoll").arg("--stats-file").arg(&path), &path, reason);
+        assert!(!r.stdout.contains("listening"), "--stats-file {}: it started serving: {}", path.display(), r.stdout);
     }
 }
 
@@ -358,13 +375,10 @@ fn serve_stats_file_checked_before_serving() {
 fn load_json_checked_before_the_load() {
     let server = Serve::start("epoll", &[]);
     let file = TempFile::new("load-file");
-    for path in bad_output_paths(&file) {
+    for (path, reason) in bad_output_paths(&file) {
         let mut cmd = iomux();
         cmd.args(["load", "--connect", &server.addr.to_string(), "--conns", "5", "--duration", "30", "--json"]);
-        let r = run_within(cmd.arg(&path), Duration::from_secs(2));
-        let shown = path.display().to_string();
-        assert!(r.failed(), "--json {shown}: load did not fail within 2 s ({:?}): {}", r.status, r.stdout);
-        assert!(r.stderr.contains(&shown), "--json {shown}: the error does not name it: {}", r.stderr);
+        assert_refused(cmd.arg(&path), &path, reason);
     }
     let (stats, _) = server.stop();
     assert_eq!(stats["accepted"], 0, "a load with nowhere to write its figures connected anyway: {stats}");
@@ -374,27 +388,13 @@ fn load_json_checked_before_the_load() {
 fn bench_out_checked_before_the_experiments() {
     let file = TempFile::new("bench-file");
     let out = file.0.join("sub");
-    let r = run_within(iomux().args(["bench", "syscall-rate", "--quick", "--out"]).arg(&out), Duration::from_secs(2));
-    let shown = out.display().to_string();
-    assert!(r.failed(), "--out {shown}: bench did not fail within 2 s ({:?}): {}", r.status, r.stderr);
-    assert!(
-        r.stderr.contains(&shown) && r.stderr.contains("Not a directory"),
-        "--out {shown}: the error names neither the path nor the reason: {}",
-        r.stderr
-    );
+    assert_refused(iomux().args(["bench", "syscall-rate", "--quick", "--out"]).arg(&out), &out, "not a directory");
 }
 
 #[test]
 fn report_of_a_missing_folder_says_so() {
     let dir = temp_path("no-such-results");
-    let r = run_within(iomux().arg("report").arg(&dir), Duration::from_secs(2));
-    let shown = dir.display().to_string();
-    assert!(r.failed(), "{:?}", r.status);
-    assert!(
-        r.stderr.contains(&shown) && r.stderr.contains("No such file or directory"),
-        "the error names neither the folder nor the reason: {}",
-        r.stderr
-    );
+    assert_refused(iomux().arg("report").arg(&dir), &dir, "no such file or directory");
 }
 
 #[test]
