@@ -27,7 +27,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: u16,
     /// Connections per loop at most; accepting pauses at the limit.
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one)]
     max_conns: Option<usize>,
     /// Output bytes queued per connection before it stops being read.
     #[arg(long, default_value_t = 4 << 20)]
@@ -55,7 +55,22 @@ pub struct ServeArgs {
     ring_buffer_size: u32,
 }
 
+/// A count that must be at least 1 (`--max-conns 0` would refuse every
+/// connection).
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 pub fn run(args: ServeArgs) -> CliResult<ExitCode> {
+    // The figures are written when the server stops: refuse a path they
+    // could not go to now, before serving.
+    if let Some(path) = &args.stats_file {
+        crate::stats::check_writable(path)?;
+    }
     let backend = match args.backend {
         Some(b) => b,
         None => Backend::from_env()?,

@@ -41,6 +41,35 @@ pub fn stats_json(stats: &LoopStats, backend: Backend, extra: &[(&str, String)])
     Ok(v)
 }
 
+/// Refuses, before any work starts, a path [`write_json`] could not write
+/// at the end: its folder must exist and be writable, and the path must
+/// not be a folder itself. Nothing is created or opened: a run that then
+/// fails for another reason leaves no empty file behind, and a file that
+/// is there keeps its figures until the new ones replace them.
+pub fn check_writable(path: &Path) -> CliResult<()> {
+    let refuse = |why: String| format!("cannot write {}: {why}", path.display());
+    if path.is_dir() {
+        return Err(refuse("it is a directory".into()).into());
+    }
+    let folder = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    match std::fs::metadata(folder) {
+        Err(e) => return Err(refuse(format!("{}: {e}", folder.display())).into()),
+        Ok(m) if !m.is_dir() => return Err(refuse(format!("{} is not a directory", folder.display())).into()),
+        Ok(_) => {}
+    }
+    let existing = if path.exists() { path } else { folder };
+    let c_path = std::ffi::CString::new(existing.as_os_str().as_encoded_bytes())
+        .map_err(|_| refuse("the path holds a NUL byte".into()))?;
+    // SAFETY: c_path is a NUL-terminated string that outlives the call.
+    if unsafe { libc::access(c_path.as_ptr(), libc::W_OK) } != 0 {
+        return Err(refuse(format!("{}: {}", existing.display(), std::io::Error::last_os_error())).into());
+    }
+    Ok(())
+}
+
 pub fn write_json(path: &Path, value: &Value) -> CliResult<()> {
     let text = serde_json::to_string_pretty(value)?;
     std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))?;

@@ -255,19 +255,6 @@ fn graceful_stop_flushes_output(backend: &str) {
     assert_eq!(stats["bytes_out"], data.len() as u64, "{backend}");
 }
 
-macro_rules! on_every_backend {
-    ($($test:ident),+ $(,)?) => {$(
-        mod $test {
-            #[test] fn select() { super::$test("select") }
-            #[test] fn poll() { super::$test("poll") }
-            #[test] fn epoll() { super::$test("epoll") }
-            #[test] fn epoll_et() { super::$test("epoll-et") }
-            #[test] fn uring() { super::$test("uring") }
-            #[test] fn uring_sqpoll() { super::$test("uring-sqpoll") }
-        }
-    )+};
-}
-
 on_every_backend! {
     echo_integrity,
     never_reading_client_is_bounded,

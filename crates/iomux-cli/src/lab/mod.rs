@@ -133,14 +133,21 @@ pub fn render_checks(checks: &[Check]) -> String {
 }
 
 pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
+    // The output folder first: one that cannot be written fails the run
+    // now, not after the experiments.
+    let out = output::OutDir::prepare(args.out.clone().unwrap_or_else(output::default_dir))?;
+    let result = run_into(args, out.path.clone());
+    if result.is_err() {
+        out.discard_if_empty();
+    }
+    result
+}
+
+fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
     // Raise the fd limit before describing the machine, so the description
     // shows the limit the experiments ran under.
     iomux::sys::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))?;
-    let settings = Settings {
-        full: args.full && !args.quick,
-        out_dir: args.out.unwrap_or_else(output::default_dir),
-        machine: Machine::describe(),
-    };
+    let settings = Settings { full: args.full && !args.quick, out_dir, machine: Machine::describe() };
     eprintln!(
         "iomux bench: {} settings; results in {}",
         if settings.full { "full" } else { "quick" },

@@ -28,6 +28,42 @@ pub fn utc_timestamp(unix_secs: u64) -> String {
     format!("{year:04}-{month:02}-{day:02}T{:02}-{:02}-{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
+/// The run's output folder, made ready before any experiment runs, so a
+/// folder that cannot be written fails the run at once, not after it.
+pub struct OutDir {
+    pub path: PathBuf,
+    /// The folders `prepare` made (the deepest first).
+    made: Vec<PathBuf>,
+}
+
+impl OutDir {
+    /// Creates `path` and its missing parents and checks it takes files
+    /// (with a probe file, created and removed).
+    pub fn prepare(path: PathBuf) -> CliResult<OutDir> {
+        let made: Vec<PathBuf> =
+            path.ancestors().take_while(|p| !p.as_os_str().is_empty() && !p.exists()).map(PathBuf::from).collect();
+        let fail = |path: &Path, e: std::io::Error| format!("cannot use {} as the output folder: {e}", path.display());
+        std::fs::create_dir_all(&path).map_err(|e| fail(&path, e))?;
+        let out = OutDir { path, made };
+        let probe = out.path.join(".iomux-probe");
+        if let Err(e) = std::fs::File::create(&probe).and_then(|_| std::fs::remove_file(&probe)) {
+            out.discard_if_empty();
+            return Err(fail(&out.path, e).into());
+        }
+        Ok(out)
+    }
+
+    /// Removes the folders `prepare` made, as long as they are empty: a run
+    /// that failed before writing anything leaves nothing behind.
+    pub fn discard_if_empty(&self) {
+        for dir in &self.made {
+            if std::fs::remove_dir(dir).is_err() {
+                break;
+            }
+        }
+    }
+}
+
 /// Writes one experiment's files and returns their paths.
 pub fn write_experiment(
     dir: &Path,

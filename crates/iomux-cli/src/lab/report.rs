@@ -93,6 +93,7 @@ pub fn markdown_to_html(md: &str) -> String {
 
 /// Writes `dir/report.html` from the experiments' files in `dir`.
 pub fn write(dir: &Path) -> CliResult<PathBuf> {
+    std::fs::read_dir(dir).map_err(|e| format!("cannot read the results folder {}: {e}", dir.display()))?;
     let mut body = String::new();
     let mut machine = None;
     let mut found = 0;

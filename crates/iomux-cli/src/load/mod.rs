@@ -108,6 +108,11 @@ pub struct Outcome {
 }
 
 pub fn run(args: LoadArgs) -> CliResult<ExitCode> {
+    // The figures are written at the end: refuse a path they could not go
+    // to now, before any load.
+    if let Some(path) = &args.json {
+        crate::stats::check_writable(path)?;
+    }
     let outcome = execute(&args, true)?;
     let r = &outcome.report;
     print_summary(&args, r);

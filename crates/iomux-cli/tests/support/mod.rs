@@ -11,6 +11,23 @@ use std::time::{Duration, Instant};
 
 pub const BACKENDS: [&str; 6] = ["select", "poll", "epoll", "epoll-et", "uring", "uring-sqpoll"];
 
+/// `on_every_backend! { f, g }`: a module per function, with one `#[test]`
+/// per backend calling `f("select")`, `f("poll")`, ... (the names in
+/// [`BACKENDS`]).
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($test:ident),+ $(,)?) => {$(
+        mod $test {
+            #[test] fn select() { super::$test("select") }
+            #[test] fn poll() { super::$test("poll") }
+            #[test] fn epoll() { super::$test("epoll") }
+            #[test] fn epoll_et() { super::$test("epoll-et") }
+            #[test] fn uring() { super::$test("uring") }
+            #[test] fn uring_sqpoll() { super::$test("uring-sqpoll") }
+        }
+    )+};
+}
+
 /// Tests that hold thousands of sockets take turns (the fd limit is per
 /// process, and ephemeral ports are per machine).
 pub fn heavy() -> MutexGuard<'static, ()> {
