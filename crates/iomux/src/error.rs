@@ -14,24 +14,71 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug)]
 pub enum Error {
     /// The mechanism cannot provide this mode (e.g. edge triggering on poll).
-    Unsupported { backend: &'static str, mode: Mode },
+    Unsupported {
+        /// The backend asked.
+        backend: &'static str,
+        /// The mode it cannot provide.
+        mode: Mode,
+    },
     /// `add` of a descriptor that is already registered.
-    AlreadyExists { backend: &'static str, fd: RawFd },
+    AlreadyExists {
+        /// The backend asked.
+        backend: &'static str,
+        /// The descriptor.
+        fd: RawFd,
+    },
     /// `modify`/`delete` of a descriptor that is not registered.
-    NotFound { backend: &'static str, fd: RawFd },
+    NotFound {
+        /// The backend asked.
+        backend: &'static str,
+        /// The descriptor.
+        fd: RawFd,
+    },
     /// select cannot watch this descriptor: its number is not below
     /// FD_SETSIZE, or the set already holds FD_SETSIZE descriptors.
-    FdSetSize { fd: RawFd, registered: usize },
+    FdSetSize {
+        /// The descriptor refused.
+        fd: RawFd,
+        /// How many descriptors the set holds.
+        registered: usize,
+    },
     /// io_uring cannot be used here; `reason` says why and how to fix it.
-    UringUnavailable { reason: String, source: io::Error },
+    UringUnavailable {
+        /// Why, and what would fix it.
+        reason: String,
+        /// The kernel's error.
+        source: io::Error,
+    },
     /// A syscall failed.
-    Sys { backend: &'static str, syscall: &'static str, fd: Option<RawFd>, source: io::Error },
+    Sys {
+        /// The backend (or layer: "listen", "connect", "signals") that made it.
+        backend: &'static str,
+        /// The call.
+        syscall: &'static str,
+        /// The descriptor it was made on, if any.
+        fd: Option<RawFd>,
+        /// The kernel's error.
+        source: io::Error,
+    },
     /// A backend name that is not one of [`crate::Backend::NAMES`].
-    UnknownBackend { name: String },
-    /// A configuration value is out of range; `field` names it.
-    InvalidConfig { field: &'static str, reason: String },
+    UnknownBackend {
+        /// The name given.
+        name: String,
+    },
+    /// A configuration value is out of range.
+    InvalidConfig {
+        /// The setting, as the builder method names it.
+        field: &'static str,
+        /// What it must be.
+        reason: String,
+    },
     /// A listener could not bind `addr`.
-    Bind { addr: SocketAddr, source: io::Error },
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The kernel's error.
+        source: io::Error,
+    },
     /// A loop thread could not be started.
     Spawn(io::Error),
     /// A loop's handler panicked; the other loops were stopped.

@@ -11,12 +11,14 @@ use std::time::Duration;
 
 const NAME: &str = "epoll";
 
+/// The epoll mechanism behind the [`Poller`](super::Poller) contract.
 pub struct EpollPoller {
     epfd: OwnedFd,
     waker: Option<Waker>,
 }
 
 impl EpollPoller {
+    /// A new, empty poller.
     pub fn new() -> Result<EpollPoller> {
         let epfd = sys::epoll_create1().map_err(|e| Error::sys(NAME, "epoll_create1", None, e))?;
         Ok(EpollPoller { epfd, waker: None })

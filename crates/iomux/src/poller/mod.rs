@@ -44,13 +44,18 @@ pub struct Interest(u8);
 impl Interest {
     /// Only errors and hang-ups (which epoll and poll always report).
     pub const NONE: Interest = Interest(0);
+    /// Data to read, EOF, or an error.
     pub const READABLE: Interest = Interest(1);
+    /// Room to write.
     pub const WRITABLE: Interest = Interest(2);
+    /// Both.
     pub const BOTH: Interest = Interest(3);
 
+    /// Whether READABLE is part of it.
     pub const fn is_readable(self) -> bool {
         self.0 & 1 != 0
     }
+    /// Whether WRITABLE is part of it.
     pub const fn is_writable(self) -> bool {
         self.0 & 2 != 0
     }
@@ -104,8 +109,11 @@ impl fmt::Debug for Interest {
 /// How readiness is reported; see the module docs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mode {
+    /// Reported on every wait while ready.
     Level,
+    /// Reported when it becomes ready (each new arrival).
     Edge,
+    /// Reported once, then not until re-armed with `modify`.
     Oneshot,
 }
 
@@ -124,6 +132,7 @@ const HUP: u32 = libc::EPOLLHUP as u32;
 const RDHUP: u32 = libc::EPOLLRDHUP as u32;
 
 impl Event {
+    /// The token the fd was registered with.
     pub fn token(&self) -> Token {
         self.token
     }
@@ -131,6 +140,7 @@ impl Event {
     pub fn is_readable(&self) -> bool {
         self.bits & (IN | PRI) != 0
     }
+    /// There is room to write without blocking.
     pub fn is_writable(&self) -> bool {
         self.bits & OUT != 0
     }
@@ -182,18 +192,23 @@ impl Events {
     pub fn with_capacity(capacity: usize) -> Events {
         Events { list: Vec::with_capacity(capacity.max(1)) }
     }
+    /// The most events one wait reports.
     pub fn capacity(&self) -> usize {
         self.list.capacity()
     }
+    /// Events from the last wait.
     pub fn len(&self) -> usize {
         self.list.len()
     }
+    /// Whether the last wait reported nothing.
     pub fn is_empty(&self) -> bool {
         self.list.is_empty()
     }
+    /// Forgets the events.
     pub fn clear(&mut self) {
         self.list.clear();
     }
+    /// The events of the last wait.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = Event> + '_ {
         self.list.iter().map(|ev| Event { token: Token(ev.u64 as usize), bits: ev.events })
     }
@@ -262,7 +277,9 @@ fn unsupported(backend: &'static str, mode: Mode) -> Error {
 /// A mechanism, chosen by name at run time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Backend {
+    /// select(2): at most FD_SETSIZE (1024) descriptors, all numbered below it.
     Select,
+    /// poll(2).
     Poll,
     /// epoll, level-triggered.
     Epoll,
@@ -276,12 +293,15 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// Every backend, in the order of [`Backend::NAMES`].
     pub const ALL: &'static [Backend] =
         &[Backend::Select, Backend::Poll, Backend::Epoll, Backend::EpollEt, Backend::Uring, Backend::UringSqpoll];
+    /// The name of each backend, as [`FromStr`] takes it.
     pub const NAMES: &'static [&'static str] = &["select", "poll", "epoll", "epoll-et", "uring", "uring-sqpoll"];
     /// The environment variable that picks the default backend.
     pub const ENV: &'static str = "IOMUX_BACKEND";
 
+    /// The backend's name, as in [`Backend::NAMES`].
     pub fn name(self) -> &'static str {
         Self::NAMES[Self::ALL.iter().position(|&b| b == self).unwrap_or(0)]
     }

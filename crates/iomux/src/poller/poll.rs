@@ -20,6 +20,7 @@ struct Entry {
     mode: Mode,
 }
 
+/// The poll mechanism behind the [`Poller`](super::Poller) contract.
 pub struct PollPoller {
     /// Handed to the kernel as is; a disarmed oneshot entry has fd -1,
     /// which poll skips.
@@ -35,6 +36,7 @@ pub struct PollPoller {
 }
 
 impl PollPoller {
+    /// A new, empty poller.
     pub fn new() -> Result<PollPoller> {
         Ok(PollPoller {
             pollfds: Vec::new(),

@@ -20,6 +20,7 @@ struct Entry {
     mode: Mode,
 }
 
+/// The select mechanism behind the [`Poller`](super::Poller) contract.
 pub struct SelectPoller {
     entries: Vec<Option<Entry>>,
     registered: usize,
@@ -33,6 +34,7 @@ pub struct SelectPoller {
 }
 
 impl SelectPoller {
+    /// A new, empty poller.
     pub fn new() -> Result<SelectPoller> {
         Ok(SelectPoller {
             entries: vec![None; FD_SETSIZE],

@@ -47,6 +47,8 @@ fn decode(user_data: u64) -> (RawFd, u32) {
     ((user_data & 0xffff_ffff) as u32 as RawFd, (user_data >> 32) as u32)
 }
 
+/// io_uring at the readiness layer (IORING_OP_POLL_ADD), behind the
+/// [`Poller`](super::Poller) contract.
 pub struct UringPoller {
     ring: Ring,
     regs: Vec<Option<Reg>>,
@@ -85,6 +87,7 @@ impl UringPoller {
     /// How long an SQPOLL thread spins idle before it sleeps.
     pub const SQPOLL_IDLE: Duration = Duration::from_millis(50);
 
+    /// A new, empty poller on its own ring.
     pub fn new() -> Result<UringPoller> {
         Self::build(None)
     }

@@ -142,8 +142,8 @@ impl<S> Io<S> {
     pub fn write(&mut self, conn: ConnId, data: &[u8]) -> bool {
         let fresh = self.conns.get(conn).is_some_and(|c| c.out.capacity() == 0).then(|| self.pool.pop());
         let Some(c) = self.conns.get_mut(conn) else { return false };
-        if c.has(DOOMED) {
-            return false;
+        if c.has(DOOMED) || c.has(CLOSING) {
+            return false; // after close (or a stop), nothing more goes out
         }
         if data.is_empty() {
             return true;

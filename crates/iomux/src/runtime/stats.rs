@@ -3,15 +3,23 @@
 use crate::sys::SyscallCounts;
 use std::time::Duration;
 
+/// What one loop did (or several, merged).
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct LoopStats {
+    /// How many loops these figures cover.
     pub loops: u64,
+    /// Connections accepted.
     pub accepted: u64,
+    /// Outbound connections established.
     pub connected: u64,
+    /// Connections closed, for whatever reason.
     pub closed: u64,
     /// Closes that were not orderly (reset, error, input limit, failed connect).
     pub closed_abnormally: u64,
+    /// Bytes received and delivered to the handler.
     pub bytes_in: u64,
+    /// Bytes sent.
     pub bytes_out: u64,
     /// Reads (or receive completions) that delivered data to the handler.
     pub reads: u64,
@@ -35,6 +43,7 @@ pub struct LoopStats {
 }
 
 impl LoopStats {
+    /// Adds another loop's figures (maxima stay maxima).
     pub fn merge(&mut self, o: &LoopStats) {
         self.loops += o.loops;
         self.accepted += o.accepted;
