@@ -11,11 +11,11 @@
 //!   everything queued and waits for the next completions together (with
 //!   SQPOLL, often none at all).
 
-use super::core::{Core, Driver};
+use super::core::{Core, Driver, Setup};
 use super::io::{Accept, Io};
 use super::slab::Slab;
 use super::stats::LoopStats;
-use super::{CloseReason, Config, ConnId, Control, Handler};
+use super::{CloseReason, ConnId, Handler};
 use crate::error::{Error, Result};
 use crate::poller::{Backend, UringPoller, Waker};
 use crate::sys::net::Fd;
@@ -64,13 +64,8 @@ fn ring_err(e: io::Error) -> Error {
     Error::sys(NAME, "io_uring_enter", None, e)
 }
 
-pub fn run<H: Handler>(
-    cfg: &Config,
-    listener: Option<Fd>,
-    handler: &mut H,
-    control: &Control,
-    ready: &dyn Fn(),
-) -> Result<LoopStats> {
+pub fn run<H: Handler>(setup: Setup<'_>, handler: &mut H) -> Result<LoopStats> {
+    let Setup { cfg, listener, control, ready } = setup;
     let mut core = Core::new(cfg, listener.is_some(), handler, control);
     let sqpoll = (cfg.backend == Backend::UringSqpoll).then_some(UringPoller::SQPOLL_IDLE);
     let mut ring = Ring::for_loop(RING_ENTRIES, sqpoll).map_err(crate::poller::uring_unavailable)?;

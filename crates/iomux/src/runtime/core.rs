@@ -30,6 +30,15 @@ pub(crate) trait Driver {
     fn release(&mut self, id: ConnId, fd: Fd, driver_bits: u16);
 }
 
+/// What a loop starts from, whichever driver runs it.
+pub(crate) struct Setup<'a> {
+    pub(crate) cfg: &'a Config,
+    pub(crate) listener: Option<Fd>,
+    pub(crate) control: &'a Control,
+    /// Called once the driver is set up, before its first wait.
+    pub(crate) ready: &'a dyn Fn(),
+}
+
 pub(crate) struct Core<'h, H: Handler> {
     pub(crate) io: Io<H::Conn>,
     handler: &'h mut H,

@@ -1,6 +1,7 @@
 //! [`Runtime`]: N share-nothing loops on N threads, for a server (each
 //! loop with its own listener) or a client (no listener), stopped together.
 
+use super::core::Setup;
 use super::stats::LoopStats;
 use super::{completion, readiness, Config, Control, Handler};
 use crate::error::{Error, Result};
@@ -168,7 +169,11 @@ impl Runtime {
                 let spawned =
                     std::thread::Builder::new().name(format!("iomux-loop-{i}")).spawn_scoped(scope, move || {
                         let mut handler = make_handler(i);
-                        let result = run_loop(config, listener, &mut handler, control, &|| ready.one_ready());
+                        let setup = Setup { cfg: config, listener, control, ready: &|| ready.one_ready() };
+                    let result = match config.backend {
+                        Backend::Uring | Backend::UringSqpoll => completion::run(setup, &mut handler),
+                        _ => readiness::run(setup, &mut handler),
+                    };
                         if result.is_err() {
                             control.stop(); // one loop failing stops the others too
                         }
@@ -192,21 +197,6 @@ impl Runtime {
 
 fn adopt(listener: TcpListener) -> Fd {
     Fd::adopt_new(OwnedFd::from(listener).into_raw_fd())
-}
-
-/// One loop on this thread: the completion driver for io_uring, the
-/// readiness driver for the others. `ready` is called once it is set up.
-fn run_loop<H: Handler>(
-    config: &Config,
-    listener: Option<Fd>,
-    handler: &mut H,
-    control: &Control,
-    ready: &dyn Fn(),
-) -> Result<LoopStats> {
-    match config.backend {
-        Backend::Uring | Backend::UringSqpoll => completion::run(config, listener, handler, control, ready),
-        _ => readiness::run(config, listener, handler, control, ready),
-    }
 }
 
 /// Counts loops that finished setting up; the last one calls back.

@@ -8,10 +8,10 @@
 //! goes to the back of a local ready list, so one fire hose cannot starve
 //! the others and its edge is never lost.
 
-use super::core::{Core, Driver};
+use super::core::{Core, Driver, Setup};
 use super::io::{Accept, Io, CONNECTING};
 use super::stats::LoopStats;
-use super::{CloseReason, Config, ConnId, Control, Handler};
+use super::{CloseReason, ConnId, Handler};
 use crate::error::Result;
 use crate::poller::{Event, Events, Interest, Mode, Poller, Token};
 use crate::sys::{self, net, net::Fd};
@@ -43,13 +43,8 @@ struct Readiness {
     ready: VecDeque<ConnId>,
 }
 
-pub fn run<H: Handler>(
-    cfg: &Config,
-    listener: Option<Fd>,
-    handler: &mut H,
-    control: &Control,
-    ready: &dyn Fn(),
-) -> Result<LoopStats> {
+pub fn run<H: Handler>(setup: Setup<'_>, handler: &mut H) -> Result<LoopStats> {
+    let Setup { cfg, listener, control, ready } = setup;
     let mut core = Core::new(cfg, listener.is_some(), handler, control);
     let mut poller = cfg.backend.open()?;
     control.register(poller.waker(WAKER)?);
