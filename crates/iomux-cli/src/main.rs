@@ -3,6 +3,7 @@
 mod apps;
 mod lab;
 mod load;
+mod os;
 mod progress;
 mod serve;
 mod stats;

@@ -64,20 +64,20 @@ pub fn run(args: ServeArgs) -> CliResult<ExitCode> {
         return Err("--drain-timeout must be between 0 and 3600 seconds".into());
     }
     match args.nofile {
-        Some(n) => iomux::sys::set_nofile_soft(n).map_err(|e| format!("setting RLIMIT_NOFILE to {n}: {e}"))?,
+        Some(n) => crate::os::set_nofile_soft(n).map_err(|e| format!("setting RLIMIT_NOFILE to {n}: {e}"))?,
         None => {
-            iomux::sys::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))?;
+            crate::os::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))?;
         }
     }
     // Signals go to a thread of their own, which stops the loops; block
     // them before any loop thread exists so no loop ever receives one.
     let signals = [libc::SIGINT, libc::SIGTERM];
-    iomux::sys::net::block_signals(&signals)?;
+    crate::os::block_signals(&signals)?;
     let control = Control::new();
     {
         let control = control.clone();
         std::thread::Builder::new().name("iomux-signals".into()).spawn(move || {
-            if iomux::sys::net::wait_signal(&signals).is_ok() {
+            if crate::os::wait_signal(&signals).is_ok() {
                 control.stop();
             }
         })?;
@@ -106,7 +106,7 @@ pub fn run(args: ServeArgs) -> CliResult<ExitCode> {
         &config,
         |_| {
             if let Some(cpu) = cpu {
-                if let Err(e) = iomux::sys::net::pin_to_cpu(cpu) {
+                if let Err(e) = crate::os::pin_to_cpu(cpu) {
                     eprintln!("iomux serve: cannot pin to CPU {cpu}: {e}");
                 }
             }

@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 use std::path::Path;
 
 pub fn stats_json(stats: &LoopStats, backend: Backend, extra: &[(&str, String)]) -> CliResult<Value> {
-    let usage = iomux::sys::net::usage().map_err(|e| format!("getrusage: {e}"))?;
+    let usage = crate::os::usage().map_err(|e| format!("getrusage: {e}"))?;
     let mut syscalls = Map::new();
     for (kind, n) in stats.syscalls.nonzero() {
         syscalls.insert(kind.name().to_string(), json!(n));
@@ -31,7 +31,7 @@ pub fn stats_json(stats: &LoopStats, backend: Backend, extra: &[(&str, String)])
         "syscalls_total": stats.syscalls.total(),
         "user_cpu_s": usage.user.as_secs_f64(),
         "sys_cpu_s": usage.system.as_secs_f64(),
-        "peak_rss_bytes": iomux::sys::net::peak_rss().unwrap_or(usage.peak_rss),
+        "peak_rss_bytes": crate::os::peak_rss().unwrap_or(usage.peak_rss),
         "wall_s": stats.wall.as_secs_f64(),
         "uring_setup": stats.uring_setup,
     });

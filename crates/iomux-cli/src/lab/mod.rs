@@ -11,6 +11,7 @@ mod measure;
 mod output;
 mod peers;
 mod plot;
+mod raw;
 pub mod report;
 mod sink;
 mod syscall_rate;
@@ -135,7 +136,7 @@ pub fn render_checks(checks: &[Check]) -> String {
 pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
     // Raise the fd limit before describing the machine, so the description
     // shows the limit the experiments ran under.
-    iomux::sys::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))?;
+    crate::os::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))?;
     let settings = Settings {
         full: args.full && !args.quick,
         out_dir: args.out.unwrap_or_else(output::default_dir),

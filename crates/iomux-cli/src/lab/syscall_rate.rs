@@ -8,6 +8,7 @@
 use super::measure::{calls_per_sec, median};
 use super::peers::{MioPeer, PollingPeer};
 use super::plot::{self, Axes, Series};
+use super::raw;
 use super::table::{thousands, Table};
 use super::{Check, Settings};
 use crate::progress::Progress;
@@ -17,7 +18,7 @@ use iomux::sys::{self, uring::Ring};
 use iomux::{Events, Interest, Mode, Poller, Token};
 use serde_json::json;
 use std::hint::black_box;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::Duration;
 
 pub const NAME: &str = "syscall-rate";
@@ -171,11 +172,7 @@ impl Setup {
 
         let raw_pollfds =
             fds.iter().map(|fd| libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
-        let raw_epoll = sys::epoll_create1().map_err(|e| format!("epoll_create1: {e}"))?;
-        for (i, fd) in fds.iter().enumerate() {
-            sys::epoll_ctl(raw_epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), libc::EPOLLIN as u32, i as u64)
-                .map_err(|e| format!("epoll_ctl ADD fd {}: {e}", fd.as_raw_fd()))?;
-        }
+        let raw_epoll = raw::epoll_with(&fds).map_err(|e| format!("raw epoll: {e}"))?;
         let raw_ring = raw_ring(&fds);
         Ok(Setup {
             select,
@@ -202,20 +199,20 @@ impl Setup {
         let events = &mut self.events;
         let (rate, calls) = match subject {
             Subject::NullSyscall => calls_per_sec(duration, || {
-                black_box(sys::raw::getppid());
+                black_box(raw::getppid());
             }),
             Subject::RawPoll => {
                 let fds = &mut self.raw_pollfds;
                 calls_per_sec(duration, || {
-                    if let Err(e) = sys::raw::poll(black_box(fds), 0) {
+                    if let Err(e) = raw::poll(black_box(fds), 0) {
                         failure = Some(format!("poll: {e}"));
                     }
                 })
             }
             Subject::RawEpoll => {
-                let (epfd, evs) = (self.raw_epoll.as_raw_fd(), &mut self.epoll_events);
+                let (epfd, evs) = (self.raw_epoll.as_fd(), &mut self.epoll_events);
                 calls_per_sec(duration, || {
-                    if let Err(e) = sys::raw::epoll_wait(epfd, black_box(evs), 0) {
+                    if let Err(e) = raw::epoll_wait(epfd, black_box(evs), 0) {
                         failure = Some(format!("epoll_wait: {e}"));
                     }
                 })
@@ -330,13 +327,13 @@ fn plan(args: &Args, max_fds: usize, hard_limit: u64) -> CliResult<Plan> {
 }
 
 pub fn run(args: &Args, settings: &Settings) -> CliResult<super::Outcome> {
-    let (_, hard) = sys::nofile_limit()?;
-    let limit = sys::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE to its hard limit: {e}"))?;
+    let (_, hard) = crate::os::nofile_limit();
+    let limit = crate::os::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE to its hard limit: {e}"))?;
     // Every setup opens a handful of fds of its own besides the N copies:
     // the pipe's write end and one epoll/io_uring fd (or three, for
     // polling) per subject.
     const OWN_FDS: usize = 16;
-    let open_now = sys::open_fd_count().unwrap_or(16);
+    let open_now = crate::os::open_fd_count().unwrap_or(16);
     let max_fds = (limit as usize).saturating_sub(open_now + OWN_FDS).max(1);
     let Plan { measured: ns, impossible } = plan(args, max_fds, hard)?;
 

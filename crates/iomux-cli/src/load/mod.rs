@@ -167,8 +167,8 @@ pub fn execute_with(args: &LoadArgs, show_progress: bool, control: &Control) -> 
     }
     let threads = usize::from(args.threads).min((args.conns + args.idle).max(1));
     // Each loop needs a few descriptors of its own (epoll or ring, waker).
-    let limit = iomux::sys::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))? as usize;
-    let needed = args.conns + args.idle + iomux::sys::open_fd_count().unwrap_or(8) + 4 * threads;
+    let limit = crate::os::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))? as usize;
+    let needed = args.conns + args.idle + crate::os::open_fd_count().unwrap_or(8) + 4 * threads;
     if needed > limit {
         return Err(format!(
             "--conns {} + --idle {} need {needed} file descriptors in this process, but RLIMIT_NOFILE allows {limit} \
@@ -209,7 +209,7 @@ pub fn execute_with(args: &LoadArgs, show_progress: bool, control: &Control) -> 
         let cpu = args.cpu;
         let handle = std::thread::Builder::new().name(format!("iomux-load-{i}")).spawn(move || {
             if let Some(cpu) = cpu {
-                if let Err(e) = iomux::sys::net::pin_to_cpu(cpu) {
+                if let Err(e) = crate::os::pin_to_cpu(cpu) {
                     eprintln!("iomux load: cannot pin to CPU {cpu}: {e}");
                 }
             }
