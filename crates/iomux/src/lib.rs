@@ -2,15 +2,17 @@
 //! edge-triggered) and io_uring, chosen at run time.
 //!
 //! - [`poller`]: the readiness layer, one [`Poller`] per mechanism.
-//! - [`sys`]: the only module that makes raw syscalls; each one is counted
-//!   per thread ([`sys::counts`]).
+//! - [`runtime`]: connections, timers and loops on top of it.
+//! - [`syscalls`]: per-thread counters of every system call the library
+//!   makes (all of them go through [`sys`]).
 #![deny(unsafe_code)]
 
 pub mod error;
 pub mod poller;
 pub mod runtime;
 pub mod sys;
+pub mod syscalls;
 
 pub use error::{Error, Result};
 pub use poller::{Backend, Event, Events, Interest, Mode, Poller, Token, Waker};
-pub use sys::{Syscall, SyscallCounts};
+pub use syscalls::{Syscall, SyscallCounts};
