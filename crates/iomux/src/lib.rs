@@ -4,13 +4,15 @@
 //! - [`poller`]: the readiness layer, one [`Poller`] per mechanism.
 //! - [`runtime`]: connections, timers and loops on top of it.
 //! - [`syscalls`]: per-thread counters of every system call the library
-//!   makes (all of them go through [`sys`]).
+//!   makes (all of them go through one private module).
 #![deny(unsafe_code)]
 
 pub mod error;
+#[cfg(feature = "lab")]
+pub mod lab;
 pub mod poller;
 pub mod runtime;
-pub mod sys;
+mod sys;
 pub mod syscalls;
 
 pub use error::{Error, Result};

@@ -13,8 +13,9 @@ use super::table::{thousands, Table};
 use super::{Check, Settings};
 use crate::progress::Progress;
 use crate::CliResult;
+use iomux::lab::PollRing;
 use iomux::poller::{EpollPoller, PollPoller, SelectPoller, UringPoller};
-use iomux::sys::{self, uring::Ring};
+use iomux::syscalls;
 use iomux::{Events, Interest, Mode, Poller, Token};
 use serde_json::json;
 use std::hint::black_box;
@@ -123,7 +124,7 @@ struct Setup {
     polling: PollingPeer,
     raw_pollfds: Vec<libc::pollfd>,
     raw_epoll: OwnedFd,
-    raw_ring: Result<Ring, String>,
+    raw_ring: Result<PollRing, String>,
     epoll_events: Vec<libc::epoll_event>,
     events: Events,
     fds: Vec<OwnedFd>,
@@ -173,7 +174,7 @@ impl Setup {
         let raw_pollfds =
             fds.iter().map(|fd| libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
         let raw_epoll = raw::epoll_with(&fds).map_err(|e| format!("raw epoll: {e}"))?;
-        let raw_ring = raw_ring(&fds);
+        let raw_ring = PollRing::new(&fds).map_err(|e| format!("io_uring: {e}"));
         Ok(Setup {
             select,
             poll,
@@ -194,7 +195,7 @@ impl Setup {
     /// Times one subject for `duration`: (calls/s, calls, counted syscalls),
     /// or why it cannot be measured.
     fn measure(&mut self, subject: Subject, duration: Duration) -> Result<(f64, u64, u64), String> {
-        let before = sys::counts();
+        let before = syscalls::counts();
         let mut failure: Option<String> = None;
         let events = &mut self.events;
         let (rate, calls) = match subject {
@@ -255,19 +256,9 @@ impl Setup {
         if let Some(f) = failure {
             return Err(f);
         }
-        let syscalls = sys::counts().since(&before).total();
+        let syscalls = syscalls::counts().since(&before).total();
         Ok((rate, calls, syscalls))
     }
-}
-
-fn raw_ring(fds: &[OwnedFd]) -> Result<Ring, String> {
-    let mut ring = Ring::new(256, None).map_err(|e| format!("io_uring_setup: {e}"))?;
-    for (i, fd) in fds.iter().enumerate() {
-        ring.push_poll_add(fd.as_raw_fd(), libc::POLLIN as u32, false, i as u64)
-            .map_err(|e| format!("io_uring: {e}"))?;
-    }
-    ring.enter(0, None).map_err(|e| format!("io_uring_enter: {e}"))?;
-    Ok(ring)
 }
 
 #[inline(never)]

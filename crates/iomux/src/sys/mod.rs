@@ -13,12 +13,12 @@
 //! `epoll_pwait`, `ppoll` and `pselect6` (each with no signal mask).
 #![allow(unsafe_code)]
 
-pub mod net;
-pub mod uring;
+pub(crate) mod net;
+pub(crate) mod uring;
 
 use crate::syscalls::{count, Syscall};
 // The runtime reads the counters through `sys`, where they are bumped.
-pub use crate::syscalls::{counts, SyscallCounts};
+pub(crate) use crate::syscalls::{counts, SyscallCounts};
 use rustix::event::{epoll, EventfdFlags, FdSetElement, FdSetIter, PollFd, PollFlags, Timespec};
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
@@ -71,20 +71,20 @@ fn epoll_timeout(timeout: Option<Duration>) -> Option<Timespec> {
 
 /// What an `epoll_ctl` does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EpollOp {
+pub(crate) enum EpollOp {
     Add,
     Modify,
     Delete,
 }
 
-pub fn epoll_create1() -> io::Result<OwnedFd> {
+pub(crate) fn epoll_create1() -> io::Result<OwnedFd> {
     count(Syscall::EpollCreate1);
     Ok(epoll::create(epoll::CreateFlags::CLOEXEC)?)
 }
 
 /// One `epoll_ctl` of `fd` on `epfd`, with epoll's event bits and `data`
 /// handed back in its events (both ignored by a delete).
-pub fn epoll_ctl(epfd: BorrowedFd<'_>, op: EpollOp, fd: RawFd, events: u32, data: u64) -> io::Result<()> {
+pub(crate) fn epoll_ctl(epfd: BorrowedFd<'_>, op: EpollOp, fd: RawFd, events: u32, data: u64) -> io::Result<()> {
     let fd = borrow(fd)?;
     let (flags, data) = (epoll::EventFlags::from_bits_retain(events), epoll::EventData::new_u64(data));
     count(Syscall::EpollCtl);
@@ -98,7 +98,7 @@ pub fn epoll_ctl(epfd: BorrowedFd<'_>, op: EpollOp, fd: RawFd, events: u32, data
 
 /// One `epoll_pwait` into the spare capacity of `events` (cleared first).
 #[inline]
-pub fn epoll_wait(
+pub(crate) fn epoll_wait(
     epfd: BorrowedFd<'_>,
     events: &mut Vec<epoll::Event>,
     timeout: Option<Duration>,
@@ -113,7 +113,7 @@ pub fn epoll_wait(
 
 /// A `pollfd` for `fd` with poll(2) bits `events`, kept from registration
 /// to deletion.
-pub fn pollfd(fd: RawFd, events: i16) -> io::Result<PollFd<'static>> {
+pub(crate) fn pollfd(fd: RawFd, events: i16) -> io::Result<PollFd<'static>> {
     if fd < 0 {
         return Err(rustix::io::Errno::BADF.into());
     }
@@ -128,7 +128,7 @@ pub fn pollfd(fd: RawFd, events: i16) -> io::Result<PollFd<'static>> {
 
 /// One `ppoll` (no signal mask) over `fds`; `revents` are updated in place.
 #[inline]
-pub fn poll(fds: &mut [PollFd<'_>], timeout: Option<Duration>) -> io::Result<usize> {
+pub(crate) fn poll(fds: &mut [PollFd<'_>], timeout: Option<Duration>) -> io::Result<usize> {
     let timeout = timeout.map(timespec);
     count(Syscall::Ppoll);
     Ok(rustix::event::poll(fds, timeout.as_ref())?)
@@ -138,7 +138,7 @@ pub fn poll(fds: &mut [PollFd<'_>], timeout: Option<Duration>) -> io::Result<usi
 
 /// FD_SETSIZE: the most descriptors, and the highest descriptor number + 1,
 /// that `select` can watch.
-pub const FD_SETSIZE: usize = 1024;
+pub(crate) const FD_SETSIZE: usize = 1024;
 
 const SET_BITS: usize = std::mem::size_of::<FdSetElement>() * 8;
 const SET_WORDS: usize = FD_SETSIZE / SET_BITS;
@@ -146,7 +146,7 @@ const SET_WORDS: usize = FD_SETSIZE / SET_BITS;
 /// A descriptor set of FD_SETSIZE bits, with bit operations that refuse
 /// descriptors outside it.
 #[derive(Clone, Copy)]
-pub struct FdSet([FdSetElement; SET_WORDS]);
+pub(crate) struct FdSet([FdSetElement; SET_WORDS]);
 
 impl Default for FdSet {
     fn default() -> Self {
@@ -155,30 +155,30 @@ impl Default for FdSet {
 }
 
 /// The members of an [`FdSet`] as a plain bitmap, for O(1) lookups.
-pub struct FdBits([u64; FD_SETSIZE / 64]);
+pub(crate) struct FdBits([u64; FD_SETSIZE / 64]);
 
 impl FdBits {
-    pub fn contains(&self, fd: RawFd) -> bool {
+    pub(crate) fn contains(&self, fd: RawFd) -> bool {
         FdSet::fits(fd) && self.0[fd as usize / 64] & (1 << (fd as usize % 64)) != 0
     }
 }
 
 impl FdSet {
     /// Whether `fd` can be stored in an fd_set at all.
-    pub fn fits(fd: RawFd) -> bool {
+    pub(crate) fn fits(fd: RawFd) -> bool {
         fd >= 0 && (fd as usize) < FD_SETSIZE
     }
-    pub fn insert(&mut self, fd: RawFd) {
+    pub(crate) fn insert(&mut self, fd: RawFd) {
         assert!(Self::fits(fd), "fd {fd} outside FD_SETSIZE");
         rustix::event::fd_set_insert(&mut self.0, fd);
     }
-    pub fn remove(&mut self, fd: RawFd) {
+    pub(crate) fn remove(&mut self, fd: RawFd) {
         if Self::fits(fd) {
             rustix::event::fd_set_remove(&mut self.0, fd);
         }
     }
     /// The members (after a select: the ready ones), visiting only set bits.
-    pub fn bits(&self) -> FdBits {
+    pub(crate) fn bits(&self) -> FdBits {
         let mut bits = [0u64; FD_SETSIZE / 64];
         for fd in FdSetIter::new(&self.0) {
             bits[fd as usize / 64] |= 1 << (fd as usize % 64);
@@ -189,7 +189,7 @@ impl FdSet {
 
 /// One `pselect6` (no signal mask) over `nfds` descriptors; the sets are
 /// updated in place.
-pub fn select(nfds: usize, read: &mut FdSet, write: &mut FdSet, timeout: Option<Duration>) -> io::Result<usize> {
+pub(crate) fn select(nfds: usize, read: &mut FdSet, write: &mut FdSet, timeout: Option<Duration>) -> io::Result<usize> {
     let timeout = timeout.map(timespec);
     // The sets hold FD_SETSIZE bits: never let the kernel look past them.
     let nfds = nfds.min(FD_SETSIZE) as i32;
@@ -208,39 +208,39 @@ pub fn select(nfds: usize, read: &mut FdSet, write: &mut FdSet, timeout: Option<
 // ---------------------------------------------------------------- eventfd, fcntl, fds
 
 /// A non-blocking, close-on-exec eventfd (a waker's descriptor).
-pub fn eventfd() -> io::Result<OwnedFd> {
+pub(crate) fn eventfd() -> io::Result<OwnedFd> {
     count(Syscall::Eventfd2);
     Ok(rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?)
 }
 
 /// Checks that `fd` is an open descriptor (`fcntl(F_GETFD)`), for backends
 /// whose `add` makes no syscall of its own that would say EBADF.
-pub fn fd_is_open(fd: RawFd) -> io::Result<()> {
+pub(crate) fn fd_is_open(fd: RawFd) -> io::Result<()> {
     let fd = borrow(fd)?;
     count(Syscall::Fcntl);
     rustix::io::fcntl_getfd(fd)?;
     Ok(())
 }
 
-pub fn read(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+pub(crate) fn read(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     let fd = borrow(fd)?;
     count(Syscall::Read);
     Ok(rustix::io::read(fd, buf)?)
 }
 
-pub fn write(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+pub(crate) fn write(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     let fd = borrow(fd)?;
     count(Syscall::Write);
     Ok(rustix::io::write(fd, buf)?)
 }
 
 /// Adds 1 to an eventfd (the Waker's wake).
-pub fn eventfd_signal(fd: RawFd) -> io::Result<()> {
+pub(crate) fn eventfd_signal(fd: RawFd) -> io::Result<()> {
     write(fd, &1u64.to_ne_bytes()).map(drop)
 }
 
 /// Resets an eventfd to zero; EAGAIN (already zero) is not an error.
-pub fn eventfd_drain(fd: RawFd) -> io::Result<()> {
+pub(crate) fn eventfd_drain(fd: RawFd) -> io::Result<()> {
     let mut buf = [0u8; 8];
     match read(fd, &mut buf) {
         Ok(_) => Ok(()),

@@ -10,6 +10,10 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
 
 /// An owned descriptor whose close goes through the counted `close`.
+///
+/// `pub` in this private module (so unnameable outside the crate) because
+/// the public `runtime::run_loop` takes an `Option<Fd>` listener: callers
+/// outside the crate can pass only `None` (a client loop).
 #[derive(Debug)]
 pub struct Fd(RawFd);
 
@@ -19,16 +23,16 @@ impl Fd {
         Fd(fd.into_raw_fd())
     }
     /// Takes ownership of a descriptor an io_uring completion returned.
-    pub fn adopt_new(fd: i32) -> Fd {
+    pub(crate) fn adopt_new(fd: i32) -> Fd {
         Fd(fd)
     }
     /// Gives up ownership without closing (someone else will close it).
-    pub fn into_raw(self) -> RawFd {
+    pub(crate) fn into_raw(self) -> RawFd {
         let fd = self.0;
         std::mem::forget(self);
         fd
     }
-    pub fn raw(&self) -> RawFd {
+    pub(crate) fn raw(&self) -> RawFd {
         self.0
     }
 }
@@ -54,7 +58,7 @@ impl Drop for Fd {
 }
 
 /// A TCP socket (SOCK_CLOEXEC, and SOCK_NONBLOCK unless `blocking`).
-pub fn tcp_socket(addr: &SocketAddr, blocking: bool) -> io::Result<Fd> {
+pub(crate) fn tcp_socket(addr: &SocketAddr, blocking: bool) -> io::Result<Fd> {
     let family = match addr {
         SocketAddr::V4(_) => AddressFamily::INET,
         SocketAddr::V6(_) => AddressFamily::INET6,
@@ -67,19 +71,19 @@ pub fn tcp_socket(addr: &SocketAddr, blocking: bool) -> io::Result<Fd> {
     Ok(Fd::from_owned(rx::socket_with(family, SocketType::STREAM, flags, None)?))
 }
 
-pub fn set_reuse_addr(fd: RawFd) -> io::Result<()> {
+pub(crate) fn set_reuse_addr(fd: RawFd) -> io::Result<()> {
     let fd = borrow(fd)?;
     count(Syscall::Setsockopt);
     Ok(sockopt::set_socket_reuseaddr(fd, true)?)
 }
 
-pub fn set_reuse_port(fd: RawFd) -> io::Result<()> {
+pub(crate) fn set_reuse_port(fd: RawFd) -> io::Result<()> {
     let fd = borrow(fd)?;
     count(Syscall::Setsockopt);
     Ok(sockopt::set_socket_reuseport(fd, true)?)
 }
 
-pub fn set_nodelay(fd: RawFd) -> io::Result<()> {
+pub(crate) fn set_nodelay(fd: RawFd) -> io::Result<()> {
     let fd = borrow(fd)?;
     count(Syscall::Setsockopt);
     Ok(sockopt::set_tcp_nodelay(fd, true)?)
@@ -87,7 +91,7 @@ pub fn set_nodelay(fd: RawFd) -> io::Result<()> {
 
 /// Whether TCP_NODELAY is set.
 #[cfg(test)]
-pub fn nodelay(fd: RawFd) -> io::Result<bool> {
+pub(crate) fn nodelay(fd: RawFd) -> io::Result<bool> {
     let fd = borrow(fd)?;
     count(Syscall::Getsockopt);
     Ok(sockopt::tcp_nodelay(fd)?)
@@ -98,7 +102,7 @@ pub fn nodelay(fd: RawFd) -> io::Result<bool> {
 ///
 /// rustix has no setter for this option, so this one call goes through
 /// glibc's `setsockopt` (not a cancellation point, so nothing is lost).
-pub fn set_bind_address_no_port(fd: RawFd) -> io::Result<()> {
+pub(crate) fn set_bind_address_no_port(fd: RawFd) -> io::Result<()> {
     let fd = borrow(fd)?.as_raw_fd();
     count(Syscall::Setsockopt);
     let one: libc::c_int = 1;
@@ -112,13 +116,13 @@ pub fn set_bind_address_no_port(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-pub fn bind(fd: RawFd, addr: &SocketAddr) -> io::Result<()> {
+pub(crate) fn bind(fd: RawFd, addr: &SocketAddr) -> io::Result<()> {
     let fd = borrow(fd)?;
     count(Syscall::Bind);
     Ok(rx::bind(fd, addr)?)
 }
 
-pub fn listen(fd: RawFd, backlog: i32) -> io::Result<()> {
+pub(crate) fn listen(fd: RawFd, backlog: i32) -> io::Result<()> {
     let fd = borrow(fd)?;
     count(Syscall::Listen);
     Ok(rx::listen(fd, backlog)?)
@@ -129,7 +133,7 @@ pub fn listen(fd: RawFd, backlog: i32) -> io::Result<()> {
 /// TCP_NODELAY is set on the listener: accepted connections inherit it
 /// (Linux clones the listener's Nagle setting), which saves a setsockopt
 /// per connection.
-pub fn tcp_listener(addr: &SocketAddr, reuse_port: bool, backlog: i32) -> io::Result<Fd> {
+pub(crate) fn tcp_listener(addr: &SocketAddr, reuse_port: bool, backlog: i32) -> io::Result<Fd> {
     let fd = tcp_socket(addr, false)?;
     set_reuse_addr(fd.raw())?;
     set_nodelay(fd.raw())?;
@@ -142,7 +146,7 @@ pub fn tcp_listener(addr: &SocketAddr, reuse_port: bool, backlog: i32) -> io::Re
 }
 
 /// `accept4` of one connection, non-blocking and close-on-exec.
-pub fn accept(fd: RawFd) -> io::Result<Fd> {
+pub(crate) fn accept(fd: RawFd) -> io::Result<Fd> {
     let fd = borrow(fd)?;
     count(Syscall::Accept4);
     Ok(Fd::from_owned(rx::accept_with(fd, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC)?))
@@ -150,7 +154,7 @@ pub fn accept(fd: RawFd) -> io::Result<Fd> {
 
 /// `connect`: Ok(true) when connected at once, Ok(false) when in progress
 /// (a non-blocking socket; writability will say when it is done).
-pub fn connect(fd: RawFd, addr: &SocketAddr) -> io::Result<bool> {
+pub(crate) fn connect(fd: RawFd, addr: &SocketAddr) -> io::Result<bool> {
     let fd = borrow(fd)?;
     count(Syscall::Connect);
     match rx::connect(fd, addr) {
@@ -161,13 +165,13 @@ pub fn connect(fd: RawFd, addr: &SocketAddr) -> io::Result<bool> {
 }
 
 /// The pending error of a socket (SO_ERROR), e.g. of a finished connect.
-pub fn take_socket_error(fd: RawFd) -> io::Result<Option<io::Error>> {
+pub(crate) fn take_socket_error(fd: RawFd) -> io::Result<Option<io::Error>> {
     let fd = borrow(fd)?;
     count(Syscall::Getsockopt);
     Ok(sockopt::socket_error(fd)?.err().map(io::Error::from))
 }
 
-pub fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
+pub(crate) fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
     let fd = borrow(fd)?;
     count(Syscall::Getsockname);
     let addr = rx::getsockname(fd)?;
@@ -175,7 +179,7 @@ pub fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
 }
 
 /// `shutdown(fd, SHUT_WR)`: send FIN, keep reading.
-pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
+pub(crate) fn shutdown_write(fd: RawFd) -> io::Result<()> {
     let fd = borrow(fd)?;
     count(Syscall::Shutdown);
     Ok(rx::shutdown(fd, rx::Shutdown::Write)?)

@@ -32,14 +32,14 @@ use std::time::Duration;
 
 /// How a ring was set up, after falling back from what was asked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RingSetup {
+pub(crate) struct RingSetup {
     /// IORING_SETUP_COOP_TASKRUN | TASKRUN_FLAG: no IPI per completion;
     /// the kernel flags pending work in the SQ ring instead.
-    pub coop_taskrun: bool,
+    pub(crate) coop_taskrun: bool,
     /// IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN.
-    pub defer_taskrun: bool,
+    pub(crate) defer_taskrun: bool,
     /// IORING_SETUP_SQPOLL: a kernel thread consumes submissions.
-    pub sqpoll: bool,
+    pub(crate) sqpoll: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -51,7 +51,7 @@ enum Flavour {
 }
 
 /// One io_uring instance.
-pub struct Ring {
+pub(crate) struct Ring {
     ring: IoUring,
     setup: RingSetup,
     buffers: Option<BufRing>,
@@ -71,22 +71,22 @@ enum Owned {
 
 /// What a completion said.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Completion {
-    pub user_data: u64,
-    pub result: i32,
-    pub flags: u32,
+pub(crate) struct Completion {
+    pub(crate) user_data: u64,
+    pub(crate) result: i32,
+    pub(crate) flags: u32,
     /// A send's buffer, handed back once the kernel is done with it.
-    pub returned: Option<Vec<u8>>,
+    pub(crate) returned: Option<Vec<u8>>,
 }
 
 impl Completion {
     /// IORING_CQE_F_MORE: a multishot request stays armed.
-    pub fn more(&self) -> bool {
+    pub(crate) fn more(&self) -> bool {
         io_uring::cqueue::more(self.flags)
     }
 
     /// The provided buffer this completion filled (IORING_CQE_F_BUFFER).
-    pub fn buffer_id(&self) -> Option<u16> {
+    pub(crate) fn buffer_id(&self) -> Option<u16> {
         io_uring::cqueue::buffer_select(self.flags)
     }
 }
@@ -95,7 +95,7 @@ impl Ring {
     /// Sets up a ring of `entries` submission slots (and 8x that many
     /// completion slots, so a burst of readiness rarely overflows), asking
     /// for cooperative task running and falling back when the kernel lacks it.
-    pub fn new(entries: u32, sqpoll_idle: Option<Duration>) -> io::Result<Ring> {
+    pub(crate) fn new(entries: u32, sqpoll_idle: Option<Duration>) -> io::Result<Ring> {
         Self::with_flavours(entries, sqpoll_idle, &[Flavour::CoopTaskrun, Flavour::Plain])
     }
 
@@ -103,7 +103,7 @@ impl Ring {
     /// with GETEVENTS: SINGLE_ISSUER|DEFER_TASKRUN (completions are posted
     /// only when we ask, in a batch), falling back to COOP_TASKRUN, then
     /// to no flags, as the kernel allows. SQPOLL excludes DEFER_TASKRUN.
-    pub fn for_loop(entries: u32, sqpoll_idle: Option<Duration>) -> io::Result<Ring> {
+    pub(crate) fn for_loop(entries: u32, sqpoll_idle: Option<Duration>) -> io::Result<Ring> {
         let flavours: &[Flavour] = if sqpoll_idle.is_some() {
             &[Flavour::SingleIssuer, Flavour::Plain]
         } else {
@@ -150,37 +150,37 @@ impl Ring {
         Err(last_err.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EINVAL)))
     }
 
-    pub fn setup(&self) -> RingSetup {
+    pub(crate) fn setup(&self) -> RingSetup {
         self.setup
     }
 
     /// Whether `io_uring_enter` can take a timeout (IORING_FEAT_EXT_ARG, 5.11).
-    pub fn has_ext_arg(&self) -> bool {
+    pub(crate) fn has_ext_arg(&self) -> bool {
         self.ring.params().is_feature_ext_arg()
     }
 
     /// Queues IORING_OP_POLL_ADD for `fd` with `mask` (poll(2) bits);
     /// `multishot` keeps it armed across events (IORING_POLL_ADD_MULTI).
-    pub fn push_poll_add(&mut self, fd: RawFd, mask: u32, multishot: bool, user_data: u64) -> io::Result<()> {
+    pub(crate) fn push_poll_add(&mut self, fd: RawFd, mask: u32, multishot: bool, user_data: u64) -> io::Result<()> {
         let entry = opcode::PollAdd::new(types::Fd(fd), mask).multi(multishot).build().user_data(user_data);
         self.push(entry)
     }
 
     /// Queues IORING_OP_POLL_REMOVE of the poll whose user_data is `target`.
-    pub fn push_poll_remove(&mut self, target: u64, user_data: u64) -> io::Result<()> {
+    pub(crate) fn push_poll_remove(&mut self, target: u64, user_data: u64) -> io::Result<()> {
         self.push(opcode::PollRemove::new(target).build().user_data(user_data))
     }
 
     /// Queues a multishot accept (IORING_OP_ACCEPT, IORING_ACCEPT_MULTISHOT):
     /// one completion per accepted connection, its result the new fd.
-    pub fn push_accept_multi(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
+    pub(crate) fn push_accept_multi(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
         let entry = opcode::AcceptMulti::new(types::Fd(fd)).flags(libc::SOCK_CLOEXEC).build().user_data(user_data);
         self.push(entry)
     }
 
     /// Queues a multishot receive into the provided-buffer ring: one
     /// completion per arrival, naming the buffer it filled.
-    pub fn push_recv_multi(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
+    pub(crate) fn push_recv_multi(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
         let group = self.buffers.as_ref().map(|b| b.group).ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "multishot receive needs setup_buffers first")
         })?;
@@ -189,7 +189,7 @@ impl Ring {
 
     /// Queues a send of `buf[offset..]`; the ring keeps `buf` until the
     /// completion, which hands it back ([`Completion::returned`]).
-    pub fn push_send(&mut self, fd: RawFd, buf: Vec<u8>, offset: usize, user_data: u64) -> io::Result<()> {
+    pub(crate) fn push_send(&mut self, fd: RawFd, buf: Vec<u8>, offset: usize, user_data: u64) -> io::Result<()> {
         if self.owned.contains_key(&user_data) {
             return Err(io::Error::new(io::ErrorKind::AlreadyExists, "a request with this user_data is in flight"));
         }
@@ -204,7 +204,7 @@ impl Ring {
     }
 
     /// Queues a connect to `addr`; the ring keeps the address until done.
-    pub fn push_connect(&mut self, fd: RawFd, addr: &SocketAddr, user_data: u64) -> io::Result<()> {
+    pub(crate) fn push_connect(&mut self, fd: RawFd, addr: &SocketAddr, user_data: u64) -> io::Result<()> {
         if self.owned.contains_key(&user_data) {
             return Err(io::Error::new(io::ErrorKind::AlreadyExists, "a request with this user_data is in flight"));
         }
@@ -219,7 +219,7 @@ impl Ring {
     /// Queues IORING_OP_CLOSE of `fd`, taking ownership: the number stays
     /// taken until the close runs, so it cannot be reused under a request
     /// still queued for it. On failure the descriptor is handed back.
-    pub fn push_close(&mut self, fd: Fd, user_data: u64) -> Result<(), (Fd, io::Error)> {
+    pub(crate) fn push_close(&mut self, fd: Fd, user_data: u64) -> Result<(), (Fd, io::Error)> {
         let entry = opcode::Close::new(types::Fd(fd.raw())).build().user_data(user_data);
         match self.push(entry) {
             Ok(()) => {
@@ -232,13 +232,13 @@ impl Ring {
     }
 
     /// Queues IORING_OP_ASYNC_CANCEL of the request whose user_data is `target`.
-    pub fn push_cancel(&mut self, target: u64, user_data: u64) -> io::Result<()> {
+    pub(crate) fn push_cancel(&mut self, target: u64, user_data: u64) -> io::Result<()> {
         self.push(opcode::AsyncCancel::new(target).build().user_data(user_data))
     }
 
     /// Registers a provided-buffer ring of `buffers` buffers (a power of two,
     /// at most 32768) of `size` bytes each, as buffer group `group`.
-    pub fn setup_buffers(&mut self, group: u16, buffers: u16, size: usize) -> io::Result<()> {
+    pub(crate) fn setup_buffers(&mut self, group: u16, buffers: u16, size: usize) -> io::Result<()> {
         if !buffers.is_power_of_two() || buffers > 32768 || size == 0 || size > u32::MAX as usize {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -260,7 +260,7 @@ impl Ring {
 
     /// The bytes a receive completion put in buffer `bid` (empty unless a
     /// completion handed that buffer over and it was not recycled yet).
-    pub fn buffer(&self, bid: u16, len: usize) -> &[u8] {
+    pub(crate) fn buffer(&self, bid: u16, len: usize) -> &[u8] {
         match &self.buffers {
             Some(b) if b.held.get(usize::from(bid)) == Some(&true) => b.slice(bid, len),
             _ => &[],
@@ -269,7 +269,7 @@ impl Ring {
 
     /// Gives buffer `bid` back to the kernel for later receives; a buffer
     /// not held (already recycled, or never handed over) is left alone.
-    pub fn recycle_buffer(&mut self, bid: u16) {
+    pub(crate) fn recycle_buffer(&mut self, bid: u16) {
         if let Some(b) = &mut self.buffers {
             if let Some(h) = b.held.get_mut(usize::from(bid)) {
                 if *h {
@@ -309,13 +309,13 @@ impl Ring {
     }
 
     /// Submissions queued and not yet handed to the kernel.
-    pub fn pending_submissions(&mut self) -> usize {
+    pub(crate) fn pending_submissions(&mut self) -> usize {
         self.ring.submission().len()
     }
 
     /// Whether the kernel holds completions or task work that only an
     /// `io_uring_enter` will flush into the completion ring.
-    pub fn kernel_has_work(&mut self) -> bool {
+    pub(crate) fn kernel_has_work(&mut self) -> bool {
         let sq = self.ring.submission();
         sq.taskrun() || sq.cq_overflow()
     }
@@ -326,7 +326,7 @@ impl Ring {
     /// and nothing to wait for). Returns how many submissions the kernel
     /// took. ETIME (timeout) and EINTR are errors here; callers decide what
     /// they mean.
-    pub fn enter(&mut self, min_complete: u32, timeout: Option<Duration>) -> io::Result<usize> {
+    pub(crate) fn enter(&mut self, min_complete: u32, timeout: Option<Duration>) -> io::Result<usize> {
         let (to_submit, flush, need_wakeup) = {
             let mut sq = self.ring.submission();
             sq.sync();
@@ -363,7 +363,7 @@ impl Ring {
     /// Also what a loop on a DEFER_TASKRUN ring needs when it must not wait:
     /// there completions are posted only by an enter that asks for events,
     /// and no flag says when some are pending. Submits what is queued.
-    pub fn enter_getevents(&mut self) -> io::Result<usize> {
+    pub(crate) fn enter_getevents(&mut self) -> io::Result<usize> {
         let to_submit = {
             let mut sq = self.ring.submission();
             sq.sync();
@@ -377,7 +377,7 @@ impl Ring {
     }
 
     /// Takes the next completion off the completion ring (no syscall).
-    pub fn pop_completion(&mut self) -> Option<Completion> {
+    pub(crate) fn pop_completion(&mut self) -> Option<Completion> {
         let cqe = self.ring.completion().next()?;
         let (user_data, flags) = (cqe.user_data(), cqe.flags());
         let done = !io_uring::cqueue::more(flags);
@@ -396,7 +396,7 @@ impl Ring {
         Some(Completion { user_data, result: cqe.result(), flags, returned })
     }
     /// Whether the completion ring is empty (no syscall).
-    pub fn completions_empty(&mut self) -> bool {
+    pub(crate) fn completions_empty(&mut self) -> bool {
         self.ring.completion().is_empty()
     }
 }
