@@ -524,3 +524,52 @@ impl Drop for Ring {
 // SAFETY: BufRing's pointers are to memory it owns exclusively; moving it
 // to another thread moves that ownership.
 unsafe impl Send for BufRing {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::syscalls::counts;
+    use std::os::fd::AsRawFd;
+
+    /// More polls than the submission queue holds: `push` makes room by
+    /// entering (plain ring, sleeping SQ thread) or by waiting for the SQ
+    /// thread (SQPOLL, IORING_ENTER_SQ_WAIT), and every enter is counted.
+    fn overfill(sqpoll: Option<Duration>) {
+        let (reader, _writer) = std::io::pipe().unwrap();
+        let mut ring = Ring::new(8, sqpoll).unwrap();
+        let before = counts();
+        for i in 0..100 {
+            ring.push_poll_add(reader.as_raw_fd(), libc::POLLIN as u32, false, i).unwrap();
+        }
+        ring.enter(0, None).unwrap();
+        let spent = counts().since(&before);
+        assert!(spent.get(Syscall::IoUringEnter) >= 1, "{:?}", spent.nonzero().collect::<Vec<_>>());
+        assert_eq!(spent.total(), spent.get(Syscall::IoUringEnter));
+        // Nothing is ready: waiting for one completion times out (the
+        // kernel reports the timeout only when it took no submission).
+        if let Err(e) = ring.enter(1, Some(Duration::from_millis(10))) {
+            assert_eq!(e.raw_os_error(), Some(libc::ETIME));
+        }
+        assert!(ring.pop_completion().is_none());
+    }
+
+    #[test]
+    fn a_full_submission_queue_is_handed_over() {
+        overfill(None);
+    }
+
+    #[test]
+    fn a_full_sqpoll_queue_is_handed_over() {
+        overfill(Some(Duration::from_millis(50)));
+    }
+
+    #[test]
+    fn an_idle_enter_makes_no_syscall_and_getevents_makes_one() {
+        let mut ring = Ring::new(8, None).unwrap();
+        let before = counts();
+        assert_eq!(ring.enter(0, None).unwrap(), 0);
+        assert_eq!(counts().since(&before).total(), 0);
+        ring.enter_getevents().unwrap();
+        assert_eq!(counts().since(&before).get(Syscall::IoUringEnter), 1);
+    }
+}
