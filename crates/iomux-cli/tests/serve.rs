@@ -5,7 +5,6 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -226,7 +225,7 @@ fn reset_is_survived(backend: &str) {
     let s = server.connect();
     (&s).write_all(&vec![3u8; 2 << 20]).unwrap();
     std::thread::sleep(Duration::from_millis(100));
-    iomux::sys::net::set_linger_zero(s.as_raw_fd()).unwrap();
+    rustix::net::sockopt::set_socket_linger(&s, Some(Duration::ZERO)).unwrap();
     drop(s); // RST, with echoed data unread
     std::thread::sleep(Duration::from_millis(100));
     let mut other = server.connect();

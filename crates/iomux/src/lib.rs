@@ -70,10 +70,13 @@
 #![warn(missing_docs)]
 
 pub mod error;
+#[cfg(feature = "lab")]
+pub mod lab;
 pub mod poller;
 pub mod runtime;
-pub mod sys;
+mod sys;
+pub mod syscalls;
 
 pub use error::{Error, Result};
 pub use poller::{Backend, Event, Events, Interest, Mode, Poller, Token, Waker};
-pub use sys::{Syscall, SyscallCounts};
+pub use syscalls::{Syscall, SyscallCounts};

@@ -229,15 +229,15 @@ fn wait_syscalls(backend: Backend) {
     // Settle queued registrations first (io_uring submits them on a wait).
     p.wait(&mut events, Some(Duration::ZERO)).unwrap();
     let waits = 100;
-    let before = iomux::sys::counts();
+    let before = iomux::syscalls::counts();
     for _ in 0..waits {
         p.wait(&mut events, Some(Duration::from_micros(1))).unwrap();
     }
-    let spent = iomux::sys::counts().since(&before);
+    let spent = iomux::syscalls::counts().since(&before);
     let (kind, per_wait) = match backend {
-        Backend::Select => (Syscall::Select, 1),
-        Backend::Poll => (Syscall::Poll, 1),
-        Backend::Epoll | Backend::EpollEt => (Syscall::EpollWait, 1),
+        Backend::Select => (Syscall::Pselect6, 1),
+        Backend::Poll => (Syscall::Ppoll, 1),
+        Backend::Epoll | Backend::EpollEt => (Syscall::EpollPwait, 1),
         Backend::Uring | Backend::UringSqpoll => (Syscall::IoUringEnter, 1),
     };
     assert_eq!(spent.get(kind), waits * per_wait, "{backend}: {:?}", spent.nonzero().collect::<Vec<_>>());
@@ -280,16 +280,16 @@ fn uring_empty_wait_without_timeout_makes_no_syscall() {
     let mut p = open(Backend::Uring);
     let mut events = Events::with_capacity(4);
     p.wait(&mut events, Some(Duration::ZERO)).unwrap();
-    let before = iomux::sys::counts();
+    let before = iomux::syscalls::counts();
     for _ in 0..100 {
         assert_eq!(p.wait(&mut events, Some(Duration::ZERO)).unwrap(), 0);
     }
-    assert_eq!(iomux::sys::counts().since(&before).total(), 0);
+    assert_eq!(iomux::syscalls::counts().since(&before).total(), 0);
 }
 
 #[test]
 fn select_refuses_fd_numbers_beyond_fd_setsize() {
-    iomux::sys::raise_nofile_limit().unwrap();
+    raise_nofile_limit();
     let (a, mut b) = pair();
     let mut p = open(Backend::Select);
     // Duplicate until the descriptor numbers pass 1024.
@@ -340,14 +340,24 @@ fn iomux_backend_env_var_picks_the_default() {
 
 #[test]
 fn syscall_counters_are_per_thread() {
-    let before = iomux::sys::counts();
+    let before = iomux::syscalls::counts();
     std::thread::spawn(|| {
+        let mut p = open(Backend::Epoll);
+        let mut events = Events::with_capacity(4);
         for _ in 0..10 {
-            iomux::sys::getppid();
+            p.wait(&mut events, Some(Duration::ZERO)).unwrap();
         }
-        assert_eq!(iomux::sys::counts().get(Syscall::Getppid), 10);
+        assert_eq!(iomux::syscalls::counts().get(Syscall::EpollPwait), 10);
     })
     .join()
     .unwrap();
-    assert_eq!(iomux::sys::counts().since(&before).get(Syscall::Getppid), 0);
+    assert_eq!(iomux::syscalls::counts().since(&before).get(Syscall::EpollPwait), 0);
+}
+
+/// Soft RLIMIT_NOFILE up to the hard limit (select needs fds past 1024).
+fn raise_nofile_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut lim = getrlimit(Resource::Nofile);
+    lim.current = lim.maximum;
+    setrlimit(Resource::Nofile, lim).expect("raise RLIMIT_NOFILE");
 }

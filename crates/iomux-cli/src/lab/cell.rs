@@ -92,8 +92,9 @@ pub fn run_with_idle(
 /// Syscalls of the data path: waits, reads and writes (not accepting,
 /// configuring or closing connections).
 pub fn data_path_syscalls(stats: &Value) -> u64 {
-    const KINDS: [&str; 8] = ["epoll_wait", "poll", "select", "io_uring_enter", "read", "write", "recvfrom", "sendto"];
-    KINDS.iter().map(|k| stats["syscalls"][*k].as_u64().unwrap_or(0)).sum()
+    use iomux::Syscall::*;
+    const KINDS: [iomux::Syscall; 6] = [EpollPwait, Ppoll, Pselect6, IoUringEnter, Read, Write];
+    KINDS.iter().map(|k| stats["syscalls"][k.name()].as_u64().unwrap_or(0)).sum()
 }
 
 pub fn f64_of(v: &Value) -> f64 {

@@ -175,7 +175,7 @@ impl ServerChild {
 
     /// SIGTERM, wait, read the stats (and the tracer's count).
     pub fn stop(mut self) -> CliResult<ServerResult> {
-        iomux::sys::net::kill(self.pid, libc::SIGTERM).map_err(|e| format!("SIGTERM to iomux serve: {e}"))?;
+        crate::os::terminate(self.pid).map_err(|e| format!("SIGTERM to iomux serve: {e}"))?;
         let deadline = Instant::now() + Duration::from_secs(60);
         let status = loop {
             if let Some(st) = self.child.try_wait()? {

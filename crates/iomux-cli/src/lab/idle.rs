@@ -205,10 +205,10 @@ struct Sample {
 fn run_once(backend: Backend, idle: usize) -> CliResult<Result<Sample, String>> {
     // select: every fd number must be below FD_SETSIZE; the server uses a
     // handful of its own (std streams, listener, waker).
-    if backend == Backend::Select && idle + ACTIVE + 8 > iomux::sys::FD_SETSIZE {
+    if backend == Backend::Select && idle + ACTIVE + 8 > iomux::poller::FD_SETSIZE {
         return Ok(Err(format!(
             "select: {ACTIVE} + Z connections need fd numbers past FD_SETSIZE ({}); select cannot watch them",
-            iomux::sys::FD_SETSIZE
+            iomux::poller::FD_SETSIZE
         )));
     }
     let c = cell::run_with_idle(backend, "echo", None, idle, |a| {

@@ -36,7 +36,7 @@ impl Machine {
                     .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
             })
             .map_or(0, |kb| kb * 1024);
-        let (nofile, nofile_hard) = iomux::sys::nofile_limit().unwrap_or((0, 0));
+        let (nofile, nofile_hard) = crate::os::nofile_limit();
         Machine {
             kernel: read_trim("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into()),
             cpu_model,

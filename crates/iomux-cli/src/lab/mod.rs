@@ -11,6 +11,7 @@ mod measure;
 mod output;
 mod peers;
 mod plot;
+mod raw;
 pub mod report;
 mod sink;
 mod syscall_rate;
@@ -146,7 +147,7 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
 fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
     // Raise the fd limit before describing the machine, so the description
     // shows the limit the experiments ran under.
-    iomux::sys::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))?;
+    crate::os::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))?;
     let settings = Settings { full: args.full && !args.quick, out_dir, machine: Machine::describe() };
     eprintln!(
         "iomux bench: {} settings; results in {}",

@@ -8,16 +8,18 @@
 use super::measure::{calls_per_sec, median};
 use super::peers::{MioPeer, PollingPeer};
 use super::plot::{self, Axes, Series};
+use super::raw;
 use super::table::{thousands, Table};
 use super::{Check, Settings};
 use crate::progress::Progress;
 use crate::CliResult;
+use iomux::lab::PollRing;
 use iomux::poller::{EpollPoller, PollPoller, SelectPoller, UringPoller};
-use iomux::sys::{self, uring::Ring};
+use iomux::syscalls;
 use iomux::{Events, Interest, Mode, Poller, Token};
 use serde_json::json;
 use std::hint::black_box;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::Duration;
 
 pub const NAME: &str = "syscall-rate";
@@ -122,7 +124,7 @@ struct Setup {
     polling: PollingPeer,
     raw_pollfds: Vec<libc::pollfd>,
     raw_epoll: OwnedFd,
-    raw_ring: Result<Ring, String>,
+    raw_ring: Result<PollRing, String>,
     epoll_events: Vec<libc::epoll_event>,
     events: Events,
     fds: Vec<OwnedFd>,
@@ -171,12 +173,8 @@ impl Setup {
 
         let raw_pollfds =
             fds.iter().map(|fd| libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
-        let raw_epoll = sys::epoll_create1().map_err(|e| format!("epoll_create1: {e}"))?;
-        for (i, fd) in fds.iter().enumerate() {
-            sys::epoll_ctl(raw_epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), libc::EPOLLIN as u32, i as u64)
-                .map_err(|e| format!("epoll_ctl ADD fd {}: {e}", fd.as_raw_fd()))?;
-        }
-        let raw_ring = raw_ring(&fds);
+        let raw_epoll = raw::epoll_with(&fds).map_err(|e| format!("raw epoll: {e}"))?;
+        let raw_ring = PollRing::new(&fds).map_err(|e| format!("io_uring: {e}"));
         Ok(Setup {
             select,
             poll,
@@ -197,25 +195,25 @@ impl Setup {
     /// Times one subject for `duration`: (calls/s, calls, counted syscalls),
     /// or why it cannot be measured.
     fn measure(&mut self, subject: Subject, duration: Duration) -> Result<(f64, u64, u64), String> {
-        let before = sys::counts();
+        let before = syscalls::counts();
         let mut failure: Option<String> = None;
         let events = &mut self.events;
         let (rate, calls) = match subject {
             Subject::NullSyscall => calls_per_sec(duration, || {
-                black_box(sys::raw::getppid());
+                black_box(raw::getppid());
             }),
             Subject::RawPoll => {
                 let fds = &mut self.raw_pollfds;
                 calls_per_sec(duration, || {
-                    if let Err(e) = sys::raw::poll(black_box(fds), 0) {
+                    if let Err(e) = raw::poll(black_box(fds), 0) {
                         failure = Some(format!("poll: {e}"));
                     }
                 })
             }
             Subject::RawEpoll => {
-                let (epfd, evs) = (self.raw_epoll.as_raw_fd(), &mut self.epoll_events);
+                let (epfd, evs) = (self.raw_epoll.as_fd(), &mut self.epoll_events);
                 calls_per_sec(duration, || {
-                    if let Err(e) = sys::raw::epoll_wait(epfd, black_box(evs), 0) {
+                    if let Err(e) = raw::epoll_wait(epfd, black_box(evs), 0) {
                         failure = Some(format!("epoll_wait: {e}"));
                     }
                 })
@@ -258,19 +256,9 @@ impl Setup {
         if let Some(f) = failure {
             return Err(f);
         }
-        let syscalls = sys::counts().since(&before).total();
+        let syscalls = syscalls::counts().since(&before).total();
         Ok((rate, calls, syscalls))
     }
-}
-
-fn raw_ring(fds: &[OwnedFd]) -> Result<Ring, String> {
-    let mut ring = Ring::new(256, None).map_err(|e| format!("io_uring_setup: {e}"))?;
-    for (i, fd) in fds.iter().enumerate() {
-        ring.push_poll_add(fd.as_raw_fd(), libc::POLLIN as u32, false, i as u64)
-            .map_err(|e| format!("io_uring: {e}"))?;
-    }
-    ring.enter(0, None).map_err(|e| format!("io_uring_enter: {e}"))?;
-    Ok(ring)
 }
 
 #[inline(never)]
@@ -330,13 +318,13 @@ fn plan(args: &Args, max_fds: usize, hard_limit: u64) -> CliResult<Plan> {
 }
 
 pub fn run(args: &Args, settings: &Settings) -> CliResult<super::Outcome> {
-    let (_, hard) = sys::nofile_limit()?;
-    let limit = sys::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE to its hard limit: {e}"))?;
+    let (_, hard) = crate::os::nofile_limit();
+    let limit = crate::os::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE to its hard limit: {e}"))?;
     // Every setup opens a handful of fds of its own besides the N copies:
     // the pipe's write end and one epoll/io_uring fd (or three, for
     // polling) per subject.
     const OWN_FDS: usize = 16;
-    let open_now = sys::open_fd_count().unwrap_or(16);
+    let open_now = crate::os::open_fd_count().unwrap_or(16);
     let max_fds = (limit as usize).saturating_sub(open_now + OWN_FDS).max(1);
     let Plan { measured: ns, impossible } = plan(args, max_fds, hard)?;
 
@@ -425,9 +413,12 @@ pub fn run(args: &Args, settings: &Settings) -> CliResult<super::Outcome> {
          Machine: {}. Each cell: median of {reps} runs of {seconds} s, zero timeout, nothing ready. \
          `book` columns: the published figures (Linux Application Development, 2nd ed., 13.1.6). \
          `raw-*` and `null-syscall` (getppid) are loops written directly on glibc; `mio` and `polling` are the crates. \
-         The library issues the `syscall` instruction itself, skipping glibc's cancellation-point wrapper \
-         around epoll_wait/poll/select, which is why it can beat the raw glibc loops, and why epoll_wait with \
-         nothing ready (a lock-free emptiness check in the kernel) can beat getppid (a pid-namespace lookup).\n\n",
+         The library issues the `syscall` instruction itself (through rustix), skipping glibc's \
+         cancellation-point wrapper around epoll_wait/poll/select, which is why it can beat the raw glibc loops. \
+         Its waits are epoll_pwait, ppoll and pselect6 with no signal mask, the calls every architecture has: \
+         epoll_pwait costs what epoll_wait does, but ppoll copies in a timespec, a few tens of ns more than \
+         poll per call, which shows at 1 fd and vanishes from 100 fds up. An epoll wait with nothing ready \
+         (a lock-free emptiness check in the kernel) can beat getppid (a pid-namespace lookup).\n\n",
         settings.machine.summary()
     );
     md += &table.render();

@@ -177,7 +177,10 @@ pub fn round_trip(s: &mut TcpStream, data: &[u8]) {
 }
 
 pub fn raise_fd_limit() {
-    iomux::sys::raise_nofile_limit().expect("raise RLIMIT_NOFILE");
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut lim = getrlimit(Resource::Nofile);
+    lim.current = lim.maximum;
+    setrlimit(Resource::Nofile, lim).expect("raise RLIMIT_NOFILE");
 }
 
 /// Runs `iomux load` to completion against `addr`; returns its JSON report

@@ -1,12 +1,13 @@
 //! epoll: every operation is exactly one syscall, and `wait` is one
-//! `epoll_wait` writing straight into the caller's [`Events`] (no per-wait
+//! `epoll_pwait` (no signal mask: `epoll_wait` on every architecture that
+//! has it) writing straight into the caller's [`Events`] (no per-wait
 //! re-arming, no timerfd).
 
 use super::{Events, Interest, Mode, Poller, Token, Waker};
 use crate::error::{Error, Result};
-use crate::sys;
+use crate::sys::{self, EpollOp};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 const NAME: &str = "epoll";
@@ -24,8 +25,8 @@ impl EpollPoller {
         Ok(EpollPoller { epfd, waker: None })
     }
 
-    fn ctl(&self, op: libc::c_int, fd: RawFd, bits: u32, token: Token) -> Result<()> {
-        sys::epoll_ctl(self.epfd.as_raw_fd(), op, fd, bits, token.0 as u64).map_err(|e| match e.raw_os_error() {
+    fn ctl(&self, op: EpollOp, fd: RawFd, bits: u32, token: Token) -> Result<()> {
+        sys::epoll_ctl(self.epfd.as_fd(), op, fd, bits, token.0 as u64).map_err(|e| match e.raw_os_error() {
             Some(libc::EEXIST) => Error::AlreadyExists { backend: NAME, fd },
             Some(libc::ENOENT) => Error::NotFound { backend: NAME, fd },
             _ => Error::sys(NAME, "epoll_ctl", Some(fd), e),
@@ -52,23 +53,23 @@ impl Poller for EpollPoller {
     }
 
     fn add(&mut self, fd: RawFd, token: Token, interest: Interest, mode: Mode) -> Result<()> {
-        self.ctl(libc::EPOLL_CTL_ADD, fd, bits(interest, mode), token)
+        self.ctl(EpollOp::Add, fd, bits(interest, mode), token)
     }
 
     fn modify(&mut self, fd: RawFd, token: Token, interest: Interest, mode: Mode) -> Result<()> {
-        self.ctl(libc::EPOLL_CTL_MOD, fd, bits(interest, mode), token)
+        self.ctl(EpollOp::Modify, fd, bits(interest, mode), token)
     }
 
     fn delete(&mut self, fd: RawFd) -> Result<()> {
-        self.ctl(libc::EPOLL_CTL_DEL, fd, 0, Token(0))
+        self.ctl(EpollOp::Delete, fd, 0, Token(0))
     }
 
     #[inline]
     fn wait(&mut self, events: &mut Events, timeout: Option<Duration>) -> Result<usize> {
-        match sys::epoll_wait(self.epfd.as_raw_fd(), &mut events.list, sys::timeout_ms(timeout)) {
+        match sys::epoll_wait(self.epfd.as_fd(), &mut events.list, timeout) {
             Ok(n) => Ok(n),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
-            Err(e) => Err(Error::sys(NAME, "epoll_wait", Some(self.epfd.as_raw_fd()), e)),
+            Err(e) => Err(Error::sys(NAME, "epoll_pwait", Some(self.epfd.as_raw_fd()), e)),
         }
     }
 

@@ -21,12 +21,13 @@ mod uring;
 
 pub use epoll::EpollPoller;
 pub use poll::PollPoller;
-pub use select::SelectPoller;
+pub use select::{SelectPoller, FD_SETSIZE};
 pub(crate) use uring::uring_unavailable;
 pub use uring::UringPoller;
 
 use crate::error::{Error, Result};
 use crate::sys;
+use rustix::event::epoll::{Event as EpollEvent, EventData, EventFlags};
 use std::fmt;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::str::FromStr;
@@ -184,7 +185,7 @@ impl fmt::Debug for Event {
 /// The buffer `wait` fills. On epoll it is the kernel's own array: the
 /// kernel writes the events straight into it, with no copy.
 pub struct Events {
-    list: Vec<libc::epoll_event>,
+    list: Vec<EpollEvent>,
 }
 
 impl Events {
@@ -210,7 +211,11 @@ impl Events {
     }
     /// The events of the last wait.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = Event> + '_ {
-        self.list.iter().map(|ev| Event { token: Token(ev.u64 as usize), bits: ev.events })
+        self.list.iter().map(|&ev| {
+            // Copies out of the (packed on x86_64) kernel layout.
+            let (flags, data) = (ev.flags, ev.data);
+            Event { token: Token(data.u64() as usize), bits: flags.bits() }
+        })
     }
     fn is_full(&self) -> bool {
         self.list.len() == self.list.capacity()
@@ -219,7 +224,8 @@ impl Events {
     /// the buffer.
     fn push(&mut self, token: Token, bits: u32) {
         debug_assert!(!self.is_full());
-        self.list.push(libc::epoll_event { events: bits, u64: token.0 as u64 });
+        self.list
+            .push(EpollEvent { flags: EventFlags::from_bits_retain(bits), data: EventData::new_u64(token.0 as u64) });
     }
 }
 

@@ -6,6 +6,7 @@
 use super::{unsupported, Events, Interest, Mode, Poller, Token, Waker};
 use crate::error::{Error, Result};
 use crate::sys;
+use rustix::event::{PollFd, PollFlags};
 use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
@@ -22,15 +23,20 @@ struct Entry {
 
 /// The poll mechanism behind the [`Poller`](super::Poller) contract.
 pub struct PollPoller {
-    /// Handed to the kernel as is; a disarmed oneshot entry has fd -1,
-    /// which poll skips.
-    pollfds: Vec<libc::pollfd>,
+    /// One pollfd per registration, parallel to `entries`. The first
+    /// `armed` are handed to the kernel as is; a disarmed oneshot entry
+    /// waits after them, left out of the call (a pollfd cannot hold the
+    /// -1 that poll would skip).
+    pollfds: Vec<PollFd<'static>>,
     entries: Vec<Entry>,
+    armed: usize,
     /// fd number -> index in `pollfds`/`entries`.
     slot_of: Vec<u32>,
     /// Where the next scan starts, so a full `Events` cannot starve the
     /// fds at the end of the array.
     cursor: usize,
+    /// Oneshot fds reported by the current wait, disarmed after the scan.
+    fired: Vec<RawFd>,
     waker_fd: Option<RawFd>,
     _waker: Option<Waker>,
 }
@@ -41,8 +47,10 @@ impl PollPoller {
         Ok(PollPoller {
             pollfds: Vec::new(),
             entries: Vec::new(),
+            armed: 0,
             slot_of: Vec::new(),
             cursor: 0,
+            fired: Vec::new(),
             waker_fd: None,
             _waker: None,
         })
@@ -53,9 +61,34 @@ impl PollPoller {
         (s != NO_SLOT).then_some(s as usize)
     }
 
-    fn arm(&mut self, slot: usize) {
+    /// Exchanges two slots, keeping `slot_of` right.
+    fn swap(&mut self, a: usize, b: usize) {
+        if a != b {
+            self.entries.swap(a, b);
+            self.pollfds.swap(a, b);
+            self.slot_of[self.entries[a].fd as usize] = a as u32;
+            self.slot_of[self.entries[b].fd as usize] = b as u32;
+        }
+    }
+
+    /// Watches `slot` for its entry's interest from the next wait on.
+    fn arm(&mut self, slot: usize) -> Result<()> {
         let entry = &self.entries[slot];
-        self.pollfds[slot] = libc::pollfd { fd: entry.fd, events: entry.interest.poll_bits(), revents: 0 };
+        self.pollfds[slot] = sys::pollfd(entry.fd, entry.interest.poll_bits())
+            .map_err(|e| Error::sys(NAME, "add", Some(entry.fd), e))?;
+        if slot >= self.armed {
+            self.swap(slot, self.armed);
+            self.armed += 1;
+        }
+        Ok(())
+    }
+
+    /// Stops watching `slot` (a oneshot that fired, or a delete).
+    fn disarm(&mut self, slot: usize) {
+        if slot < self.armed {
+            self.armed -= 1;
+            self.swap(slot, self.armed);
+        }
     }
 }
 
@@ -84,6 +117,7 @@ impl Poller for PollPoller {
             return Err(Error::AlreadyExists { backend: NAME, fd });
         }
         sys::fd_is_open(fd).map_err(|e| Error::sys(NAME, "fcntl", Some(fd), e))?;
+        let pollfd = sys::pollfd(fd, interest.poll_bits()).map_err(|e| Error::sys(NAME, "add", Some(fd), e))?;
         let idx = fd as usize;
         if self.slot_of.len() <= idx {
             self.slot_of.resize(idx + 1, NO_SLOT);
@@ -91,27 +125,26 @@ impl Poller for PollPoller {
         let slot = self.entries.len();
         self.slot_of[idx] = slot as u32;
         self.entries.push(Entry { fd, token, interest, mode });
-        self.pollfds.push(libc::pollfd { fd: -1, events: 0, revents: 0 });
-        self.arm(slot);
-        Ok(())
+        self.pollfds.push(pollfd);
+        self.arm(slot)
     }
 
     fn modify(&mut self, fd: RawFd, token: Token, interest: Interest, mode: Mode) -> Result<()> {
         check_mode(mode)?;
         let slot = self.slot(fd).ok_or(Error::NotFound { backend: NAME, fd })?;
         self.entries[slot] = Entry { fd, token, interest, mode };
-        self.arm(slot);
-        Ok(())
+        self.arm(slot)
     }
 
     fn delete(&mut self, fd: RawFd) -> Result<()> {
         let slot = self.slot(fd).ok_or(Error::NotFound { backend: NAME, fd })?;
+        self.disarm(slot);
+        // Disarmed, it sits after the armed ones: move it last and drop it.
+        let (slot, last) = (self.slot_of[fd as usize] as usize, self.entries.len() - 1);
+        self.swap(slot, last);
+        self.entries.pop();
+        self.pollfds.pop();
         self.slot_of[fd as usize] = NO_SLOT;
-        self.entries.swap_remove(slot);
-        self.pollfds.swap_remove(slot);
-        if let Some(moved) = self.entries.get(slot) {
-            self.slot_of[moved.fd as usize] = slot as u32;
-        }
         if self.waker_fd == Some(fd) {
             self.waker_fd = None;
         }
@@ -120,12 +153,12 @@ impl Poller for PollPoller {
 
     fn wait(&mut self, events: &mut Events, timeout: Option<Duration>) -> Result<usize> {
         events.clear();
-        let ready = match sys::poll(&mut self.pollfds, sys::timeout_ms(timeout)) {
+        let ready = match sys::poll(&mut self.pollfds[..self.armed], timeout) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(0),
-            Err(e) => return Err(Error::sys(NAME, "poll", None, e)),
+            Err(e) => return Err(Error::sys(NAME, "ppoll", None, e)),
         };
-        let len = self.pollfds.len();
+        let len = self.armed;
         let mut seen = 0;
         let mut i = self.cursor.min(len);
         for _ in 0..len {
@@ -135,26 +168,33 @@ impl Poller for PollPoller {
             if i == len {
                 i = 0;
             }
-            let revents = self.pollfds[i].revents;
-            if revents != 0 {
+            let revents = self.pollfds[i].revents();
+            if !revents.is_empty() {
                 seen += 1;
                 let entry = &self.entries[i];
                 // poll's bits have epoll's values on Linux; POLLNVAL (fd not
                 // open) has no epoll twin and is reported as an error.
-                let mut bits = (revents as u16 as u32) & !(libc::POLLNVAL as u32);
-                if revents & libc::POLLNVAL != 0 {
+                let mut bits = u32::from((revents - PollFlags::NVAL).bits());
+                if revents.contains(PollFlags::NVAL) {
                     bits |= libc::EPOLLERR as u32;
                 }
                 events.push(entry.token, bits);
                 if Some(entry.fd) == self.waker_fd {
                     sys::eventfd_drain(entry.fd).map_err(|e| Error::sys(NAME, "read", Some(entry.fd), e))?;
                 } else if entry.mode == Mode::Oneshot {
-                    self.pollfds[i].fd = -1;
+                    self.fired.push(entry.fd);
                 }
             }
             i += 1;
         }
         self.cursor = i;
+        for k in 0..self.fired.len() {
+            let fd = self.fired[k];
+            if let Some(slot) = self.slot(fd) {
+                self.disarm(slot);
+            }
+        }
+        self.fired.clear();
         Ok(events.len())
     }
 

@@ -7,12 +7,16 @@
 
 use super::{unsupported, Events, Interest, Mode, Poller, Token, Waker};
 use crate::error::{Error, Result};
-use crate::sys::{self, FdSet, FD_SETSIZE};
+use crate::sys::{self, FdSet};
 use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
 const NAME: &str = "select";
+
+/// FD_SETSIZE (1024): the most descriptors, and one past the highest
+/// descriptor number, that the select backend can watch.
+pub const FD_SETSIZE: usize = sys::FD_SETSIZE;
 
 #[derive(Clone, Copy)]
 struct Entry {
@@ -141,11 +145,12 @@ impl Poller for SelectPoller {
         let ready = match sys::select(self.nfds, &mut read, &mut write, timeout) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(0),
-            Err(e) => return Err(Error::sys(NAME, "select", self.closed_fd(), e)),
+            Err(e) => return Err(Error::sys(NAME, "pselect6", self.closed_fd(), e)),
         };
         if ready == 0 || self.nfds == 0 {
             return Ok(0);
         }
+        let (read, write) = (read.bits(), write.bits());
         let mut fd = self.cursor % self.nfds;
         for _ in 0..self.nfds {
             if events.is_full() {

@@ -170,10 +170,10 @@ impl Runtime {
                     std::thread::Builder::new().name(format!("iomux-loop-{i}")).spawn_scoped(scope, move || {
                         let mut handler = make_handler(i);
                         let setup = Setup { cfg: config, listener, control, ready: &|| ready.one_ready() };
-                    let result = match config.backend {
-                        Backend::Uring | Backend::UringSqpoll => completion::run(setup, &mut handler),
-                        _ => readiness::run(setup, &mut handler),
-                    };
+                        let result = match config.backend {
+                            Backend::Uring | Backend::UringSqpoll => completion::run(setup, &mut handler),
+                            _ => readiness::run(setup, &mut handler),
+                        };
                         if result.is_err() {
                             control.stop(); // one loop failing stops the others too
                         }

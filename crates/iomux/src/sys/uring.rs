@@ -1,37 +1,45 @@
 //! io_uring: the ring, and a safe, counted interface to it.
 //!
+//! The io-uring crate does the work: setup, the mapped rings, entries,
+//! `io_uring_enter` (with [`SubmitArgs`] for a timed wait) and buffer-ring
+//! registration. This module adds what the crate leaves to its users: a
+//! counter bump for every enter and register the crate makes on our
+//! behalf, the decision (as liburing makes it) whether an enter is needed
+//! at all, memory that must outlive requests in flight, and the
+//! provided-buffer ring's data block and held-buffer tracking.
+//!
 //! Every operation offered here is safe whatever the caller does next:
 //! entries point at no user memory (poll, accept, cancel), or at memory the
 //! ring itself owns until the completion arrives (send buffers, connect
-//! addresses, the provided-buffer ring). `io_uring_enter` is issued by [`Ring::enter`]
-//! alone, which decides (as liburing does) whether a syscall is needed at
-//! all and counts it when it is.
+//! addresses, the provided-buffer ring).
 #![allow(unsafe_code)]
 
-use super::direct::syscall;
-use super::net::RawAddr;
-use super::{count, count as count_syscall, Syscall};
+use super::net::Fd;
+use crate::syscalls::{count, Syscall};
+use io_uring::types::{BufRingEntry, SubmitArgs, Timespec};
 use io_uring::{opcode, squeue, types, EnterFlags, IoUring};
+use rustix::mm::{self, MapFlags, ProtFlags};
+use rustix::net::SocketAddrAny;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::HashMap;
 use std::io;
 use std::mem::size_of;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 /// How a ring was set up, after falling back from what was asked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RingSetup {
+pub(crate) struct RingSetup {
     /// IORING_SETUP_COOP_TASKRUN | TASKRUN_FLAG: no IPI per completion;
     /// the kernel flags pending work in the SQ ring instead.
-    pub coop_taskrun: bool,
+    pub(crate) coop_taskrun: bool,
     /// IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN.
-    pub defer_taskrun: bool,
+    pub(crate) defer_taskrun: bool,
     /// IORING_SETUP_SQPOLL: a kernel thread consumes submissions.
-    pub sqpoll: bool,
+    pub(crate) sqpoll: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -42,24 +50,8 @@ enum Flavour {
     Plain,
 }
 
-/// `struct io_uring_getevents_arg` (include/uapi/linux/io_uring.h).
-#[repr(C)]
-struct GeteventsArg {
-    sigmask: u64,
-    sigmask_sz: u32,
-    min_wait_usec: u32,
-    ts: u64,
-}
-
-/// `struct __kernel_timespec`.
-#[repr(C)]
-struct KernelTimespec {
-    tv_sec: i64,
-    tv_nsec: i64,
-}
-
 /// One io_uring instance.
-pub struct Ring {
+pub(crate) struct Ring {
     ring: IoUring,
     setup: RingSetup,
     buffers: Option<BufRing>,
@@ -74,27 +66,27 @@ pub struct Ring {
 enum Owned {
     Send(Vec<u8>),
     /// Held only so the address outlives the connect.
-    Addr(#[allow(dead_code)] Box<RawAddr>),
+    Addr(#[allow(dead_code)] Box<SocketAddrAny>),
 }
 
 /// What a completion said.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Completion {
-    pub user_data: u64,
-    pub result: i32,
-    pub flags: u32,
+pub(crate) struct Completion {
+    pub(crate) user_data: u64,
+    pub(crate) result: i32,
+    pub(crate) flags: u32,
     /// A send's buffer, handed back once the kernel is done with it.
-    pub returned: Option<Vec<u8>>,
+    pub(crate) returned: Option<Vec<u8>>,
 }
 
 impl Completion {
     /// IORING_CQE_F_MORE: a multishot request stays armed.
-    pub fn more(&self) -> bool {
+    pub(crate) fn more(&self) -> bool {
         io_uring::cqueue::more(self.flags)
     }
 
     /// The provided buffer this completion filled (IORING_CQE_F_BUFFER).
-    pub fn buffer_id(&self) -> Option<u16> {
+    pub(crate) fn buffer_id(&self) -> Option<u16> {
         io_uring::cqueue::buffer_select(self.flags)
     }
 }
@@ -103,7 +95,7 @@ impl Ring {
     /// Sets up a ring of `entries` submission slots (and 8x that many
     /// completion slots, so a burst of readiness rarely overflows), asking
     /// for cooperative task running and falling back when the kernel lacks it.
-    pub fn new(entries: u32, sqpoll_idle: Option<Duration>) -> io::Result<Ring> {
+    pub(crate) fn new(entries: u32, sqpoll_idle: Option<Duration>) -> io::Result<Ring> {
         Self::with_flavours(entries, sqpoll_idle, &[Flavour::CoopTaskrun, Flavour::Plain])
     }
 
@@ -111,7 +103,7 @@ impl Ring {
     /// with GETEVENTS: SINGLE_ISSUER|DEFER_TASKRUN (completions are posted
     /// only when we ask, in a batch), falling back to COOP_TASKRUN, then
     /// to no flags, as the kernel allows. SQPOLL excludes DEFER_TASKRUN.
-    pub fn for_loop(entries: u32, sqpoll_idle: Option<Duration>) -> io::Result<Ring> {
+    pub(crate) fn for_loop(entries: u32, sqpoll_idle: Option<Duration>) -> io::Result<Ring> {
         let flavours: &[Flavour] = if sqpoll_idle.is_some() {
             &[Flavour::SingleIssuer, Flavour::Plain]
         } else {
@@ -158,30 +150,30 @@ impl Ring {
         Err(last_err.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EINVAL)))
     }
 
-    pub fn setup(&self) -> RingSetup {
+    pub(crate) fn setup(&self) -> RingSetup {
         self.setup
     }
 
     /// Whether `io_uring_enter` can take a timeout (IORING_FEAT_EXT_ARG, 5.11).
-    pub fn has_ext_arg(&self) -> bool {
+    pub(crate) fn has_ext_arg(&self) -> bool {
         self.ring.params().is_feature_ext_arg()
     }
 
     /// Queues IORING_OP_POLL_ADD for `fd` with `mask` (poll(2) bits);
     /// `multishot` keeps it armed across events (IORING_POLL_ADD_MULTI).
-    pub fn push_poll_add(&mut self, fd: RawFd, mask: u32, multishot: bool, user_data: u64) -> io::Result<()> {
+    pub(crate) fn push_poll_add(&mut self, fd: RawFd, mask: u32, multishot: bool, user_data: u64) -> io::Result<()> {
         let entry = opcode::PollAdd::new(types::Fd(fd), mask).multi(multishot).build().user_data(user_data);
         self.push(entry)
     }
 
     /// Queues IORING_OP_POLL_REMOVE of the poll whose user_data is `target`.
-    pub fn push_poll_remove(&mut self, target: u64, user_data: u64) -> io::Result<()> {
+    pub(crate) fn push_poll_remove(&mut self, target: u64, user_data: u64) -> io::Result<()> {
         self.push(opcode::PollRemove::new(target).build().user_data(user_data))
     }
 
     /// Queues a multishot accept (IORING_OP_ACCEPT, IORING_ACCEPT_MULTISHOT):
     /// one completion per accepted connection, its result the new fd.
-    pub fn push_accept_multi(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
+    pub(crate) fn push_accept_multi(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
         let entry = opcode::AcceptMulti::new(types::Fd(fd)).flags(libc::SOCK_CLOEXEC).build().user_data(user_data);
         self.push(entry)
     }
@@ -189,7 +181,7 @@ impl Ring {
     /// Queues one accept (IORING_OP_ACCEPT): one completion, its result
     /// the new fd. With a connection limit, one accept at a time never
     /// takes more connections than the limit allows.
-    pub fn push_accept(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
+    pub(crate) fn push_accept(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
         let entry = opcode::Accept::new(types::Fd(fd), std::ptr::null_mut(), std::ptr::null_mut())
             .flags(libc::SOCK_CLOEXEC)
             .build()
@@ -199,7 +191,7 @@ impl Ring {
 
     /// Queues a multishot receive into the provided-buffer ring: one
     /// completion per arrival, naming the buffer it filled.
-    pub fn push_recv_multi(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
+    pub(crate) fn push_recv_multi(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
         let group = self.buffers.as_ref().map(|b| b.group).ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "multishot receive needs setup_buffers first")
         })?;
@@ -208,7 +200,7 @@ impl Ring {
 
     /// Queues a send of `buf[offset..]`; the ring keeps `buf` until the
     /// completion, which hands it back ([`Completion::returned`]).
-    pub fn push_send(&mut self, fd: RawFd, buf: Vec<u8>, offset: usize, user_data: u64) -> io::Result<()> {
+    pub(crate) fn push_send(&mut self, fd: RawFd, buf: Vec<u8>, offset: usize, user_data: u64) -> io::Result<()> {
         if self.owned.contains_key(&user_data) {
             return Err(io::Error::new(io::ErrorKind::AlreadyExists, "a request with this user_data is in flight"));
         }
@@ -223,12 +215,12 @@ impl Ring {
     }
 
     /// Queues a connect to `addr`; the ring keeps the address until done.
-    pub fn push_connect(&mut self, fd: RawFd, addr: &SocketAddr, user_data: u64) -> io::Result<()> {
+    pub(crate) fn push_connect(&mut self, fd: RawFd, addr: &SocketAddr, user_data: u64) -> io::Result<()> {
         if self.owned.contains_key(&user_data) {
             return Err(io::Error::new(io::ErrorKind::AlreadyExists, "a request with this user_data is in flight"));
         }
-        let raw = Box::new(RawAddr::new(addr));
-        let (ptr, len) = (raw.as_ptr(), raw.len());
+        let raw = Box::new(SocketAddrAny::from(*addr));
+        let (ptr, len) = (raw.as_ptr().cast::<libc::sockaddr>(), raw.addr_len());
         self.owned.insert(user_data, Owned::Addr(raw));
         self.push(opcode::Connect::new(types::Fd(fd), ptr, len).build().user_data(user_data)).inspect_err(|_| {
             self.owned.remove(&user_data);
@@ -238,7 +230,7 @@ impl Ring {
     /// Queues IORING_OP_CLOSE of `fd`, taking ownership: the number stays
     /// taken until the close runs, so it cannot be reused under a request
     /// still queued for it. On failure the descriptor is handed back.
-    pub fn push_close(&mut self, fd: super::net::Fd, user_data: u64) -> Result<(), (super::net::Fd, io::Error)> {
+    pub(crate) fn push_close(&mut self, fd: Fd, user_data: u64) -> Result<(), (Fd, io::Error)> {
         let entry = opcode::Close::new(types::Fd(fd.raw())).build().user_data(user_data);
         match self.push(entry) {
             Ok(()) => {
@@ -251,25 +243,25 @@ impl Ring {
     }
 
     /// Queues IORING_OP_ASYNC_CANCEL of the request whose user_data is `target`.
-    pub fn push_cancel(&mut self, target: u64, user_data: u64) -> io::Result<()> {
+    pub(crate) fn push_cancel(&mut self, target: u64, user_data: u64) -> io::Result<()> {
         self.push(opcode::AsyncCancel::new(target).build().user_data(user_data))
     }
 
-    /// Registers a provided-buffer ring of `count` buffers (a power of two,
+    /// Registers a provided-buffer ring of `buffers` buffers (a power of two,
     /// at most 32768) of `size` bytes each, as buffer group `group`.
-    pub fn setup_buffers(&mut self, group: u16, count: u16, size: usize) -> io::Result<()> {
-        if !count.is_power_of_two() || count > 32768 || size == 0 || size > u32::MAX as usize {
+    pub(crate) fn setup_buffers(&mut self, group: u16, buffers: u16, size: usize) -> io::Result<()> {
+        if !buffers.is_power_of_two() || buffers > 32768 || size == 0 || size > u32::MAX as usize {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "buffer ring: count must be a power of two <= 32768",
             ));
         }
-        let mut b = BufRing::allocate(group, count, size)?;
-        count_syscall(Syscall::IoUringRegister);
-        // SAFETY: b.entries points at count entries of zeroed, page-aligned
+        let mut b = BufRing::allocate(group, buffers, size)?;
+        count(Syscall::IoUringRegister);
+        // SAFETY: b.entries points at `buffers` entries of zeroed, page-aligned
         // memory that lives in self.buffers until unregistered (Drop).
-        unsafe { self.ring.submitter().register_buf_ring_with_flags(b.entries.as_ptr() as u64, count, group, 0) }?;
-        for bid in 0..count {
+        unsafe { self.ring.submitter().register_buf_ring_with_flags(b.entries.as_ptr() as u64, buffers, group, 0) }?;
+        for bid in 0..buffers {
             b.provide(bid);
         }
         b.publish();
@@ -279,7 +271,7 @@ impl Ring {
 
     /// The bytes a receive completion put in buffer `bid` (empty unless a
     /// completion handed that buffer over and it was not recycled yet).
-    pub fn buffer(&self, bid: u16, len: usize) -> &[u8] {
+    pub(crate) fn buffer(&self, bid: u16, len: usize) -> &[u8] {
         match &self.buffers {
             Some(b) if b.held.get(usize::from(bid)) == Some(&true) => b.slice(bid, len),
             _ => &[],
@@ -288,7 +280,7 @@ impl Ring {
 
     /// Gives buffer `bid` back to the kernel for later receives; a buffer
     /// not held (already recycled, or never handed over) is left alone.
-    pub fn recycle_buffer(&mut self, bid: u16) {
+    pub(crate) fn recycle_buffer(&mut self, bid: u16) {
         if let Some(b) = &mut self.buffers {
             if let Some(h) = b.held.get_mut(usize::from(bid)) {
                 if *h {
@@ -311,84 +303,68 @@ impl Ring {
                 self.in_flight += 1;
                 return Ok(());
             }
-            // Submission queue full: hand what is queued to the kernel.
-            self.enter(0, None)?;
+            self.make_room()?;
         }
     }
 
+    /// The submission queue is full: hand what is queued to the kernel. An
+    /// awake SQPOLL thread takes entries by itself, so then wait for it to
+    /// free a slot (IORING_ENTER_SQ_WAIT) instead of spinning.
+    fn make_room(&mut self) -> io::Result<()> {
+        if self.setup.sqpoll && !self.ring.submission().need_wakeup() {
+            count(Syscall::IoUringEnter);
+            self.ring.submitter().squeue_wait()?;
+            return Ok(());
+        }
+        self.enter(0, None).map(drop)
+    }
+
     /// Submissions queued and not yet handed to the kernel.
-    pub fn pending_submissions(&mut self) -> usize {
+    pub(crate) fn pending_submissions(&mut self) -> usize {
         self.ring.submission().len()
     }
 
     /// Whether the kernel holds completions or task work that only an
     /// `io_uring_enter` will flush into the completion ring.
-    pub fn kernel_has_work(&mut self) -> bool {
+    pub(crate) fn kernel_has_work(&mut self) -> bool {
         let sq = self.ring.submission();
         sq.taskrun() || sq.cq_overflow()
     }
 
     /// Submits what is queued and waits for at least `min_complete`
     /// completions, at most `timeout`. Makes no syscall when nothing needs
-    /// one (SQPOLL thread awake and nothing to wait for). Returns how many
-    /// submissions the kernel took. ETIME (timeout) and EINTR are errors
-    /// here; callers decide what they mean.
-    pub fn enter(&mut self, min_complete: u32, timeout: Option<Duration>) -> io::Result<usize> {
-        let (to_submit, taskrun, overflow, need_wakeup) = {
+    /// one (SQPOLL thread awake and nothing to wait for, or nothing queued
+    /// and nothing to wait for). Returns how many submissions the kernel
+    /// took. ETIME (timeout) and EINTR are errors here; callers decide what
+    /// they mean.
+    pub(crate) fn enter(&mut self, min_complete: u32, timeout: Option<Duration>) -> io::Result<usize> {
+        let (to_submit, flush, need_wakeup) = {
             let mut sq = self.ring.submission();
             sq.sync();
-            (sq.len() as u32, sq.taskrun(), sq.cq_overflow(), self.setup.sqpoll && sq.need_wakeup())
+            (sq.len(), sq.taskrun() || sq.cq_overflow(), self.setup.sqpoll && sq.need_wakeup())
         };
-        let mut flags = 0u32;
-        if min_complete > 0 || taskrun || overflow {
-            flags |= EnterFlags::GETEVENTS.bits();
-        }
-        if self.setup.sqpoll {
-            if need_wakeup {
-                flags |= EnterFlags::SQ_WAKEUP.bits();
-            } else if flags & EnterFlags::GETEVENTS.bits() == 0 {
-                // The SQ thread is awake and will take the entries itself.
-                return Ok(to_submit as usize);
-            }
-        }
-        if to_submit == 0 && flags == 0 {
-            return Ok(0);
+        // The crate's submit_and_wait/submit_with_args make the same
+        // decision for an SQPOLL ring (no enter when the thread is awake
+        // and no event is wanted), but enter unconditionally otherwise:
+        // decide here, so that every enter the crate makes is one counted.
+        let needed = if self.setup.sqpoll {
+            need_wakeup || min_complete > 0 || flush
+        } else {
+            to_submit > 0 || min_complete > 0 || flush
+        };
+        if !needed {
+            return Ok(if self.setup.sqpoll { to_submit } else { 0 });
         }
         count(Syscall::IoUringEnter);
-        let fd = self.ring.as_raw_fd();
+        let submitter = self.ring.submitter();
+        let want = min_complete as usize;
         match timeout {
             Some(t) if min_complete > 0 => {
-                let ts = KernelTimespec {
-                    tv_sec: t.as_secs().min(i64::MAX as u64) as i64,
-                    tv_nsec: i64::from(t.subsec_nanos()),
-                };
-                let arg = GeteventsArg {
-                    sigmask: 0,
-                    sigmask_sz: 0,
-                    min_wait_usec: 0,
-                    ts: &ts as *const KernelTimespec as u64,
-                };
-                let flags = flags | EnterFlags::EXT_ARG.bits();
-                let arg_ptr: *const GeteventsArg = &arg;
-                // SAFETY: `arg` and the timespec it points to live on our
-                // stack until the call returns; EXT_ARG tells the kernel to
-                // read `arg` as io_uring_getevents_arg, whose layout
-                // GeteventsArg mirrors, and its size is passed with it.
-                unsafe {
-                    syscall!(
-                        libc::SYS_io_uring_enter,
-                        fd,
-                        to_submit,
-                        min_complete,
-                        flags,
-                        arg_ptr,
-                        size_of::<GeteventsArg>()
-                    )
-                }
+                // IORING_ENTER_EXT_ARG with the timeout (needs IORING_FEAT_EXT_ARG).
+                let ts = Timespec::from(t);
+                submitter.submit_with_args(want, &SubmitArgs::new().timespec(&ts))
             }
-            // SAFETY: no argument pointer is passed, so the kernel reads no
-            // user memory beyond the mapped rings.
-            _ => unsafe { syscall!(libc::SYS_io_uring_enter, fd, to_submit, min_complete, flags, 0usize, 0usize) },
+            _ => submitter.submit_and_wait(want),
         }
     }
 
@@ -398,21 +374,21 @@ impl Ring {
     /// Also what a loop on a DEFER_TASKRUN ring needs when it must not wait:
     /// there completions are posted only by an enter that asks for events,
     /// and no flag says when some are pending. Submits what is queued.
-    pub fn enter_getevents(&mut self) -> io::Result<usize> {
+    pub(crate) fn enter_getevents(&mut self) -> io::Result<usize> {
         let to_submit = {
             let mut sq = self.ring.submission();
             sq.sync();
-            sq.len()
+            sq.len() as u32
         };
         count(Syscall::IoUringEnter);
-        let fd = self.ring.as_raw_fd();
-        let flags = EnterFlags::GETEVENTS.bits();
-        // SAFETY: no argument pointer; the kernel only reads the mapped rings.
-        unsafe { syscall!(libc::SYS_io_uring_enter, fd, to_submit, 0usize, flags, 0usize, 0usize) }
+        // SAFETY: no argument pointer is passed (None), so the kernel reads
+        // no user memory beyond the mapped rings; the entries it consumes
+        // were pushed under `push`'s guarantees.
+        unsafe { self.ring.submitter().enter::<libc::sigset_t>(to_submit, 0, EnterFlags::GETEVENTS.bits(), None) }
     }
 
     /// Takes the next completion off the completion ring (no syscall).
-    pub fn pop_completion(&mut self) -> Option<Completion> {
+    pub(crate) fn pop_completion(&mut self) -> Option<Completion> {
         let cqe = self.ring.completion().next()?;
         let (user_data, flags) = (cqe.user_data(), cqe.flags());
         let done = !io_uring::cqueue::more(flags);
@@ -431,16 +407,16 @@ impl Ring {
         Some(Completion { user_data, result: cqe.result(), flags, returned })
     }
     /// Whether the completion ring is empty (no syscall).
-    pub fn completions_empty(&mut self) -> bool {
+    pub(crate) fn completions_empty(&mut self) -> bool {
         self.ring.completion().is_empty()
     }
 }
 
 /// A provided-buffer ring (IORING_REGISTER_PBUF_RING): the ring of
-/// `io_uring_buf` entries and the buffers they point at, both allocated
-/// here and never moved.
+/// `io_uring_buf` entries (the crate's [`BufRingEntry`]) and the block of
+/// buffers they point at, both allocated here and never moved.
 struct BufRing {
-    entries: NonNull<u8>,
+    entries: NonNull<BufRingEntry>,
     entries_layout: Layout,
     data: NonNull<u8>,
     data_len: usize,
@@ -453,83 +429,66 @@ struct BufRing {
     held: Vec<bool>,
 }
 
-/// `struct io_uring_buf`.
-#[repr(C)]
-struct BufEntry {
-    addr: u64,
-    len: u32,
-    bid: u16,
-    resv: u16,
-}
-
-/// The shared tail sits where entry 0's `resv` is (io_uring_buf_ring).
-const TAIL_OFFSET: usize = 14;
-
 impl BufRing {
-    fn allocate(group: u16, count: u16, size: usize) -> io::Result<BufRing> {
+    fn allocate(group: u16, n: u16, size: usize) -> io::Result<BufRing> {
         let oom = || io::Error::from_raw_os_error(libc::ENOMEM);
+        // The kernel wants the entries page-aligned.
+        let page = rustix::param::page_size();
         let entries_layout =
-            Layout::from_size_align(usize::from(count) * size_of::<BufEntry>(), 4096).map_err(|_| oom())?;
-        let data_len = usize::from(count) * size;
-        // SAFETY: the layout has non-zero size (count > 0).
-        let entries = NonNull::new(unsafe { alloc_zeroed(entries_layout) }).ok_or_else(oom)?;
+            Layout::from_size_align(usize::from(n) * size_of::<BufRingEntry>(), page).map_err(|_| oom())?;
+        let data_len = usize::from(n).checked_mul(size).ok_or_else(oom)?;
+        // SAFETY: the layout has non-zero size (n > 0).
+        let entries = NonNull::new(unsafe { alloc_zeroed(entries_layout) }.cast::<BufRingEntry>()).ok_or_else(oom)?;
         // The buffers come from an anonymous mapping: zero-filled (no
         // uninitialised byte is ever exposed) and resident only once the
         // kernel writes into them, so unused buffers cost no memory.
-        count_syscall(Syscall::Mmap);
-        let prot = libc::PROT_READ | libc::PROT_WRITE;
-        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+        count(Syscall::Mmap);
+        let prot = ProtFlags::READ | ProtFlags::WRITE;
         // SAFETY: an anonymous private mapping at an address of the kernel's
-        // choice: it replaces nothing of ours.
-        let mapped = unsafe { syscall!(libc::SYS_mmap, 0usize, data_len, prot, flags, -1i64, 0usize) };
-        let data = match mapped.ok().and_then(|p| NonNull::new(p as *mut u8)) {
+        // choice (null hint): it replaces nothing of ours.
+        let mapped = unsafe { mm::mmap_anonymous(std::ptr::null_mut(), data_len, prot, MapFlags::PRIVATE) };
+        let data = match mapped.ok().and_then(|p| NonNull::new(p.cast::<u8>())) {
             Some(d) => d,
             None => {
                 // SAFETY: allocated just above with this layout.
-                unsafe { dealloc(entries.as_ptr(), entries_layout) };
+                unsafe { dealloc(entries.as_ptr().cast(), entries_layout) };
                 return Err(oom());
             }
         };
-        let held = vec![false; usize::from(count)];
-        Ok(BufRing { entries, entries_layout, data, data_len, group, count, size, tail: 0, held })
+        let held = vec![false; usize::from(n)];
+        Ok(BufRing { entries, entries_layout, data, data_len, group, count: n, size, tail: 0, held })
     }
 
     /// Writes the entry for buffer `bid` at the local tail.
     fn provide(&mut self, bid: u16) {
         let index = usize::from(self.tail & (self.count - 1));
-        let entry = BufEntry {
-            // SAFETY: bid < count, so the offset stays inside the data block.
-            addr: unsafe { self.data.as_ptr().add(usize::from(bid) * self.size) } as u64,
-            len: self.size as u32,
-            bid,
-            resv: 0,
-        };
-        // SAFETY: index < count, so the write stays inside the entries
-        // block. Entry 0's resv field is the shared tail, which we must not
-        // clobber: write the first 14 bytes only (addr, len, bid).
-        unsafe {
-            let slot = self.entries.as_ptr().add(index * size_of::<BufEntry>()).cast::<BufEntry>();
-            std::ptr::addr_of_mut!((*slot).addr).write_volatile(entry.addr);
-            std::ptr::addr_of_mut!((*slot).len).write_volatile(entry.len);
-            std::ptr::addr_of_mut!((*slot).bid).write_volatile(entry.bid);
-        }
+        // SAFETY: index < count, so the entry lies inside the entries block,
+        // which we own and which the kernel only reads. The setters write
+        // addr, len and bid and leave `resv` alone: in entry 0 that field
+        // is the shared tail.
+        let entry = unsafe { &mut *self.entries.as_ptr().add(index) };
+        entry.set_addr((self.data.as_ptr() as usize + usize::from(bid) * self.size) as u64);
+        entry.set_len(self.size as u32);
+        entry.set_bid(bid);
         self.tail = self.tail.wrapping_add(1);
     }
 
     /// Makes provided entries visible to the kernel (release store).
     fn publish(&self) {
-        // SAFETY: the tail is a u16 at a 2-aligned offset inside entry 0,
-        // which the kernel reads concurrently, hence the atomic.
-        let tail = unsafe { &*(self.entries.as_ptr().add(TAIL_OFFSET).cast::<AtomicU16>()) };
+        // SAFETY: `entries` is entry 0 of the initialised ring, so
+        // BufRingEntry::tail gives its `resv` field, the shared u16 tail
+        // (2-aligned), which the kernel reads concurrently: hence an atomic
+        // view of it, and no other reference to it is alive.
+        let tail = unsafe { AtomicU16::from_ptr(BufRingEntry::tail(self.entries.as_ptr()).cast_mut()) };
         tail.store(self.tail, Ordering::Release);
     }
 
     fn slice(&self, bid: u16, len: usize) -> &[u8] {
         // SAFETY: bid < count and len is clamped to the buffer size, so the
         // slice stays inside buffer `bid`, whose bytes are initialised
-        // (zeroed at allocation, then written by the kernel). The kernel
-        // does not write to it again until recycle_buffer hands it back,
-        // which takes &mut self while this slice borrows &self.
+        // (zeroed by mmap, then written by the kernel). The kernel does not
+        // write to it again until recycle_buffer hands it back, which takes
+        // &mut self while this slice borrows &self.
         unsafe { std::slice::from_raw_parts(self.data.as_ptr().add(usize::from(bid) * self.size), len.min(self.size)) }
     }
 }
@@ -559,18 +518,69 @@ impl Drop for Ring {
             return;
         }
         if let Some(b) = self.buffers.take() {
+            count(Syscall::IoUringRegister);
             let _ = self.ring.submitter().unregister_buf_ring(b.group);
-            count_syscall(Syscall::Munmap);
+            count(Syscall::Munmap);
             // SAFETY: allocated and mapped in BufRing::allocate with these
-            // sizes; no request is in flight and the group is unregistered.
+            // sizes; no request is in flight and the group is unregistered,
+            // so neither we nor the kernel use them again.
             unsafe {
-                dealloc(b.entries.as_ptr(), b.entries_layout);
-                let _ = syscall!(libc::SYS_munmap, b.data.as_ptr(), b.data_len);
+                dealloc(b.entries.as_ptr().cast(), b.entries_layout);
+                let _ = mm::munmap(b.data.as_ptr().cast(), b.data_len);
             }
         }
     }
 }
 
-// SAFETY: BufRing's pointers are to heap memory it owns exclusively; moving
-// it to another thread moves that ownership.
+// SAFETY: BufRing's pointers are to memory it owns exclusively; moving it
+// to another thread moves that ownership.
 unsafe impl Send for BufRing {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::syscalls::counts;
+    use std::os::fd::AsRawFd;
+
+    /// More polls than the submission queue holds: `push` makes room by
+    /// entering (plain ring, sleeping SQ thread) or by waiting for the SQ
+    /// thread (SQPOLL, IORING_ENTER_SQ_WAIT), and every enter is counted.
+    fn overfill(sqpoll: Option<Duration>) {
+        let (reader, _writer) = std::io::pipe().unwrap();
+        let mut ring = Ring::new(8, sqpoll).unwrap();
+        let before = counts();
+        for i in 0..100 {
+            ring.push_poll_add(reader.as_raw_fd(), libc::POLLIN as u32, false, i).unwrap();
+        }
+        ring.enter(0, None).unwrap();
+        let spent = counts().since(&before);
+        assert!(spent.get(Syscall::IoUringEnter) >= 1, "{:?}", spent.nonzero().collect::<Vec<_>>());
+        assert_eq!(spent.total(), spent.get(Syscall::IoUringEnter));
+        // Nothing is ready: waiting for one completion times out (the
+        // kernel reports the timeout only when it took no submission).
+        if let Err(e) = ring.enter(1, Some(Duration::from_millis(10))) {
+            assert_eq!(e.raw_os_error(), Some(libc::ETIME));
+        }
+        assert!(ring.pop_completion().is_none());
+    }
+
+    #[test]
+    fn a_full_submission_queue_is_handed_over() {
+        overfill(None);
+    }
+
+    #[test]
+    fn a_full_sqpoll_queue_is_handed_over() {
+        overfill(Some(Duration::from_millis(50)));
+    }
+
+    #[test]
+    fn an_idle_enter_makes_no_syscall_and_getevents_makes_one() {
+        let mut ring = Ring::new(8, None).unwrap();
+        let before = counts();
+        assert_eq!(ring.enter(0, None).unwrap(), 0);
+        assert_eq!(counts().since(&before).total(), 0);
+        ring.enter_getevents().unwrap();
+        assert_eq!(counts().since(&before).get(Syscall::IoUringEnter), 1);
+    }
+}
