@@ -499,23 +499,26 @@ pub fn run(args: &Args, settings: &Settings) -> CliResult<super::Outcome> {
 fn checks(ns: &[usize], rate: &dyn Fn(usize, Subject) -> Option<f64>) -> Vec<Check> {
     let ratio = |n: usize, a: Subject, b: Subject| Some(rate(n, a)? / rate(n, b)?);
     let mut out = Vec::new();
-    // The worst ratio over a set of N, and where it was.
-    let worst = |set: Vec<usize>, a: Subject, b: Subject| {
-        set.into_iter().filter_map(|n| ratio(n, a, b).map(|r| (r, n))).min_by(|x, y| x.0.total_cmp(&y.0))
+    // The median ratio over a set of N (one cell varies by about 15% on a
+    // shared machine; the median over N does not hang on one of them),
+    // with the lowest and where it was.
+    let over = |what: &str, set: Vec<usize>, a: Subject, b: Subject, threshold: f64| {
+        let mut found: Vec<(f64, usize)> = set.into_iter().filter_map(|n| ratio(n, a, b).map(|r| (r, n))).collect();
+        found.sort_by(|x, y| x.0.total_cmp(&y.0));
+        match (found.first(), found.get(found.len() / 2)) {
+            (Some(&(low, at)), Some(&(median, _))) => {
+                Check::new(what, median, threshold, format!("median over N; lowest {low:.3} at {at} fds"))
+            }
+            _ => Check::not_measured(what, threshold),
+        }
     };
-    let min_at = |what: &str, found: Option<(f64, usize)>, threshold: f64| match found {
-        Some((r, n)) => Check::new(what, r, threshold, format!("lowest at {n} fds")),
-        None => Check::not_measured(what, threshold),
-    };
-    out.push(min_at(
-        "library epoll / raw epoll_wait, every N",
-        worst(ns.to_vec(), Subject::Epoll, Subject::RawEpoll),
-        0.9,
-    ));
-    out.push(min_at(
-        "library poll / raw poll, every N >= 100",
-        worst(ns.iter().copied().filter(|&n| n >= 100).collect(), Subject::Poll, Subject::RawPoll),
-        0.9,
+    out.push(over("library epoll / raw epoll_wait, median over N", ns.to_vec(), Subject::Epoll, Subject::RawEpoll, 0.95));
+    out.push(over(
+        "library poll / raw poll, median over N >= 100",
+        ns.iter().copied().filter(|&n| n >= 100).collect(),
+        Subject::Poll,
+        Subject::RawPoll,
+        0.95,
     ));
     let (first, last) = (ns.first().copied(), ns.last().copied());
     out.push(match (first, last) {
