@@ -13,12 +13,13 @@ mod runtime_support;
 
 use iomux::runtime::{CloseReason, Config, ConnId, Finished, Handler, Io, TimerId};
 use iomux::Backend;
+use proptest::prelude::*;
 use runtime_support::*;
 use std::collections::{BTreeMap, HashMap};
-use std::io::{ErrorKind, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -73,6 +74,8 @@ struct Probe {
     flooded: AtomicUsize,
     /// Bytes handed to `on_data`, all connections together.
     delivered: AtomicUsize,
+    /// Commands (and complete `n` headers) received.
+    commands: AtomicUsize,
 }
 
 /// A connection's state in [`Cmd`]: what it does, and a drop counter.
@@ -178,6 +181,7 @@ impl Cmd {
             other => panic!("unknown command {other}"),
         };
         state.mode = mode;
+        self.probe.commands.fetch_add(1, SeqCst);
         Some(header)
     }
 }
@@ -285,17 +289,19 @@ fn partial_consumption(backend: Backend) {
     let shared = deliveries.clone();
     let server =
         serve(config(backend).build().unwrap(), 1, move |_| Lines { deliveries: shared.clone(), closes: Vec::new() });
-    let last_is = |want: &[u8]| {
+    // The server holds `want` unconsumed (after its last delivery; writes
+    // sent earlier may have come in the same delivery).
+    let holds = |want: &[u8]| {
         let d = deliveries.clone();
         let want = want.to_vec();
-        move || d.lock().unwrap().last().is_some_and(|l| *l == want)
+        move || d.lock().unwrap().last().is_some_and(|l| partial_line(l) == want)
     };
     let mut c = connect(server.addr);
     // Byte by byte, each byte seen before the next is sent: every delivery
-    // must be the whole partial line so far (handed back, then extended).
+    // is the whole partial line so far (handed back, then extended).
     for k in 1..=5 {
         c.write_all(&b"hello"[k - 1..k]).unwrap();
-        wait_until(&format!("the server holds {:?}", &"hello"[..k]), last_is(&b"hello"[..k]));
+        wait_until(&format!("the server holds {:?}", &"hello"[..k]), holds(&b"hello"[..k]));
     }
     // Several lines in one write, then lines split at awkward points.
     for (write, wait_for) in [
@@ -308,7 +314,7 @@ fn partial_consumption(backend: Backend) {
     ] {
         c.write_all(write).unwrap();
         if let Some(want) = wait_for {
-            wait_until(&format!("the server holds {want:?}"), last_is(want));
+            wait_until(&format!("the server holds {want:?}"), holds(want));
         }
         thread::sleep(Duration::from_millis(2));
     }
@@ -323,6 +329,8 @@ fn partial_consumption(backend: Backend) {
     // Each delivery starts with what the previous one left unconsumed, and
     // the new bytes add up to the stream exactly.
     let deliveries = deliveries.lock().unwrap();
+    let first: Vec<&[u8]> = deliveries.iter().take(5).map(Vec::as_slice).collect();
+    assert_eq!(first, [&b"h"[..], b"he", b"hel", b"hell", b"hello"], "{backend}: byte by byte");
     let mut stream = Vec::new();
     let mut held: &[u8] = &[];
     for d in deliveries.iter() {
@@ -863,4 +871,225 @@ fn connect_refused(backend: Backend) {
     assert_eq!(h.seen, [Seen::Closed(Closed::ConnectFailed(Some(libc::ECONNREFUSED)), b"mine".to_vec())], "{backend}");
     assert_eq!(h.closed_id, h.id, "{backend}: on_close names the connection connect returned");
     assert_eq!((finished.stats.connected, finished.stats.closed_abnormally), (0, 1), "{backend}");
+}
+
+// ------------------------------------------------------- property test
+
+/// One client action.
+#[derive(Clone, Debug)]
+enum Step {
+    /// Send this many bytes (the next of the connection's pattern).
+    Send(usize),
+    /// Wait this many milliseconds.
+    Pause(u64),
+}
+
+/// One connection: what the server does, what the client sends, and
+/// whether the client shuts its write side down after its last step.
+#[derive(Clone, Debug)]
+struct Plan {
+    /// The server echoes this many bytes, then closes (None: echoes all).
+    close_after: Option<u64>,
+    steps: Vec<Step>,
+    /// Else the client holds the connection open until the server stops.
+    shutdown: bool,
+}
+
+/// What a connection looked like from outside; the same on every backend.
+#[derive(Debug, PartialEq)]
+struct Outcome {
+    /// Bytes the client received.
+    received: usize,
+    /// They are the first `received` bytes the client sent.
+    intact: bool,
+    /// How the client's reading ended.
+    end: End,
+    /// Every send of the client succeeded.
+    sends_ok: bool,
+    /// The server's close reason.
+    reason: Closed,
+}
+
+impl Plan {
+    fn sent(&self) -> usize {
+        self.steps.iter().map(|s| if let Step::Send(n) = s { *n } else { 0 }).sum()
+    }
+
+    /// Where the server closes, if the client sends that much.
+    fn server_closes_at(&self) -> Option<usize> {
+        self.close_after.map(|n| n as usize).filter(|&n| n <= self.sent())
+    }
+
+    /// The connection ends before the stop: the server closes it, or the
+    /// client's EOF does.
+    fn ends_before_stop(&self) -> bool {
+        self.shutdown || self.server_closes_at().is_some()
+    }
+
+    /// The model, from the documented semantics:
+    /// - the server closes after N bytes: the client gets exactly the
+    ///   first N bytes, then EOF (the close waits for the output, then
+    ///   FIN; what the client sends after is discarded, never answered
+    ///   with a reset, so its sends all succeed); the reason is Local;
+    /// - else the client gets its every byte back, then EOF: after its own
+    ///   shutdown (the server flushes, then closes: PeerClosed), or after
+    ///   the server's stop (an idle connection: Shutdown).
+    fn expected(&self) -> Outcome {
+        let (received, reason) = match self.server_closes_at() {
+            Some(n) => (n, Closed::Local),
+            None if self.shutdown => (self.sent(), Closed::PeerClosed),
+            None => (self.sent(), Closed::Shutdown),
+        };
+        Outcome { received, intact: true, end: End::Eof, sends_ok: true, reason }
+    }
+}
+
+fn plan() -> impl Strategy<Value = Plan> {
+    let step = prop_oneof![4 => (1usize..70_000).prop_map(Step::Send), 1 => (0u64..4).prop_map(Step::Pause)];
+    (proptest::collection::vec(step, 1..6), any::<bool>())
+        .prop_flat_map(|(steps, shutdown)| {
+            let plan = Plan { close_after: None, steps, shutdown };
+            let sent = plan.sent() as u64;
+            // Often within the traffic (0 closes at the header), sometimes
+            // exactly at its end, sometimes past it.
+            let close = prop_oneof![Just(None), (0..=sent + 20_000).prop_map(Some), Just(Some(sent))];
+            (Just(plan), close)
+        })
+        .prop_map(|(plan, close_after)| Plan { close_after, ..plan })
+}
+
+/// Reads up to `n` bytes; stops early at EOF or an error.
+fn read_up_to(s: &mut std::net::TcpStream, n: usize) -> (Vec<u8>, Option<End>) {
+    let mut got = vec![0u8; n];
+    let mut have = 0;
+    while have < n {
+        match s.read(&mut got[have..]) {
+            Ok(0) => return (got[..have].to_vec(), Some(End::Eof)),
+            Ok(k) => have += k,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return (got[..have].to_vec(), Some(End::Error(e.kind()))),
+        }
+    }
+    (got, None)
+}
+
+/// The client side of one connection. A held connection reports through
+/// `through` once it has its echo, then waits for `go` (the stop).
+fn drive(addr: SocketAddr, tag: u32, plan: Plan, through: Arc<AtomicUsize>, go: mpsc::Receiver<()>) -> (Outcome, u32) {
+    let mut s = connect(addr);
+    let base = tag as usize * 1_000_003; // a stream of its own
+    let mut header = vec![b'n'];
+    header.extend(tag.to_le_bytes());
+    header.extend(plan.close_after.unwrap_or(u64::MAX).to_le_bytes());
+    let mut w = s.try_clone().expect("clone");
+    let (steps, shutdown) = (plan.steps.clone(), plan.shutdown);
+    let writer = thread::spawn(move || -> std::io::Result<()> {
+        w.write_all(&header)?;
+        let mut offset = 0;
+        for step in steps {
+            match step {
+                Step::Send(n) => {
+                    w.write_all(&pattern(base + offset, n))?;
+                    offset += n;
+                }
+                Step::Pause(ms) => thread::sleep(Duration::from_millis(ms)),
+            }
+        }
+        if shutdown {
+            w.shutdown(Shutdown::Write)?;
+        }
+        Ok(())
+    });
+    let (received, end) = if plan.ends_before_stop() {
+        read_to_end(&mut s)
+    } else {
+        let (mut got, early) = read_up_to(&mut s, plan.sent());
+        through.fetch_add(1, SeqCst);
+        let _ = go.recv_timeout(LIMIT);
+        let end = early.unwrap_or_else(|| {
+            let (rest, end) = read_to_end(&mut s);
+            got.extend(rest);
+            end
+        });
+        (got, end)
+    };
+    let sends_ok = writer.join().expect("writer").is_ok();
+    drop(s); // our EOF: a lingering server closes now
+    if plan.ends_before_stop() {
+        through.fetch_add(1, SeqCst);
+    }
+    let intact = received == pattern(base, received.len());
+    (Outcome { received: received.len(), intact, end, sends_ok, reason: Closed::Other("not closed".into()) }, tag)
+}
+
+/// Runs every plan at once, one connection each, against one server on
+/// `backend` whose reads come in `read_size` pieces and whose output
+/// bound is `max_output`.
+fn run_plans(backend: Backend, plans: &[Plan], read_size: usize, max_output: usize) -> Vec<Outcome> {
+    let config = config(backend)
+        .read_buffer(read_size)
+        .ring_buffer_size(read_size)
+        .max_output(max_output)
+        // Long enough never to decide an outcome: ends come from the peers.
+        .linger(Duration::from_secs(30))
+        .drain_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let (server, probe) = cmd_server_with(config, 0);
+    let through = Arc::new(AtomicUsize::new(0));
+    let mut go = Vec::new();
+    let clients: Vec<_> = plans
+        .iter()
+        .enumerate()
+        .map(|(tag, plan)| {
+            let (tx, rx) = mpsc::channel();
+            go.push(tx);
+            let (addr, plan, through) = (server.addr, plan.clone(), through.clone());
+            thread::spawn(move || drive(addr, tag as u32, plan, through, rx))
+        })
+        .collect();
+    wait_count("clients through their traffic", &through, plans.len());
+    // A connection that sent nothing but its header is through at once:
+    // the stop must not come before the server has seen the header.
+    wait_count("headers", &probe.commands, plans.len());
+    let before_stop = plans.iter().filter(|p| p.ends_before_stop()).count();
+    wait_count("closes before the stop", &probe.closed, before_stop);
+    server.control.stop();
+    for tx in go {
+        let _ = tx.send(());
+    }
+    let mut outcomes: Vec<Outcome> = clients.into_iter().map(|c| c.join().expect("client")).map(|(o, _)| o).collect();
+    let finished = server.finish();
+    let h = &finished.handlers[0];
+    assert_eq!(h.late, 0, "{backend}: on_data after close");
+    for (tag, outcome) in outcomes.iter_mut().enumerate() {
+        if let Some(reason) = h.tagged.get(&(tag as u32)) {
+            outcome.reason = reason.clone();
+        }
+    }
+    outcomes
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 48,
+        max_shrink_iters: 32,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Random traffic on 1 to 3 connections at once, run on every backend:
+    /// each matches the model, so all give the same outcome.
+    #[test]
+    fn every_backend_matches_the_model(
+        plans in proptest::collection::vec(plan(), 1..6),
+        read_size in prop_oneof![Just(512usize), Just(4096), Just(65536)],
+        max_output in prop_oneof![Just(16usize << 10), Just(4 << 20)],
+    ) {
+        let want: Vec<Outcome> = plans.iter().map(Plan::expected).collect();
+        for &backend in Backend::ALL {
+            let got = run_plans(backend, &plans, read_size, max_output);
+            prop_assert_eq!(&got, &want, "{}: plans {:?}", backend, plans);
+        }
+    }
 }
