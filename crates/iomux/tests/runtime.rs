@@ -62,6 +62,7 @@ on_every_backend! {
     stop_from_a_handler,
     drained_notice_once_output_is_out,
     max_conns_pauses_accepting,
+    stale_ids_reach_nothing,
     connect_refused,
 }
 
@@ -133,6 +134,8 @@ enum Mode {
 /// - `q`: stop the loop (`Io::stop`), then echo;
 /// - `d`: write `flood` pattern bytes and ask for on_drained, then echo;
 ///   `D`: ask for on_drained with nothing queued, then echo;
+/// - `z`: write to and close the id of the last closed connection, then
+///   echo;
 /// - `w`: write, close, write again (which must be refused); `W`: the
 ///   same without the first write;
 /// - `n` + tag (u32 LE) + N (u64 LE): echo the next N bytes, then close
@@ -143,8 +146,8 @@ struct Cmd {
     probe: Arc<Probe>,
     /// Outbound connections each loop opens at its start.
     connect_to: Vec<SocketAddr>,
-    closes: Vec<Closed>,
-    tagged: BTreeMap<u32, Closed>,
+    closes: Vec<Reason>,
+    tagged: BTreeMap<u32, Reason>,
     received: Vec<u8>,
     /// `on_data` calls for a connection already closed (a bug if any).
     late: usize,
@@ -152,6 +155,10 @@ struct Cmd {
     write_results: Vec<bool>,
     /// `Io::buffered` at each on_drained.
     drained: Vec<usize>,
+    last_closed: Option<ConnId>,
+    /// For `z`: what writing to the stale id returned, whether its state is
+    /// gone, its buffered bytes, and whether it equals the live id.
+    stale: Option<(bool, bool, usize, bool)>,
 }
 
 const HEADER: usize = 13;
@@ -168,6 +175,8 @@ impl Cmd {
             late: 0,
             write_results: Vec::new(),
             drained: Vec::new(),
+            last_closed: None,
+            stale: None,
         }
     }
 
@@ -193,6 +202,14 @@ impl Cmd {
             b'd' => {
                 io.write(conn, &pattern(0, self.flood));
                 io.notify_drained(conn);
+                (Mode::Echo, 1)
+            }
+            b'z' => {
+                // The last closed connection's id: its slot is this one's now.
+                let stale = self.last_closed.expect("a connection closed before");
+                let written = io.write(stale, b"stale");
+                io.close(stale);
+                self.stale = Some((written, io.state(stale).is_none(), io.buffered(stale), stale == conn));
                 (Mode::Echo, 1)
             }
             b'D' => {
@@ -282,7 +299,8 @@ impl Handler for Cmd {
         self.probe.drained.fetch_add(1, SeqCst);
     }
 
-    fn on_close(&mut self, _io: &mut Io<Tracked>, _conn: ConnId, state: Tracked, reason: &CloseReason) {
+    fn on_close(&mut self, _io: &mut Io<Tracked>, conn: ConnId, state: Tracked, reason: &CloseReason) {
+        self.last_closed = Some(conn);
         self.closes.push(reason.into());
         if let Some(tag) = state.tag {
             self.tagged.insert(tag, reason.into());
@@ -293,7 +311,7 @@ impl Handler for Cmd {
 }
 
 /// Every close reason the loops recorded, in loop order.
-fn closes(handlers: &[Cmd]) -> Vec<Closed> {
+fn closes(handlers: &[Cmd]) -> Vec<Reason> {
     handlers.iter().flat_map(|h| h.closes.iter().cloned()).collect()
 }
 
@@ -303,7 +321,7 @@ fn closes(handlers: &[Cmd]) -> Vec<Closed> {
 /// unconsumed; keeps every delivery to check what was handed back.
 struct Lines {
     deliveries: Arc<Mutex<Vec<Vec<u8>>>>,
-    closes: Vec<Closed>,
+    closes: Vec<Reason>,
 }
 
 impl Handler for Lines {
@@ -374,7 +392,7 @@ fn partial_consumption(backend: Backend) {
     let (rest, end) = read_to_end(&mut c);
     assert_eq!((rest.len(), end), (0, End::Eof), "nothing after the answers, then EOF");
     let finished = server.stop();
-    assert_eq!(finished.handlers[0].closes, [Closed::PeerClosed]);
+    assert_eq!(finished.handlers[0].closes, [Reason::PeerClosed]);
 
     // Each delivery starts with what the previous one left unconsumed, and
     // the new bytes add up to the stream exactly.
@@ -397,7 +415,7 @@ fn partial_consumption(backend: Backend) {
 /// Consumes nothing: every delivery is all the input so far.
 struct Hoard {
     sizes: Arc<Mutex<Vec<usize>>>,
-    closes: Vec<Closed>,
+    closes: Vec<Reason>,
     closed: Arc<AtomicUsize>,
 }
 
@@ -444,7 +462,7 @@ fn input_limit_is_exclusive(backend: Backend) {
     let (got, end) = read_to_end(&mut c);
     assert_eq!((got.len(), end), (0, End::Eof), "{backend}: the client sees EOF");
     let finished = server.stop();
-    assert_eq!(finished.handlers[0].closes, [Closed::InputLimit], "{backend}");
+    assert_eq!(finished.handlers[0].closes, [Reason::InputLimit], "{backend}");
 }
 
 /// A burst far over the limit closes with InputLimit, whatever the reads.
@@ -461,7 +479,7 @@ fn input_limit_in_one_burst(backend: Backend) {
     assert!(matches!(end, End::Eof | End::Error(ErrorKind::ConnectionReset)), "{backend}: {end:?}");
     let sizes = sizes.lock().unwrap().clone();
     let finished = server.stop();
-    assert_eq!(finished.handlers[0].closes, [Closed::InputLimit], "{backend}");
+    assert_eq!(finished.handlers[0].closes, [Reason::InputLimit], "{backend}");
     let (last, before) = sizes.split_last().expect("deliveries");
     assert!(*last > 1000 && before.iter().all(|&n| n <= 1000), "{backend}: deliveries {sizes:?}");
     assert!(sizes.windows(2).all(|w| w[0] < w[1]), "{backend}: each delivery holds all before it: {sizes:?}");
@@ -505,7 +523,7 @@ fn close_with_pending_output(backend: Backend) {
     wait_count("closes", &probe.closed, 1);
     let finished = server.stop();
     let h = &finished.handlers[0];
-    assert_eq!(h.closes, [Closed::Local], "{backend}");
+    assert_eq!(h.closes, [Reason::Local], "{backend}");
     assert_eq!(h.late, 0, "{backend}: on_data was called after close");
     assert_eq!(probe.delivered.load(SeqCst), 1, "{backend}: bytes delivered (the command only)");
     assert_eq!(finished.stats.bytes_in, 1, "{backend}: stats.bytes_in");
@@ -556,7 +574,7 @@ fn lingering_close(backend: Backend) {
     c.shutdown(Shutdown::Write).unwrap();
     wait_count("closes", &probe.closed, 1);
     let finished = server.stop();
-    assert_eq!(finished.handlers[0].closes, [Closed::Local], "{backend}");
+    assert_eq!(finished.handlers[0].closes, [Reason::Local], "{backend}");
     assert_eq!(finished.handlers[0].late, 0, "{backend}: on_data was called after close");
     assert_eq!(finished.stats.bytes_in, 1, "{backend}: only the command was delivered");
 }
@@ -564,32 +582,29 @@ fn lingering_close(backend: Backend) {
 /// `Io::write` after `Io::close` returns false ("false if the connection
 /// is gone or closing") and its bytes never reach the peer.
 fn write_after_close_is_refused(backend: Backend) {
-    let (server, probe) = cmd_server(backend, 0);
-    let mut c = connect(server.addr);
-    c.write_all(b"w").unwrap();
-    let (got, end) = read_to_end(&mut c);
-    drop(c);
-    wait_count("closes", &probe.closed, 1);
-    let finished = server.stop();
-    let h = &finished.handlers[0];
-    assert_eq!((String::from_utf8_lossy(&got).as_ref(), end), ("before", End::Eof), "{backend}: what the client got");
-    assert_eq!(h.write_results, [true, false, false], "{backend}: write before close, after it, empty after it");
-    assert_eq!(h.closes, [Closed::Local], "{backend}");
+    write_after_close(backend, b"w", "before", [true, false, false]);
 }
 
 /// The same with nothing queued at the close (so FIN goes at once).
 fn write_after_idle_close_is_refused(backend: Backend) {
+    write_after_close(backend, b"W", "", [false, false, false]);
+}
+
+/// Sends `command` (`w` or `W`); the client must get `want` then EOF, the
+/// writes (before the close, after it, an empty one after it) must return
+/// `results`, and the close must stay Local.
+fn write_after_close(backend: Backend, command: &[u8], want: &str, results: [bool; 3]) {
     let (server, probe) = cmd_server(backend, 0);
     let mut c = connect(server.addr);
-    c.write_all(b"W").unwrap();
+    c.write_all(command).unwrap();
     let (got, end) = read_to_end(&mut c);
     drop(c);
     wait_count("closes", &probe.closed, 1);
     let finished = server.stop();
     let h = &finished.handlers[0];
-    assert_eq!((String::from_utf8_lossy(&got).as_ref(), end), ("", End::Eof), "{backend}: what the client got");
-    assert_eq!(h.closes, [Closed::Local], "{backend}");
-    assert_eq!(h.write_results, [false, false, false], "{backend}: (no write before close), after it, empty after it");
+    assert_eq!((String::from_utf8_lossy(&got).as_ref(), end), (want, End::Eof), "{backend}: what the client got");
+    assert_eq!(h.closes, [Reason::Local], "{backend}");
+    assert_eq!(h.write_results, results, "{backend}: writes before the close, after it, empty after it");
 }
 
 // ---------------------------------------------------------- half-close
@@ -608,7 +623,7 @@ fn half_close_inbound(backend: Backend) {
     assert_bytes(&got, &pattern(0, SENT), "the echo");
     wait_count("closes", &probe.closed, 1);
     let finished = server.stop();
-    assert_eq!(closes(&finished.handlers), [Closed::PeerClosed], "{backend}");
+    assert_eq!(closes(&finished.handlers), [Reason::PeerClosed], "{backend}");
 }
 
 /// What a client-side [`Outbound`] handler saw, in order.
@@ -618,7 +633,7 @@ enum Seen {
     Data,
     /// The reason, and the state handed back (the initial bytes, then
     /// everything received).
-    Closed(Closed, Vec<u8>),
+    Closed(Reason, Vec<u8>),
 }
 
 /// Opens one connection at its start, owning `initial` as its state, and
@@ -712,7 +727,7 @@ fn half_close_outbound(backend: Backend) {
     assert_eq!(h.seen.len(), 3, "{backend}: {:?}", h.seen.iter().map(|s| format!("{s:.40?}")).collect::<Vec<_>>());
     assert_eq!(h.seen[..2], [Seen::Connected, Seen::Data], "{backend}");
     let Seen::Closed(reason, state) = &h.seen[2] else { panic!("{backend}: no close") };
-    assert_eq!(*reason, Closed::PeerClosed, "{backend}");
+    assert_eq!(*reason, Reason::PeerClosed, "{backend}");
     assert_bytes(state, &pattern(0, SENT), "what the handler received");
     assert_eq!(h.closed_id, h.id, "{backend}: on_close names the connection connect returned");
     assert_eq!((finished.stats.connected, finished.stats.closed), (1, 1), "{backend}");
@@ -736,7 +751,7 @@ fn writes_before_connect_go_out_after_it(backend: Backend) {
     assert_eq!(peer.join().unwrap(), b"earlylate", "{backend}: what the peer got");
     let h = &finished.handlers[0];
     assert_eq!(h.early_written, Some(true), "{backend}: a write to a connection being established");
-    assert_eq!(h.seen, [Seen::Connected, Seen::Closed(Closed::PeerClosed, Vec::new())], "{backend}");
+    assert_eq!(h.seen, [Seen::Connected, Seen::Closed(Reason::PeerClosed, Vec::new())], "{backend}");
 }
 
 /// `close` right after `connect`: on_close with Local and the state, no
@@ -749,7 +764,7 @@ fn close_while_connecting(backend: Backend) {
         ..Outbound::new(target, b"mine", b"hello")
     });
     let h = &finished.handlers[0];
-    assert_eq!(h.seen, [Seen::Closed(Closed::Local, b"mine".to_vec())], "{backend}");
+    assert_eq!(h.seen, [Seen::Closed(Reason::Local, b"mine".to_vec())], "{backend}");
     assert_eq!(h.closed_id, h.id, "{backend}");
     drop(listener);
 }
@@ -782,7 +797,7 @@ fn reset_by_client(
 /// Echo, read the echo, then reset with nothing pending anywhere.
 fn reset_after_echo(backend: Backend) {
     let finished = reset_by_client(backend, 0, b"eping", 0, 4);
-    assert_eq!(closes(&finished.handlers), [Closed::Reset], "{backend}");
+    assert_eq!(closes(&finished.handlers), [Reason::Reset], "{backend}");
 }
 
 /// Send 256 KiB and reset at once: the server may still hold some of it
@@ -790,14 +805,14 @@ fn reset_after_echo(backend: Backend) {
 fn reset_with_data_in_flight(backend: Backend) {
     let finished = reset_by_client(backend, 0, b"s", 256 << 10, 0);
     let h = &finished.handlers[0];
-    assert_eq!(h.closes, [Closed::Reset], "{backend}");
+    assert_eq!(h.closes, [Reason::Reset], "{backend}");
     assert_bytes(&h.received, &pattern(0, h.received.len()), "what was delivered before the reset");
 }
 
 /// The server is sending 8 MiB when the client resets after 1 KiB.
 fn reset_while_output_pending(backend: Backend) {
     let finished = reset_by_client(backend, 8 << 20, b"f", 0, 1024);
-    assert_eq!(closes(&finished.handlers), [Closed::Reset], "{backend}");
+    assert_eq!(closes(&finished.handlers), [Reason::Reset], "{backend}");
     assert!(finished.stats.bytes_out < 8 << 20, "{backend}: all 8 MiB sent to a reset peer?");
 }
 
@@ -958,11 +973,11 @@ fn state_made_and_dropped_once(backend: Backend) {
     let mut reasons = closes(&finished.handlers);
     reasons.sort();
     let mut want = [
-        vec![Closed::PeerClosed; EACH + LOOPS],
-        vec![Closed::Local; EACH],
-        vec![Closed::Reset; EACH],
-        vec![Closed::Shutdown; EACH + LOOPS],
-        vec![Closed::ConnectFailed(Some(libc::ECONNREFUSED)); LOOPS],
+        vec![Reason::PeerClosed; EACH + LOOPS],
+        vec![Reason::Local; EACH],
+        vec![Reason::Reset; EACH],
+        vec![Reason::Shutdown; EACH + LOOPS],
+        vec![Reason::ConnectFailed(Some(libc::ECONNREFUSED)); LOOPS],
     ]
     .concat();
     want.sort();
@@ -988,7 +1003,7 @@ fn stop_drains_pending_output(backend: Backend) {
     assert_bytes(&got, &pattern(0, REPLY), "the output pending at the stop");
     drop(c);
     let finished = server.finish();
-    assert_eq!(closes(&finished.handlers), [Closed::Shutdown], "{backend}");
+    assert_eq!(closes(&finished.handlers), [Reason::Shutdown], "{backend}");
     let refused = std::net::TcpStream::connect_timeout(&addr, LIMIT).map(drop).map_err(|e| e.kind());
     assert_eq!(refused, Err(ErrorKind::ConnectionRefused), "{backend}: connecting after the runtime ended");
 }
@@ -1006,7 +1021,7 @@ fn stop_from_a_handler(backend: Backend) {
         assert_eq!(read_to_end(c), (Vec::new(), End::Eof), "{backend}: a connection at the stop");
     }
     let finished = server.finish(); // no Control::stop
-    assert_eq!(closes(&finished.handlers), [Closed::Shutdown, Closed::Shutdown], "{backend}");
+    assert_eq!(closes(&finished.handlers), [Reason::Shutdown, Reason::Shutdown], "{backend}");
     assert_eq!(probe.accepted.load(SeqCst), 2);
 }
 
@@ -1052,8 +1067,30 @@ fn max_conns_pauses_accepting(backend: Backend) {
     let finished = server.stop();
     let mut reasons = closes(&finished.handlers);
     reasons.sort();
-    assert_eq!(reasons, [Closed::PeerClosed, Closed::Shutdown, Closed::Shutdown], "{backend}");
+    assert_eq!(reasons, [Reason::PeerClosed, Reason::Shutdown, Reason::Shutdown], "{backend}");
     drop((second, third));
+}
+
+/// The id of a closed connection reaches nothing, not even the
+/// connection that took its slot: a write says false, close does nothing.
+fn stale_ids_reach_nothing(backend: Backend) {
+    let (server, probe) = cmd_server(backend, 0);
+    let mut first = connect(server.addr);
+    first.write_all(b"c").unwrap();
+    assert_eq!(read_to_end(&mut first), (Vec::new(), End::Eof));
+    drop(first);
+    wait_count("closes", &probe.closed, 1);
+    let mut second = connect(server.addr);
+    second.write_all(b"z").unwrap();
+    second.write_all(b"x").unwrap();
+    assert_eq!(read_exact(&mut second, 1), b"x", "{backend}: the live connection's echo, nothing stale");
+    second.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(read_to_end(&mut second), (Vec::new(), End::Eof), "{backend}");
+    wait_count("closes", &probe.closed, 2);
+    let finished = server.stop();
+    let h = &finished.handlers[0];
+    assert_eq!(h.stale, Some((false, true, 0, false)), "{backend}: write, state gone, buffered, same id");
+    assert_eq!(h.closes, [Reason::Local, Reason::PeerClosed], "{backend}: the live one was not closed by the stale id");
 }
 
 // ------------------------------------------------------- connect fails
@@ -1064,7 +1101,7 @@ fn connect_refused(backend: Backend) {
     let target = closed_port();
     let finished = run_client(config(backend).build().unwrap(), move |_| Outbound::new(target, b"mine", b"hello"));
     let h = &finished.handlers[0];
-    assert_eq!(h.seen, [Seen::Closed(Closed::ConnectFailed(Some(libc::ECONNREFUSED)), b"mine".to_vec())], "{backend}");
+    assert_eq!(h.seen, [Seen::Closed(Reason::ConnectFailed(Some(libc::ECONNREFUSED)), b"mine".to_vec())], "{backend}");
     assert_eq!(h.closed_id, h.id, "{backend}: on_close names the connection connect returned");
     assert_eq!((finished.stats.connected, finished.stats.closed_abnormally), (0, 1), "{backend}");
 }
@@ -1089,6 +1126,8 @@ struct Plan {
     steps: Vec<Step>,
     /// Else the client holds the connection open until the server stops.
     shutdown: bool,
+    /// The client reads in small pieces, pausing after each.
+    slow_reader: bool,
 }
 
 /// What a connection looked like from outside; the same on every backend.
@@ -1103,7 +1142,7 @@ struct Outcome {
     /// Every send of the client succeeded.
     sends_ok: bool,
     /// The server's close reason.
-    reason: Closed,
+    reason: Reason,
 }
 
 impl Plan {
@@ -1132,9 +1171,9 @@ impl Plan {
     ///   the server's stop (an idle connection: Shutdown).
     fn expected(&self) -> Outcome {
         let (received, reason) = match self.server_closes_at() {
-            Some(n) => (n, Closed::Local),
-            None if self.shutdown => (self.sent(), Closed::PeerClosed),
-            None => (self.sent(), Closed::Shutdown),
+            Some(n) => (n, Reason::Local),
+            None if self.shutdown => (self.sent(), Reason::PeerClosed),
+            None => (self.sent(), Reason::Shutdown),
         };
         Outcome { received, intact: true, end: End::Eof, sends_ok: true, reason }
     }
@@ -1142,9 +1181,9 @@ impl Plan {
 
 fn plan() -> impl Strategy<Value = Plan> {
     let step = prop_oneof![4 => (1usize..70_000).prop_map(Step::Send), 1 => (0u64..4).prop_map(Step::Pause)];
-    (proptest::collection::vec(step, 1..6), any::<bool>())
-        .prop_flat_map(|(steps, shutdown)| {
-            let plan = Plan { close_after: None, steps, shutdown };
+    (proptest::collection::vec(step, 1..6), any::<bool>(), any::<bool>())
+        .prop_flat_map(|(steps, shutdown, slow_reader)| {
+            let plan = Plan { close_after: None, steps, shutdown, slow_reader };
             let sent = plan.sent() as u64;
             // Often within the traffic (0 closes at the header), sometimes
             // exactly at its end, sometimes past it.
@@ -1154,16 +1193,23 @@ fn plan() -> impl Strategy<Value = Plan> {
         .prop_map(|(plan, close_after)| Plan { close_after, ..plan })
 }
 
-/// Reads up to `n` bytes; stops early at EOF or an error.
-fn read_up_to(s: &mut std::net::TcpStream, n: usize) -> (Vec<u8>, Option<End>) {
-    let mut got = vec![0u8; n];
-    let mut have = 0;
-    while have < n {
-        match s.read(&mut got[have..]) {
-            Ok(0) => return (got[..have].to_vec(), Some(End::Eof)),
-            Ok(k) => have += k,
+/// Reads up to `n` bytes (usize::MAX: to the end); stops early at EOF or
+/// an error (a timeout included). A slow reader reads 4 KiB at a time
+/// and pauses a millisecond after each read, so the server's output
+/// backs up.
+fn read_paced(s: &mut std::net::TcpStream, n: usize, slow: bool) -> (Vec<u8>, Option<End>) {
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; if slow { 4 << 10 } else { 64 << 10 }];
+    while got.len() < n {
+        let want = buf.len().min(n - got.len());
+        match s.read(&mut buf[..want]) {
+            Ok(0) => return (got, Some(End::Eof)),
+            Ok(k) => got.extend_from_slice(&buf[..k]),
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return (got[..have].to_vec(), Some(End::Error(e.kind()))),
+            Err(e) => return (got, Some(End::Error(e.kind()))),
+        }
+        if slow {
+            thread::sleep(Duration::from_millis(1));
         }
     }
     (got, None)
@@ -1197,34 +1243,36 @@ fn drive(addr: SocketAddr, tag: u32, plan: Plan, through: Arc<AtomicUsize>, go: 
         Ok(())
     });
     let (received, end) = if plan.ends_before_stop() {
-        read_to_end(&mut s)
+        read_paced(&mut s, usize::MAX, plan.slow_reader)
     } else {
-        let (mut got, early) = read_up_to(&mut s, plan.sent());
+        let (mut got, early) = read_paced(&mut s, plan.sent(), plan.slow_reader);
         through.fetch_add(1, SeqCst);
         let _ = go.recv_timeout(LIMIT);
-        let end = early.unwrap_or_else(|| {
-            let (rest, end) = read_to_end(&mut s);
+        let end = early.or_else(|| {
+            let (rest, end) = read_paced(&mut s, usize::MAX, false);
             got.extend(rest);
             end
         });
         (got, end)
     };
+    let end = end.expect("read to the end");
     let sends_ok = writer.join().expect("writer").is_ok();
     drop(s); // our EOF: a lingering server closes now
     if plan.ends_before_stop() {
         through.fetch_add(1, SeqCst);
     }
     let intact = received == pattern(base, received.len());
-    (Outcome { received: received.len(), intact, end, sends_ok, reason: Closed::Other("not closed".into()) }, tag)
+    (Outcome { received: received.len(), intact, end, sends_ok, reason: Reason::Other("not closed".into()) }, tag)
 }
 
 /// Runs every plan at once, one connection each, against one server on
-/// `backend` whose reads come in `read_size` pieces and whose output
-/// bound is `max_output`.
-fn run_plans(backend: Backend, plans: &[Plan], read_size: usize, max_output: usize) -> Vec<Outcome> {
+/// `backend` whose reads come in `read_size` pieces (io_uring: `ring`
+/// buffers of that size) and whose output bound is `max_output`.
+fn run_plans(backend: Backend, plans: &[Plan], read_size: usize, ring: u16, max_output: usize) -> Vec<Outcome> {
     let config = config(backend)
         .read_buffer(read_size)
         .ring_buffer_size(read_size)
+        .ring_buffers(ring)
         .max_output(max_output)
         // Long enough never to decide an outcome: ends come from the peers.
         .linger(Duration::from_secs(30))
@@ -1268,7 +1316,7 @@ fn run_plans(backend: Backend, plans: &[Plan], read_size: usize, max_output: usi
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 48,
+        cases: 32,
         max_shrink_iters: 32,
         failure_persistence: None,
         ..ProptestConfig::default()
@@ -1280,11 +1328,12 @@ proptest! {
     fn every_backend_matches_the_model(
         plans in proptest::collection::vec(plan(), 1..6),
         read_size in prop_oneof![Just(512usize), Just(4096), Just(65536)],
+        ring in prop_oneof![Just(2u16), Just(1024)],
         max_output in prop_oneof![Just(16usize << 10), Just(4 << 20)],
     ) {
         let want: Vec<Outcome> = plans.iter().map(Plan::expected).collect();
         for &backend in Backend::ALL {
-            let got = run_plans(backend, &plans, read_size, max_output);
+            let got = run_plans(backend, &plans, read_size, ring, max_output);
             prop_assert_eq!(&got, &want, "{}: plans {:?}", backend, plans);
         }
     }

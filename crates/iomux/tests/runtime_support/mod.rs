@@ -20,7 +20,7 @@ pub const LIMIT: Duration = Duration::from_secs(8);
 
 /// A close reason as a comparable value (`CloseReason` holds io::Errors).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Closed {
+pub enum Reason {
     PeerClosed,
     Local,
     Reset,
@@ -33,17 +33,17 @@ pub enum Closed {
     Other(String),
 }
 
-impl From<&CloseReason> for Closed {
-    fn from(r: &CloseReason) -> Closed {
+impl From<&CloseReason> for Reason {
+    fn from(r: &CloseReason) -> Reason {
         match r {
-            CloseReason::PeerClosed => Closed::PeerClosed,
-            CloseReason::Local => Closed::Local,
-            CloseReason::Reset => Closed::Reset,
-            CloseReason::Shutdown => Closed::Shutdown,
-            CloseReason::ConnectFailed(e) => Closed::ConnectFailed(e.raw_os_error()),
-            CloseReason::Error { syscall, error } => Closed::Error(syscall, error.raw_os_error()),
-            CloseReason::InputLimit => Closed::InputLimit,
-            other => Closed::Other(format!("{other:?}")),
+            CloseReason::PeerClosed => Reason::PeerClosed,
+            CloseReason::Local => Reason::Local,
+            CloseReason::Reset => Reason::Reset,
+            CloseReason::Shutdown => Reason::Shutdown,
+            CloseReason::ConnectFailed(e) => Reason::ConnectFailed(e.raw_os_error()),
+            CloseReason::Error { syscall, error } => Reason::Error(syscall, error.raw_os_error()),
+            CloseReason::InputLimit => Reason::InputLimit,
+            other => Reason::Other(format!("{other:?}")),
         }
     }
 }
@@ -71,14 +71,7 @@ where
     let runtime = runtime.controlled_by(control.clone()).on_ready(move || {
         let _ = ready_tx.send(());
     });
-    let (done_tx, done_rx) = mpsc::channel();
-    thread::Builder::new()
-        .name("server-under-test".into())
-        .spawn(move || {
-            let _ = done_tx.send(runtime.run(make));
-        })
-        .expect("spawn the server thread");
-    let mut server = Server { addr, control, done: Some(done_rx) };
+    let mut server = Server { addr, control, done: Some(spawn_run(runtime, make)) };
     if ready_rx.recv_timeout(LIMIT).is_err() {
         // Never ready: a set-up step failed (the result says which) or hung.
         match server.done.take().unwrap().recv_timeout(LIMIT) {
@@ -121,20 +114,29 @@ where
 {
     let control = Control::new();
     let runtime = Runtime::new(config, 1).expect("runtime").controlled_by(control.clone());
-    let (done_tx, done_rx) = mpsc::channel();
-    thread::Builder::new()
-        .name("client-under-test".into())
-        .spawn(move || {
-            let _ = done_tx.send(runtime.run(make));
-        })
-        .expect("spawn the client thread");
-    match done_rx.recv_timeout(LIMIT) {
+    match spawn_run(runtime, make).recv_timeout(LIMIT) {
         Ok(result) => result.expect("the client runtime ended with an error"),
         Err(_) => {
             control.stop();
             panic!("the client runtime did not end by itself within {LIMIT:?}");
         }
     }
+}
+
+/// Runs `runtime` on a thread of its own; its result comes on the channel.
+fn spawn_run<H, F>(runtime: Runtime, make: F) -> mpsc::Receiver<iomux::Result<Finished<H>>>
+where
+    H: Handler + Send + 'static,
+    F: Fn(usize) -> H + Sync + Send + 'static,
+{
+    let (done_tx, done_rx) = mpsc::channel();
+    thread::Builder::new()
+        .name("runtime-under-test".into())
+        .spawn(move || {
+            let _ = done_tx.send(runtime.run(make));
+        })
+        .expect("spawn the runtime's thread");
+    done_rx
 }
 
 /// A client connection with timeouts on both directions and no Nagle.
