@@ -59,7 +59,11 @@ on_every_backend! {
     timers,
     state_made_and_dropped_once,
     stop_drains_pending_output,
+    stop_gives_up_at_the_drain_timeout,
+    #[ignore = "library bug: the drain deadline counts from the start of the turn that saw the stop, so a long turn shortens it (here to nothing)"]
+    drain_timeout_counts_from_the_stop,
     stop_from_a_handler,
+    serves_a_listener_made_elsewhere,
     drained_notice_once_output_is_out,
     max_conns_pauses_accepting,
     stale_ids_reach_nothing,
@@ -142,7 +146,11 @@ enum Mode {
 ///   (N = u64::MAX: echo all); the close reason is kept under the tag.
 ///   The 13-byte header is left unconsumed until it is complete.
 struct Cmd {
-    flood: usize,
+    /// The `f`, `r` and `d` reply (made once: a 16 MiB pattern takes a
+    /// debug build long enough to skew the loop's clock).
+    flood: Arc<Vec<u8>>,
+    /// How long the `f` command blocks the loop after its write.
+    stall: Duration,
     probe: Arc<Probe>,
     /// Outbound connections each loop opens at its start.
     connect_to: Vec<SocketAddr>,
@@ -166,7 +174,8 @@ const HEADER: usize = 13;
 impl Cmd {
     fn new(probe: &Arc<Probe>) -> Cmd {
         Cmd {
-            flood: 0,
+            flood: Arc::default(),
+            stall: Duration::ZERO,
             probe: probe.clone(),
             connect_to: Vec::new(),
             closes: Vec::new(),
@@ -180,8 +189,8 @@ impl Cmd {
         }
     }
 
-    fn flooding(mut self, bytes: usize) -> Cmd {
-        self.flood = bytes;
+    fn flooding(mut self, flood: &Arc<Vec<u8>>) -> Cmd {
+        self.flood = flood.clone();
         self
     }
 
@@ -200,7 +209,7 @@ impl Cmd {
                 (Mode::Echo, 1)
             }
             b'd' => {
-                io.write(conn, &pattern(0, self.flood));
+                io.write(conn, &self.flood);
                 io.notify_drained(conn);
                 (Mode::Echo, 1)
             }
@@ -231,8 +240,9 @@ impl Cmd {
                 (Mode::Closed, data.len()) // what follows is ignored
             }
             b'f' | b'r' => {
-                io.write(conn, &pattern(0, self.flood));
+                io.write(conn, &self.flood);
                 self.probe.flooded.fetch_add(1, SeqCst);
+                thread::sleep(self.stall);
                 if data[0] == b'r' {
                     io.close(conn);
                     (Mode::Closed, data.len())
@@ -487,16 +497,21 @@ fn input_limit_in_one_burst(backend: Backend) {
 
 // ------------------------------------------------ closing with output
 
-/// A [`Cmd`] server with one loop, its probe, and a connected client that
-/// sent `command`.
+/// A [`Cmd`] server with one loop whose large reply is `flood` pattern
+/// bytes, and its probe.
 fn cmd_server(backend: Backend, flood: usize) -> (Server<Cmd>, Arc<Probe>) {
     cmd_server_with(config(backend).build().unwrap(), flood)
 }
 
 fn cmd_server_with(config: Config, flood: usize) -> (Server<Cmd>, Arc<Probe>) {
+    stalling_cmd_server(config, flood, Duration::ZERO)
+}
+
+/// The same, with an `f` command that blocks the loop for `stall`.
+fn stalling_cmd_server(config: Config, flood: usize, stall: Duration) -> (Server<Cmd>, Arc<Probe>) {
     let probe = Arc::new(Probe::default());
-    let p = probe.clone();
-    (serve(config, 1, move |_| Cmd::new(&p).flooding(flood)), probe)
+    let (p, flood) = (probe.clone(), Arc::new(pattern(0, flood)));
+    (serve(config, 1, move |_| Cmd { stall, ..Cmd::new(&p).flooding(&flood) }), probe)
 }
 
 /// The handler writes 8 MiB and closes at once. The client reads slowly,
@@ -926,7 +941,8 @@ fn state_made_and_dropped_once(backend: Backend) {
     let probe = Arc::new(Probe::default());
     let config = config(backend).drain_timeout(Duration::from_millis(300)).build().unwrap();
     let (p, targets) = (probe.clone(), vec![peer.local_addr().unwrap(), peer.local_addr().unwrap(), closed_port()]);
-    let server = serve(config, LOOPS, move |_| Cmd { connect_to: targets.clone(), ..Cmd::new(&p).flooding(16 << 20) });
+    let flood = Arc::new(pattern(0, 16 << 20));
+    let server = serve(config, LOOPS, move |_| Cmd { connect_to: targets.clone(), ..Cmd::new(&p).flooding(&flood) });
     let mut open = Vec::new();
     for i in 0..EACH {
         // Peer close: FIN after the echo.
@@ -1006,6 +1022,72 @@ fn stop_drains_pending_output(backend: Backend) {
     assert_eq!(closes(&finished.handlers), [Reason::Shutdown], "{backend}");
     let refused = std::net::TcpStream::connect_timeout(&addr, LIMIT).map(drop).map_err(|e| e.kind());
     assert_eq!(refused, Err(ErrorKind::ConnectionRefused), "{backend}: connecting after the runtime ended");
+}
+
+/// A stop with 16 MiB queued for a client that never reads: the loop
+/// gives up at the drain timeout (Shutdown); the client then gets a
+/// prefix of the output (what the kernel already held), then EOF.
+fn stop_gives_up_at_the_drain_timeout(backend: Backend) {
+    const REPLY: usize = 16 << 20;
+    const DRAIN: Duration = Duration::from_millis(200);
+    let (server, probe) = cmd_server_with(config(backend).drain_timeout(DRAIN).build().unwrap(), REPLY);
+    let mut c = connect(server.addr);
+    // The turn that reads the command may also see the stop, and its clock
+    // was read before: count from the send (see the next test).
+    let sent = Instant::now();
+    c.write_all(b"f").unwrap();
+    wait_count("flood replies", &probe.flooded, 1);
+    let finished = server.stop();
+    let took = sent.elapsed();
+    assert!(took >= DRAIN, "{backend}: ended {took:?} after the command, before the drain timeout");
+    assert_eq!(closes(&finished.handlers), [Reason::Shutdown], "{backend}");
+    let (got, end) = read_to_end(&mut c);
+    assert_eq!(end, End::Eof, "{backend}: after {} bytes", got.len());
+    assert!(got.len() < REPLY, "{backend}: all of it went out?");
+    assert_bytes(&got, &pattern(0, got.len()), "the prefix");
+}
+
+/// The drain timeout runs from the stop, however long the loop's turn
+/// was: the `f` callback blocks the loop for 1.5 s and the stop comes
+/// during it; with a 1 s drain timeout, a client that starts reading at
+/// the stop still has a second to take 16 MiB, and gets every byte.
+fn drain_timeout_counts_from_the_stop(backend: Backend) {
+    const REPLY: usize = 16 << 20;
+    let config = config(backend).drain_timeout(Duration::from_secs(1)).build().unwrap();
+    let (server, probe) = stalling_cmd_server(config, REPLY, Duration::from_millis(1500));
+    let mut c = connect(server.addr);
+    c.write_all(b"f").unwrap();
+    wait_count("flood replies", &probe.flooded, 1);
+    server.control.stop(); // while the callback blocks the loop
+    let (got, end) = read_to_end(&mut c);
+    assert_eq!(end, End::Eof, "{backend}: after {} bytes", got.len());
+    assert_bytes(&got, &pattern(0, REPLY), "the output pending at the stop");
+    let finished = server.finish();
+    assert_eq!(closes(&finished.handlers), [Reason::Shutdown], "{backend}");
+}
+
+/// Two loops serving one listener made with std: every client is served.
+fn serves_a_listener_made_elsewhere(backend: Backend) {
+    const CLIENTS: usize = 20;
+    let probe = Arc::new(Probe::default());
+    let p = probe.clone();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = serve_listener(config(backend).build().unwrap(), 2, listener, move |_| Cmd::new(&p));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            let mut c = connect(server.addr);
+            c.write_all(format!("e{i:02}").as_bytes()).unwrap();
+            c
+        })
+        .collect();
+    for (i, mut c) in clients.into_iter().enumerate() {
+        assert_eq!(read_exact(&mut c, 2), format!("{i:02}").as_bytes(), "{backend}: client {i}");
+    }
+    wait_count("closes", &probe.closed, CLIENTS);
+    let finished = server.stop();
+    assert_eq!(closes(&finished.handlers), vec![Reason::PeerClosed; CLIENTS], "{backend}");
+    assert_eq!(finished.handlers.len(), 2);
+    assert_eq!(finished.stats.accepted as usize, CLIENTS);
 }
 
 /// `Io::stop` from a callback stops the loop as `Control::stop` would:

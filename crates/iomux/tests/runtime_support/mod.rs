@@ -63,10 +63,27 @@ where
     H: Handler + Send + 'static,
     F: Fn(usize) -> H + Sync + Send + 'static,
 {
-    let control = Control::new();
     let runtime =
         Runtime::new(config, threads).expect("runtime").bind("127.0.0.1:0".parse().unwrap()).expect("bind 127.0.0.1:0");
-    let addr = runtime.local_addr().expect("a bound runtime has an address");
+    start(runtime, make)
+}
+
+/// The same on a listener made elsewhere (`Runtime::listener`).
+pub fn serve_listener<H, F>(config: Config, threads: usize, listener: TcpListener, make: F) -> Server<H>
+where
+    H: Handler + Send + 'static,
+    F: Fn(usize) -> H + Sync + Send + 'static,
+{
+    start(Runtime::new(config, threads).expect("runtime").listener(listener).expect("adopt the listener"), make)
+}
+
+fn start<H, F>(runtime: Runtime, make: F) -> Server<H>
+where
+    H: Handler + Send + 'static,
+    F: Fn(usize) -> H + Sync + Send + 'static,
+{
+    let control = Control::new();
+    let addr = runtime.local_addr().expect("a listening runtime has an address");
     let (ready_tx, ready_rx) = mpsc::channel();
     let runtime = runtime.controlled_by(control.clone()).on_ready(move || {
         let _ = ready_tx.send(());
