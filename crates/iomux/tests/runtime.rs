@@ -8,6 +8,9 @@
 //! Servers run in-process on a thread of their own; clients are std
 //! sockets in the test thread, with timeouts everywhere, so a test fails
 //! instead of hanging.
+//!
+//! An ignored test names a library bug it shows (`--ignored` runs it);
+//! it passes once the bug is fixed.
 
 mod runtime_support;
 
@@ -739,7 +742,8 @@ fn half_close_outbound(backend: Backend) {
     let (got, end) = peer.join().unwrap();
     assert_eq!((got.as_slice(), end), (&b"hello"[..], End::Eof), "{backend}: what the peer got");
     let h = &finished.handlers[0];
-    assert_eq!(h.seen.len(), 3, "{backend}: {:?}", h.seen.iter().map(|s| format!("{s:.40?}")).collect::<Vec<_>>());
+    let names: Vec<String> = h.seen.iter().map(|s| format!("{s:?}").chars().take(40).collect()).collect();
+    assert_eq!(h.seen.len(), 3, "{backend}: {names:?}");
     assert_eq!(h.seen[..2], [Seen::Connected, Seen::Data], "{backend}");
     let Seen::Closed(reason, state) = &h.seen[2] else { panic!("{backend}: no close") };
     assert_eq!(*reason, Reason::PeerClosed, "{backend}");
