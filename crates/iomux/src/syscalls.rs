@@ -67,6 +67,8 @@ syscalls! {
     Read => "read",
     /// `write`.
     Write => "write",
+    /// `sendto` (how `send` reaches the kernel).
+    Sendto => "sendto",
     /// `accept4`.
     Accept4 => "accept4",
     /// `connect`.

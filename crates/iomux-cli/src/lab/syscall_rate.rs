@@ -512,7 +512,13 @@ fn checks(ns: &[usize], rate: &dyn Fn(usize, Subject) -> Option<f64>) -> Vec<Che
             _ => Check::not_measured(what, threshold),
         }
     };
-    out.push(over("library epoll / raw epoll_wait, median over N", ns.to_vec(), Subject::Epoll, Subject::RawEpoll, 0.95));
+    out.push(over(
+        "library epoll / raw epoll_wait, median over N",
+        ns.to_vec(),
+        Subject::Epoll,
+        Subject::RawEpoll,
+        0.95,
+    ));
     out.push(over(
         "library poll / raw poll, median over N >= 100",
         ns.iter().copied().filter(|&n| n >= 100).collect(),

@@ -209,6 +209,7 @@ impl<S> Io<S> {
         if self.cfg.nodelay {
             net::set_nodelay(fd.raw()).map_err(|e| err("setsockopt", e))?;
         }
+        net::set_oob_inline(fd.raw()).map_err(|e| err("setsockopt", e))?;
         let id = self.insert(fd, CONNECTING, Some(state));
         self.connecting.push((id, addr));
         Ok(id)
@@ -337,7 +338,8 @@ impl<S> Io<S> {
     /// peer's EOF (or the linger time), so close never meets unread data
     /// (which would turn it into a RST that destroys output in flight).
     fn linger(&mut self, id: ConnId) {
-        let until = self.now + self.cfg.linger;
+        // From now, not the turn's start: a long turn must not shorten it.
+        let until = Instant::now() + self.cfg.linger;
         let Some(c) = self.conns.get_mut(id) else { return };
         if c.has(LINGER) {
             return;
@@ -536,7 +538,8 @@ impl<S> Io<S> {
         }
         self.shutting_down = true;
         self.accept_resume_at = None;
-        self.drain_deadline = Some(self.now + self.cfg.drain_timeout);
+        // From the stop, not the turn's start: a long turn must not shorten it.
+        self.drain_deadline = Some(Instant::now() + self.cfg.drain_timeout);
         for id in self.conns.ids() {
             if self.buffered(id) == 0 {
                 self.doom(id, CloseReason::Shutdown);

@@ -95,8 +95,8 @@ impl Runtime {
     }
 
     /// Serves connections from a listener made elsewhere (every loop
-    /// accepts from it). It is made non-blocking; TCP_NODELAY is set on
-    /// it, so accepted connections inherit it.
+    /// accepts from it). It is made non-blocking; TCP_NODELAY and
+    /// SO_OOBINLINE are set on it, so accepted connections inherit them.
     pub fn listener(mut self, listener: TcpListener) -> Result<Runtime> {
         let sys_err = |syscall, e| Error::sys("listen", syscall, None, e);
         listener.set_nonblocking(true).map_err(|e| sys_err("fcntl", e))?;
@@ -108,7 +108,9 @@ impl Runtime {
         }
         fds.push(adopt(listener));
         for fd in &fds {
-            net::set_nodelay(fd.raw()).map_err(|e| Error::sys("listen", "setsockopt", Some(fd.raw()), e))?;
+            let setsockopt = |e| Error::sys("listen", "setsockopt", Some(fd.raw()), e);
+            net::set_nodelay(fd.raw()).map_err(setsockopt)?;
+            net::set_oob_inline(fd.raw()).map_err(setsockopt)?;
         }
         self.listeners = fds;
         self.local_addr = Some(local);

@@ -145,7 +145,7 @@ impl Readiness {
             if c.unsent().is_empty() {
                 return;
             }
-            match sys::write(c.fd.raw(), c.unsent()) {
+            match net::send(c.fd.raw(), c.unsent()) {
                 Ok(n) => io.sent(id, n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

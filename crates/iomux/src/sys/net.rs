@@ -11,9 +11,6 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
 
 /// An owned descriptor whose close goes through the counted `close`.
 ///
-/// `pub` in this private module (so unnameable outside the crate) because
-/// the public `runtime::run_loop` takes an `Option<Fd>` listener: callers
-/// outside the crate can pass only `None` (a client loop).
 #[derive(Debug)]
 pub(crate) struct Fd(RawFd);
 
@@ -97,6 +94,23 @@ pub(crate) fn nodelay(fd: RawFd) -> io::Result<bool> {
     Ok(sockopt::tcp_nodelay(fd)?)
 }
 
+/// `send(MSG_NOSIGNAL)`: a write to a socket the peer reset fails with
+/// EPIPE instead of raising SIGPIPE, whatever the process does with it.
+pub(crate) fn send(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    let fd = borrow(fd)?;
+    count(Syscall::Sendto);
+    Ok(rx::send(fd, buf, rx::SendFlags::NOSIGNAL)?)
+}
+
+/// SO_OOBINLINE: TCP urgent data stays in the stream, in order, as RFC
+/// 6093 recommends, instead of leaving it as one byte nobody reads.
+/// Accepted connections inherit it from the listener.
+pub(crate) fn set_oob_inline(fd: RawFd) -> io::Result<()> {
+    let fd = borrow(fd)?;
+    count(Syscall::Setsockopt);
+    Ok(sockopt::set_socket_oobinline(fd, true)?)
+}
+
 /// IP_BIND_ADDRESS_NO_PORT: bind a source address now, pick the port at
 /// connect time, so many source addresses multiply the usable ports.
 ///
@@ -137,6 +151,7 @@ pub(crate) fn tcp_listener(addr: &SocketAddr, reuse_port: bool, backlog: i32) ->
     let fd = tcp_socket(addr, false)?;
     set_reuse_addr(fd.raw())?;
     set_nodelay(fd.raw())?;
+    set_oob_inline(fd.raw())?;
     if reuse_port {
         set_reuse_port(fd.raw())?;
     }

@@ -1,0 +1,1423 @@
+//! The runtime's documented semantics, asserted on every backend: partial
+//! consumption, the input limit, closing with output pending, lingering
+//! close, half-close both ways, resets, timers, per-connection state made
+//! and dropped once, a stop that drains output, a failed connect; then a
+//! property test that drives random traffic through every backend and
+//! checks each against one model.
+//!
+//! Servers run in-process on a thread of their own; clients are std
+//! sockets in the test thread, with timeouts everywhere, so a test fails
+//! instead of hanging.
+//!
+//! An ignored test names a library bug it shows (`--ignored` runs it);
+//! it passes once the bug is fixed.
+
+mod runtime_support;
+
+use iomux::runtime::{CloseReason, Config, ConnId, Finished, Handler, Io, TimerId};
+use iomux::Backend;
+use proptest::prelude::*;
+use runtime_support::*;
+use std::collections::{BTreeMap, HashMap};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Each test function, once per backend: `partial_consumption::epoll_et`.
+/// Attributes before a name (`#[ignore = "..."]`) go on its six tests.
+macro_rules! on_every_backend {
+    ($($(#[$attr:meta])* $test:ident),+ $(,)?) => {$(
+        mod $test {
+            use iomux::Backend;
+            $(#[$attr])* #[test] fn select() { super::$test(Backend::Select) }
+            $(#[$attr])* #[test] fn poll() { super::$test(Backend::Poll) }
+            $(#[$attr])* #[test] fn epoll() { super::$test(Backend::Epoll) }
+            $(#[$attr])* #[test] fn epoll_et() { super::$test(Backend::EpollEt) }
+            $(#[$attr])* #[test] fn uring() { super::$test(Backend::Uring) }
+            $(#[$attr])* #[test] fn uring_sqpoll() { super::$test(Backend::UringSqpoll) }
+        }
+    )+};
+}
+
+on_every_backend! {
+    partial_consumption,
+    input_limit_is_exclusive,
+    input_limit_in_one_burst,
+    close_with_pending_output,
+    lingering_close,
+    write_after_close_is_refused,
+    write_after_idle_close_is_refused,
+    half_close_inbound,
+    half_close_outbound,
+    writes_before_connect_go_out_after_it,
+    close_while_connecting,
+    reset_after_echo,
+    reset_with_data_in_flight,
+    reset_while_output_pending,
+    timers,
+    state_made_and_dropped_once,
+    stop_drains_pending_output,
+    stop_gives_up_at_the_drain_timeout,
+    drain_timeout_counts_from_the_stop,
+    stop_from_a_handler,
+    serves_a_listener_made_elsewhere,
+    drained_notice_once_output_is_out,
+    max_conns_pauses_accepting,
+    stale_ids_reach_nothing,
+    connect_refused,
+}
+
+fn config(backend: Backend) -> iomux::runtime::ConfigBuilder {
+    Config::builder().backend(backend)
+}
+
+/// What every test server shares with its test: counters to wait on.
+#[derive(Default)]
+struct Probe {
+    /// Connection states made (accepted or handed to `connect`).
+    created: AtomicUsize,
+    /// Connection states dropped.
+    dropped: AtomicUsize,
+    /// `on_close` calls.
+    closed: AtomicUsize,
+    accepted: AtomicUsize,
+    connected: AtomicUsize,
+    /// Large replies queued ('f' and 'r' commands).
+    flooded: AtomicUsize,
+    /// Bytes handed to `on_data`, all connections together.
+    delivered: AtomicUsize,
+    /// Commands (and complete `n` headers) received.
+    commands: AtomicUsize,
+    /// on_drained calls.
+    drained: AtomicUsize,
+}
+
+/// A connection's state in [`Cmd`]: what it does, and a drop counter.
+struct Tracked {
+    mode: Mode,
+    /// The `n` command's tag, once its header came.
+    tag: Option<u32>,
+    probe: Arc<Probe>,
+}
+
+impl Tracked {
+    fn new(probe: &Arc<Probe>) -> Tracked {
+        probe.created.fetch_add(1, SeqCst);
+        Tracked { mode: Mode::Undecided, tag: None, probe: probe.clone() }
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.probe.dropped.fetch_add(1, SeqCst);
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    /// Waiting for the command.
+    Undecided,
+    Echo,
+    /// Echo this many more bytes, then close.
+    EchoThenClose(u64),
+    /// Keep what arrives (in `Cmd::received`).
+    Sink,
+    /// `Io::close` was called: nothing more may be delivered.
+    Closed,
+}
+
+/// The test server: the first byte a client sends picks the behaviour.
+/// - `e`: echo everything after it;
+/// - `s`: keep everything after it in `received`, answer nothing;
+/// - `c`: close at once;
+/// - `f`: write `flood` pattern bytes, then keep what arrives;
+/// - `r`: write `flood` pattern bytes, then close at once;
+/// - `q`: stop the loop (`Io::stop`), then echo;
+/// - `d`: write `flood` pattern bytes and ask for on_drained, then echo;
+///   `D`: ask for on_drained with nothing queued, then echo;
+/// - `z`: write to and close the id of the last closed connection, then
+///   echo;
+/// - `w`: write, close, write again (which must be refused); `W`: the
+///   same without the first write;
+/// - `n` + tag (u32 LE) + N (u64 LE): echo the next N bytes, then close
+///   (N = u64::MAX: echo all); the close reason is kept under the tag.
+///   The 13-byte header is left unconsumed until it is complete.
+struct Cmd {
+    /// The `f`, `r` and `d` reply (made once: a 16 MiB pattern takes a
+    /// debug build long enough to skew the loop's clock).
+    flood: Arc<Vec<u8>>,
+    /// How long the `f` command blocks the loop after its write.
+    stall: Duration,
+    probe: Arc<Probe>,
+    /// Outbound connections each loop opens at its start.
+    connect_to: Vec<SocketAddr>,
+    closes: Vec<Reason>,
+    tagged: BTreeMap<u32, Reason>,
+    received: Vec<u8>,
+    /// `on_data` calls for a connection already closed (a bug if any).
+    late: usize,
+    /// What `Io::write` returned for the `w` command.
+    write_results: Vec<bool>,
+    /// `Io::buffered` at each on_drained.
+    drained: Vec<usize>,
+    last_closed: Option<ConnId>,
+    /// For `z`: what writing to the stale id returned, whether its state is
+    /// gone, its buffered bytes, and whether it equals the live id.
+    stale: Option<(bool, bool, usize, bool)>,
+}
+
+const HEADER: usize = 13;
+
+impl Cmd {
+    fn new(probe: &Arc<Probe>) -> Cmd {
+        Cmd {
+            flood: Arc::default(),
+            stall: Duration::ZERO,
+            probe: probe.clone(),
+            connect_to: Vec::new(),
+            closes: Vec::new(),
+            tagged: BTreeMap::new(),
+            received: Vec::new(),
+            late: 0,
+            write_results: Vec::new(),
+            drained: Vec::new(),
+            last_closed: None,
+            stale: None,
+        }
+    }
+
+    fn flooding(mut self, flood: &Arc<Vec<u8>>) -> Cmd {
+        self.flood = flood.clone();
+        self
+    }
+
+    /// The command at the start of `data`: the mode and the header length,
+    /// or None while the header is incomplete.
+    fn command(&mut self, io: &mut Io<Tracked>, conn: ConnId, state: &mut Tracked, data: &[u8]) -> Option<usize> {
+        let (mode, header) = match data[0] {
+            b'n' if data.len() < HEADER => return None,
+            b'n' => {
+                state.tag = Some(u32::from_le_bytes(data[1..5].try_into().unwrap()));
+                (Mode::EchoThenClose(u64::from_le_bytes(data[5..HEADER].try_into().unwrap())), HEADER)
+            }
+            b'e' => (Mode::Echo, 1),
+            b'q' => {
+                io.stop();
+                (Mode::Echo, 1)
+            }
+            b'd' => {
+                io.write(conn, &self.flood);
+                io.notify_drained(conn);
+                (Mode::Echo, 1)
+            }
+            b'z' => {
+                // The last closed connection's id: its slot is this one's now.
+                let stale = self.last_closed.expect("a connection closed before");
+                let written = io.write(stale, b"stale");
+                io.close(stale);
+                self.stale = Some((written, io.state(stale).is_none(), io.buffered(stale), stale == conn));
+                (Mode::Echo, 1)
+            }
+            b'D' => {
+                io.notify_drained(conn);
+                (Mode::Echo, 1)
+            }
+            b'w' | b'W' => {
+                // A write (`w` only), the close, then writes it must refuse.
+                let before = data[0] == b'w' && io.write(conn, b"before");
+                io.close(conn);
+                let after = io.write(conn, b"after");
+                let empty_after = io.write(conn, b"");
+                self.write_results.extend([before, after, empty_after]);
+                (Mode::Closed, data.len())
+            }
+            b's' => (Mode::Sink, 1),
+            b'c' => {
+                io.close(conn);
+                (Mode::Closed, data.len()) // what follows is ignored
+            }
+            b'f' | b'r' => {
+                io.write(conn, &self.flood);
+                self.probe.flooded.fetch_add(1, SeqCst);
+                thread::sleep(self.stall);
+                if data[0] == b'r' {
+                    io.close(conn);
+                    (Mode::Closed, data.len())
+                } else {
+                    (Mode::Sink, 1)
+                }
+            }
+            other => panic!("unknown command {other}"),
+        };
+        state.mode = mode;
+        self.probe.commands.fetch_add(1, SeqCst);
+        Some(header)
+    }
+}
+
+impl Handler for Cmd {
+    type Conn = Tracked;
+
+    fn on_start(&mut self, io: &mut Io<Tracked>) {
+        for &addr in &self.connect_to {
+            io.connect(addr, None, Tracked::new(&self.probe)).expect("connect");
+        }
+    }
+
+    fn on_accept(&mut self, _io: &mut Io<Tracked>, _conn: ConnId) -> Tracked {
+        self.probe.accepted.fetch_add(1, SeqCst);
+        Tracked::new(&self.probe)
+    }
+
+    fn on_connect(&mut self, _io: &mut Io<Tracked>, _conn: ConnId, _state: &mut Tracked) {
+        self.probe.connected.fetch_add(1, SeqCst);
+    }
+
+    fn on_data(&mut self, io: &mut Io<Tracked>, conn: ConnId, state: &mut Tracked, data: &[u8]) -> usize {
+        self.probe.delivered.fetch_add(data.len(), SeqCst);
+        let mut rest = data;
+        if state.mode == Mode::Undecided {
+            let Some(header) = self.command(io, conn, state, data) else { return 0 };
+            rest = &data[header..];
+        } else if state.mode == Mode::Closed {
+            self.late += 1;
+        }
+        match &mut state.mode {
+            Mode::Echo => {
+                io.write(conn, rest);
+            }
+            Mode::EchoThenClose(left) => {
+                let n = rest.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
+                io.write(conn, &rest[..n]);
+                *left -= n as u64;
+                if *left == 0 {
+                    io.close(conn);
+                    state.mode = Mode::Closed;
+                }
+            }
+            Mode::Sink => self.received.extend_from_slice(rest),
+            Mode::Closed | Mode::Undecided => {}
+        }
+        data.len()
+    }
+
+    fn on_drained(&mut self, io: &mut Io<Tracked>, conn: ConnId, _state: &mut Tracked) {
+        self.drained.push(io.buffered(conn));
+        self.probe.drained.fetch_add(1, SeqCst);
+    }
+
+    fn on_close(&mut self, _io: &mut Io<Tracked>, conn: ConnId, state: Tracked, reason: &CloseReason) {
+        self.last_closed = Some(conn);
+        self.closes.push(reason.into());
+        if let Some(tag) = state.tag {
+            self.tagged.insert(tag, reason.into());
+        }
+        drop(state);
+        self.probe.closed.fetch_add(1, SeqCst);
+    }
+}
+
+/// Every close reason the loops recorded, in loop order.
+fn closes(handlers: &[Cmd]) -> Vec<Reason> {
+    handlers.iter().flat_map(|h| h.closes.iter().cloned()).collect()
+}
+
+// ------------------------------------------------------- partial input
+
+/// Answers each whole line with "<n> <line>" and leaves a partial line
+/// unconsumed; keeps every delivery to check what was handed back.
+struct Lines {
+    deliveries: Arc<Mutex<Vec<Vec<u8>>>>,
+    closes: Vec<Reason>,
+}
+
+impl Handler for Lines {
+    type Conn = u32; // lines answered
+
+    fn on_accept(&mut self, _io: &mut Io<u32>, _conn: ConnId) -> u32 {
+        0
+    }
+
+    fn on_data(&mut self, io: &mut Io<u32>, conn: ConnId, answered: &mut u32, data: &[u8]) -> usize {
+        self.deliveries.lock().unwrap().push(data.to_vec());
+        let whole = data.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        for line in data[..whole].split_inclusive(|&b| b == b'\n') {
+            *answered += 1;
+            io.write(conn, format!("{answered} ").as_bytes());
+            io.write(conn, line);
+        }
+        whole
+    }
+
+    fn on_close(&mut self, _io: &mut Io<u32>, _conn: ConnId, _answered: u32, reason: &CloseReason) {
+        self.closes.push(reason.into());
+    }
+}
+
+/// The unconsumed tail of a delivery to [`Lines`].
+fn partial_line(delivery: &[u8]) -> &[u8] {
+    &delivery[delivery.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)..]
+}
+
+fn partial_consumption(backend: Backend) {
+    let deliveries = Arc::new(Mutex::new(Vec::new()));
+    let shared = deliveries.clone();
+    let server =
+        serve(config(backend).build().unwrap(), 1, move |_| Lines { deliveries: shared.clone(), closes: Vec::new() });
+    // The server holds `want` unconsumed (after its last delivery; writes
+    // sent earlier may have come in the same delivery).
+    let holds = |want: &[u8]| {
+        let d = deliveries.clone();
+        let want = want.to_vec();
+        move || d.lock().unwrap().last().is_some_and(|l| partial_line(l) == want)
+    };
+    let mut c = connect(server.addr);
+    // Byte by byte, each byte seen before the next is sent: every delivery
+    // is the whole partial line so far (handed back, then extended).
+    for k in 1..=5 {
+        c.write_all(&b"hello"[k - 1..k]).unwrap();
+        wait_until(&format!("the server holds {:?}", &"hello"[..k]), holds(&b"hello"[..k]));
+    }
+    // Several lines in one write, then lines split at awkward points.
+    for (write, wait_for) in [
+        (&b"\ntwo\nthree\nfour\n"[..], None),
+        (b"fi", Some(&b"fi"[..])),
+        (b"ve\nsi", None),
+        (b"x\n\nsev", None),
+        (b"en", None),
+        (b"\n", None),
+    ] {
+        c.write_all(write).unwrap();
+        if let Some(want) = wait_for {
+            wait_until(&format!("the server holds {want:?}"), holds(want));
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+    let want = b"1 hello\n2 two\n3 three\n4 four\n5 five\n6 six\n7 \n8 seven\n";
+    assert_bytes(&read_exact(&mut c, want.len()), want, "the answers");
+    c.shutdown(Shutdown::Write).unwrap();
+    let (rest, end) = read_to_end(&mut c);
+    assert_eq!((rest.len(), end), (0, End::Eof), "nothing after the answers, then EOF");
+    let finished = server.stop();
+    assert_eq!(finished.handlers[0].closes, [Reason::PeerClosed]);
+
+    // Each delivery starts with what the previous one left unconsumed, and
+    // the new bytes add up to the stream exactly.
+    let deliveries = deliveries.lock().unwrap();
+    let first: Vec<&[u8]> = deliveries.iter().take(5).map(Vec::as_slice).collect();
+    assert_eq!(first, [&b"h"[..], b"he", b"hel", b"hell", b"hello"], "{backend}: byte by byte");
+    let mut stream = Vec::new();
+    let mut held: &[u8] = &[];
+    for d in deliveries.iter() {
+        assert!(d.starts_with(held), "{backend}: {d:?} does not start with the unconsumed {held:?}");
+        stream.extend_from_slice(&d[held.len()..]);
+        held = partial_line(d);
+    }
+    assert_eq!(held, b"", "{backend}: a partial line left over");
+    assert_bytes(&stream, b"hello\ntwo\nthree\nfour\nfive\nsix\n\nseven\n", "the stream as delivered");
+}
+
+// ---------------------------------------------------------- max_input
+
+/// Consumes nothing: every delivery is all the input so far.
+struct Hoard {
+    sizes: Arc<Mutex<Vec<usize>>>,
+    closes: Vec<Reason>,
+    closed: Arc<AtomicUsize>,
+}
+
+impl Handler for Hoard {
+    type Conn = ();
+
+    fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
+
+    fn on_data(&mut self, _io: &mut Io<()>, _conn: ConnId, _: &mut (), data: &[u8]) -> usize {
+        self.sizes.lock().unwrap().push(data.len());
+        0
+    }
+
+    fn on_close(&mut self, _io: &mut Io<()>, _conn: ConnId, _: (), reason: &CloseReason) {
+        self.closes.push(reason.into());
+        self.closed.fetch_add(1, SeqCst);
+    }
+}
+
+fn hoard(backend: Backend, max_input: usize) -> (Server<Hoard>, Arc<Mutex<Vec<usize>>>, Arc<AtomicUsize>) {
+    let sizes = Arc::new(Mutex::new(Vec::new()));
+    let closed = Arc::new(AtomicUsize::new(0));
+    let (s, c) = (sizes.clone(), closed.clone());
+    let config = config(backend).max_input(max_input).build().unwrap();
+    let server = serve(config, 1, move |_| Hoard { sizes: s.clone(), closes: Vec::new(), closed: c.clone() });
+    (server, sizes, closed)
+}
+
+/// max_input bytes unconsumed are allowed; one more closes with InputLimit.
+fn input_limit_is_exclusive(backend: Backend) {
+    let (server, sizes, closed) = hoard(backend, 1000);
+    let mut c = connect(server.addr);
+    c.write_all(&pattern(0, 1000)).unwrap();
+    let held = |n: usize| {
+        let sizes = sizes.clone();
+        move || sizes.lock().unwrap().last() == Some(&n)
+    };
+    wait_until("1000 bytes are held", held(1000));
+    c.write_all(b"!").unwrap();
+    wait_count("closes", &closed, 1);
+    // The connection lived to see byte 1001: the limit is "more than".
+    assert_eq!(sizes.lock().unwrap().last(), Some(&1001), "{backend}: the last delivery");
+    // The server read everything the client sent: its close is a FIN.
+    let (got, end) = read_to_end(&mut c);
+    assert_eq!((got.len(), end), (0, End::Eof), "{backend}: the client sees EOF");
+    let finished = server.stop();
+    assert_eq!(finished.handlers[0].closes, [Reason::InputLimit], "{backend}");
+}
+
+/// A burst far over the limit closes with InputLimit, whatever the reads.
+fn input_limit_in_one_burst(backend: Backend) {
+    let (server, sizes, closed) = hoard(backend, 1000);
+    let mut c = connect(server.addr);
+    // The server may close while this is sent: a write error is possible.
+    let _ = c.write_all(&pattern(0, 20_000));
+    wait_count("closes", &closed, 1);
+    let (got, end) = read_to_end(&mut c);
+    assert_eq!(got.len(), 0, "{backend}: no reply");
+    // Data the server had not read yet when it closed makes that close a
+    // reset (RFC 2525 2.17): EOF or ECONNRESET, depending on the timing.
+    assert!(matches!(end, End::Eof | End::Error(ErrorKind::ConnectionReset)), "{backend}: {end:?}");
+    let sizes = sizes.lock().unwrap().clone();
+    let finished = server.stop();
+    assert_eq!(finished.handlers[0].closes, [Reason::InputLimit], "{backend}");
+    let (last, before) = sizes.split_last().expect("deliveries");
+    assert!(*last > 1000 && before.iter().all(|&n| n <= 1000), "{backend}: deliveries {sizes:?}");
+    assert!(sizes.windows(2).all(|w| w[0] < w[1]), "{backend}: each delivery holds all before it: {sizes:?}");
+}
+
+// ------------------------------------------------ closing with output
+
+/// A [`Cmd`] server with one loop whose large reply is `flood` pattern
+/// bytes, and its probe.
+fn cmd_server(backend: Backend, flood: usize) -> (Server<Cmd>, Arc<Probe>) {
+    cmd_server_with(config(backend).build().unwrap(), flood)
+}
+
+fn cmd_server_with(config: Config, flood: usize) -> (Server<Cmd>, Arc<Probe>) {
+    stalling_cmd_server(config, flood, Duration::ZERO)
+}
+
+/// The same, with an `f` command that blocks the loop for `stall`.
+fn stalling_cmd_server(config: Config, flood: usize, stall: Duration) -> (Server<Cmd>, Arc<Probe>) {
+    let probe = Arc::new(Probe::default());
+    let (p, flood) = (probe.clone(), Arc::new(pattern(0, flood)));
+    (serve(config, 1, move |_| Cmd { stall, ..Cmd::new(&p).flooding(&flood) }), probe)
+}
+
+/// The handler writes 8 MiB and closes at once. The client reads slowly,
+/// sends more meanwhile, then reads the rest: every byte, then EOF; none
+/// of what it sent after the close is delivered.
+fn close_with_pending_output(backend: Backend) {
+    const REPLY: usize = 8 << 20;
+    let (server, probe) = cmd_server(backend, REPLY);
+    let mut c = connect(server.addr);
+    c.write_all(b"r").unwrap();
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        got.extend(read_exact(&mut c, 16 << 10));
+        thread::sleep(Duration::from_millis(20));
+    }
+    // The close was requested with the reply: this must not be delivered.
+    let writer = send_in_background(&c, pattern(0, 64 << 10), 4096, false);
+    let (rest, end) = read_to_end(&mut c);
+    got.extend(rest);
+    assert_eq!(end, End::Eof, "{backend}: the reply must end with EOF, not a reset");
+    assert_bytes(&got, &pattern(0, REPLY), "the reply");
+    assert_eq!(writer.join().unwrap(), None, "{backend}: the late input was discarded, not refused");
+    drop(c); // EOF to the lingering server: it closes now
+    wait_count("closes", &probe.closed, 1);
+    let finished = server.stop();
+    let h = &finished.handlers[0];
+    assert_eq!(h.closes, [Reason::Local], "{backend}");
+    assert_eq!(h.late, 0, "{backend}: on_data was called after close");
+    assert_eq!(probe.delivered.load(SeqCst), 1, "{backend}: bytes delivered (the command only)");
+    assert_eq!(finished.stats.bytes_in, 1, "{backend}: stats.bytes_in");
+    assert_eq!(finished.stats.bytes_out, REPLY as u64, "{backend}: stats.bytes_out");
+}
+
+/// The handler writes a reply and closes; the client keeps sending all
+/// along, and for a while after the EOF: it still reads the whole reply
+/// then EOF (never ECONNRESET), and its sends never fail, because the
+/// server reads and discards until the client's own EOF.
+fn lingering_close(backend: Backend) {
+    const REPLY: usize = 300 << 10;
+    let (server, probe) = cmd_server(backend, REPLY);
+    let mut c = connect(server.addr);
+    c.write_all(b"r").unwrap();
+    // The reply has begun, so the close is requested: sending starts now.
+    let mut got = read_exact(&mut c, 1024);
+    let stop = Arc::new(AtomicUsize::new(0));
+    let (mut w, stop_w) = (c.try_clone().unwrap(), stop.clone());
+    let writer = thread::spawn(move || {
+        let chunk = pattern(0, 1024);
+        let mut sent = 0usize;
+        // One send at least, then more until the reply is read.
+        while sent == 0 || stop_w.load(SeqCst) == 0 {
+            if let Err(e) = w.write_all(&chunk) {
+                return Err((sent, e.kind()));
+            }
+            sent += chunk.len();
+            thread::sleep(Duration::from_millis(1));
+        }
+        Ok(sent)
+    });
+    let (rest, end) = read_to_end(&mut c);
+    got.extend(rest);
+    assert_eq!(end, End::Eof, "{backend}: after {} bytes of the reply", got.len());
+    assert_bytes(&got, &pattern(0, REPLY), "the reply");
+    stop.store(1, SeqCst);
+    let sent = writer.join().unwrap().unwrap_or_else(|(n, e)| panic!("{backend}: a send failed after {n} bytes: {e}"));
+    assert!(sent >= 1024, "{backend}: {sent} bytes sent while the reply was read");
+    // Lingering: the server still reads (and discards) after its FIN, so
+    // sends keep working (a closed socket would answer them with RST).
+    for (i, chunk) in pattern(0, 256 << 10).chunks(4096).enumerate() {
+        if let Err(e) = c.write_all(chunk) {
+            panic!("{backend}: send {i} after the EOF failed: {e}");
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+    c.shutdown(Shutdown::Write).unwrap();
+    wait_count("closes", &probe.closed, 1);
+    let finished = server.stop();
+    assert_eq!(finished.handlers[0].closes, [Reason::Local], "{backend}");
+    assert_eq!(finished.handlers[0].late, 0, "{backend}: on_data was called after close");
+    assert_eq!(finished.stats.bytes_in, 1, "{backend}: only the command was delivered");
+}
+
+/// `Io::write` after `Io::close` returns false ("false if the connection
+/// is gone or closing") and its bytes never reach the peer.
+fn write_after_close_is_refused(backend: Backend) {
+    write_after_close(backend, b"w", "before", [true, false, false]);
+}
+
+/// The same with nothing queued at the close (so FIN goes at once).
+fn write_after_idle_close_is_refused(backend: Backend) {
+    write_after_close(backend, b"W", "", [false, false, false]);
+}
+
+/// Sends `command` (`w` or `W`); the client must get `want` then EOF, the
+/// writes (before the close, after it, an empty one after it) must return
+/// `results`, and the close must stay Local.
+fn write_after_close(backend: Backend, command: &[u8], want: &str, results: [bool; 3]) {
+    let (server, probe) = cmd_server(backend, 0);
+    let mut c = connect(server.addr);
+    c.write_all(command).unwrap();
+    let (got, end) = read_to_end(&mut c);
+    drop(c);
+    wait_count("closes", &probe.closed, 1);
+    let finished = server.stop();
+    let h = &finished.handlers[0];
+    assert_eq!((String::from_utf8_lossy(&got).as_ref(), end), (want, End::Eof), "{backend}: what the client got");
+    assert_eq!(h.closes, [Reason::Local], "{backend}");
+    assert_eq!(h.write_results, results, "{backend}: writes before the close, after it, empty after it");
+}
+
+// ---------------------------------------------------------- half-close
+
+/// The client sends 1 MiB then shuts its write side down: the echo comes
+/// back whole, then EOF; the server's close is PeerClosed.
+fn half_close_inbound(backend: Backend) {
+    const SENT: usize = 1 << 20;
+    let (server, probe) = cmd_server(backend, 0);
+    let mut c = connect(server.addr);
+    c.write_all(b"e").unwrap();
+    let writer = send_in_background(&c, pattern(0, SENT), 10_007, true);
+    let (got, end) = read_to_end(&mut c);
+    assert_eq!(writer.join().unwrap(), None, "{backend}: sending");
+    assert_eq!(end, End::Eof, "{backend}");
+    assert_bytes(&got, &pattern(0, SENT), "the echo");
+    wait_count("closes", &probe.closed, 1);
+    let finished = server.stop();
+    assert_eq!(closes(&finished.handlers), [Reason::PeerClosed], "{backend}");
+}
+
+/// What a client-side [`Outbound`] handler saw, in order.
+#[derive(Debug, PartialEq)]
+enum Seen {
+    Connected,
+    Data,
+    /// The reason, and the state handed back (the initial bytes, then
+    /// everything received).
+    Closed(Reason, Vec<u8>),
+}
+
+/// Opens one connection at its start, owning `initial` as its state, and
+/// writes `early` to it at once (before it is established); writes
+/// `greeting` once connected; appends what arrives to its state.
+/// `close_at_once` closes it right after the connect call.
+struct Outbound {
+    target: SocketAddr,
+    initial: Vec<u8>,
+    early: Vec<u8>,
+    greeting: Vec<u8>,
+    close_at_once: bool,
+    seen: Vec<Seen>,
+    id: Option<ConnId>,
+    closed_id: Option<ConnId>,
+    /// What the write of `early` returned.
+    early_written: Option<bool>,
+}
+
+impl Outbound {
+    fn new(target: SocketAddr, initial: &[u8], greeting: &[u8]) -> Outbound {
+        Outbound {
+            target,
+            initial: initial.to_vec(),
+            early: Vec::new(),
+            greeting: greeting.to_vec(),
+            close_at_once: false,
+            seen: Vec::new(),
+            id: None,
+            closed_id: None,
+            early_written: None,
+        }
+    }
+}
+
+impl Handler for Outbound {
+    type Conn = Vec<u8>;
+
+    fn on_start(&mut self, io: &mut Io<Vec<u8>>) {
+        let id = io.connect(self.target, None, self.initial.clone()).expect("connect");
+        self.id = Some(id);
+        if !self.early.is_empty() {
+            self.early_written = Some(io.write(id, &self.early));
+        }
+        if self.close_at_once {
+            io.close(id);
+        }
+    }
+
+    fn on_accept(&mut self, _io: &mut Io<Vec<u8>>, _conn: ConnId) -> Vec<u8> {
+        unreachable!("a client accepts nothing")
+    }
+
+    fn on_connect(&mut self, io: &mut Io<Vec<u8>>, conn: ConnId, _state: &mut Vec<u8>) {
+        self.seen.push(Seen::Connected);
+        io.write(conn, &self.greeting);
+    }
+
+    fn on_data(&mut self, _io: &mut Io<Vec<u8>>, _conn: ConnId, state: &mut Vec<u8>, data: &[u8]) -> usize {
+        if self.seen.last() != Some(&Seen::Data) {
+            self.seen.push(Seen::Data);
+        }
+        state.extend_from_slice(data);
+        data.len()
+    }
+
+    fn on_close(&mut self, _io: &mut Io<Vec<u8>>, conn: ConnId, state: Vec<u8>, reason: &CloseReason) {
+        self.closed_id = Some(conn);
+        self.seen.push(Seen::Closed(reason.into(), state));
+    }
+}
+
+/// An outbound connection whose peer sends 512 KiB then shuts its write
+/// side down: the handler receives it all, then closes with PeerClosed;
+/// the peer gets the greeting, then EOF. The client runtime then ends by
+/// itself.
+fn half_close_outbound(backend: Backend) {
+    const SENT: usize = 512 << 10;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = listener.local_addr().unwrap();
+    let peer = thread::spawn(move || {
+        let mut s = accept_within(&listener);
+        s.write_all(&pattern(0, SENT)).unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        read_to_end(&mut s)
+    });
+    let finished = run_client(config(backend).build().unwrap(), move |_| Outbound::new(target, b"", b"hello"));
+    let (got, end) = peer.join().unwrap();
+    assert_eq!((got.as_slice(), end), (&b"hello"[..], End::Eof), "{backend}: what the peer got");
+    let h = &finished.handlers[0];
+    let names: Vec<String> = h.seen.iter().map(|s| format!("{s:?}").chars().take(40).collect()).collect();
+    assert_eq!(h.seen.len(), 3, "{backend}: {names:?}");
+    assert_eq!(h.seen[..2], [Seen::Connected, Seen::Data], "{backend}");
+    let Seen::Closed(reason, state) = &h.seen[2] else { panic!("{backend}: no close") };
+    assert_eq!(*reason, Reason::PeerClosed, "{backend}");
+    assert_bytes(state, &pattern(0, SENT), "what the handler received");
+    assert_eq!(h.closed_id, h.id, "{backend}: on_close names the connection connect returned");
+    assert_eq!((finished.stats.connected, finished.stats.closed), (1, 1), "{backend}");
+}
+
+/// Bytes written right after `connect`, before the connection is
+/// established, go out once it is, before those written in on_connect.
+fn writes_before_connect_go_out_after_it(backend: Backend) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = listener.local_addr().unwrap();
+    let peer = thread::spawn(move || {
+        let mut s = accept_within(&listener);
+        let got = read_exact(&mut s, 9);
+        drop(s); // FIN: the handler's connection ends with PeerClosed
+        got
+    });
+    let finished = run_client(config(backend).build().unwrap(), move |_| Outbound {
+        early: b"early".to_vec(),
+        ..Outbound::new(target, b"", b"late")
+    });
+    assert_eq!(peer.join().unwrap(), b"earlylate", "{backend}: what the peer got");
+    let h = &finished.handlers[0];
+    assert_eq!(h.early_written, Some(true), "{backend}: a write to a connection being established");
+    assert_eq!(h.seen, [Seen::Connected, Seen::Closed(Reason::PeerClosed, Vec::new())], "{backend}");
+}
+
+/// `close` right after `connect`: on_close with Local and the state, no
+/// on_connect; the client runtime ends by itself.
+fn close_while_connecting(backend: Backend) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = listener.local_addr().unwrap();
+    let finished = run_client(config(backend).build().unwrap(), move |_| Outbound {
+        close_at_once: true,
+        ..Outbound::new(target, b"mine", b"hello")
+    });
+    let h = &finished.handlers[0];
+    assert_eq!(h.seen, [Seen::Closed(Reason::Local, b"mine".to_vec())], "{backend}");
+    assert_eq!(h.closed_id, h.id, "{backend}");
+    drop(listener);
+}
+
+// -------------------------------------------------------------- resets
+
+/// A [`Cmd`] server and a client that sends `command`, reads `read_first`
+/// bytes, sends `send_after` more, then closes with a reset.
+fn reset_by_client(
+    backend: Backend,
+    flood: usize,
+    command: &[u8],
+    send_after: usize,
+    read_first: usize,
+) -> Finished<Cmd> {
+    let (server, probe) = cmd_server(backend, flood);
+    let mut c = connect(server.addr);
+    c.write_all(command).unwrap();
+    read_exact(&mut c, read_first);
+    if send_after > 0 {
+        c.write_all(&pattern(0, send_after)).unwrap();
+    }
+    reset(c);
+    // An RST makes the server's next read, receive or send fail with
+    // ECONNRESET (a send may say EPIPE): CloseReason::Reset either way.
+    wait_count("closes", &probe.closed, 1);
+    server.stop()
+}
+
+/// Echo, read the echo, then reset with nothing pending anywhere.
+fn reset_after_echo(backend: Backend) {
+    let finished = reset_by_client(backend, 0, b"eping", 0, 4);
+    assert_eq!(closes(&finished.handlers), [Reason::Reset], "{backend}");
+}
+
+/// Send 256 KiB and reset at once: the server may still hold some of it
+/// unread. What was delivered is a prefix of what was sent, then Reset.
+fn reset_with_data_in_flight(backend: Backend) {
+    let finished = reset_by_client(backend, 0, b"s", 256 << 10, 0);
+    let h = &finished.handlers[0];
+    assert_eq!(h.closes, [Reason::Reset], "{backend}");
+    assert_bytes(&h.received, &pattern(0, h.received.len()), "what was delivered before the reset");
+}
+
+/// The server is sending 8 MiB when the client resets after 1 KiB.
+fn reset_while_output_pending(backend: Backend) {
+    let finished = reset_by_client(backend, 8 << 20, b"f", 0, 1024);
+    assert_eq!(closes(&finished.handlers), [Reason::Reset], "{backend}");
+    assert!(finished.stats.bytes_out < 8 << 20, "{backend}: all 8 MiB sent to a reset peer?");
+}
+
+// -------------------------------------------------------------- timers
+
+/// Sets timers at its start (deadlines relative to then), cancels some,
+/// and records when each fires.
+#[derive(Default)]
+struct Timers {
+    start: Option<Instant>,
+    ids: HashMap<u64, TimerId>,
+    due: HashMap<u64, Instant>,
+    /// (token, the loop's clock, the real clock) at each firing.
+    fired: Vec<(u64, Instant, Instant)>,
+    cancels: Vec<(&'static str, bool)>,
+}
+
+impl Timers {
+    fn set(&mut self, io: &mut Io<()>, after_ms: i64, token: u64) {
+        let start = self.start.unwrap();
+        let at = if after_ms >= 0 {
+            start + Duration::from_millis(after_ms as u64)
+        } else {
+            start - Duration::from_millis(after_ms.unsigned_abs())
+        };
+        self.due.insert(token, at);
+        self.ids.insert(token, io.set_timer(at, token));
+    }
+
+    fn cancel(&mut self, io: &mut Io<()>, what: &'static str, token: u64) {
+        let done = io.cancel_timer(self.ids[&token]);
+        self.cancels.push((what, done));
+    }
+}
+
+impl Handler for Timers {
+    type Conn = ();
+
+    fn on_start(&mut self, io: &mut Io<()>) {
+        self.start = Some(Instant::now());
+        for (after_ms, token) in [(30, 3), (10, 1), (20, 2), (20, 22), (15, 99), (5, 5), (40, 4), (-1, 0)] {
+            self.set(io, after_ms, token);
+        }
+        self.cancel(io, "cancel 99", 99);
+        self.cancel(io, "cancel 99 again", 99);
+    }
+
+    fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {
+        unreachable!("no listener")
+    }
+
+    fn on_data(&mut self, _io: &mut Io<()>, _conn: ConnId, _: &mut (), _data: &[u8]) -> usize {
+        unreachable!("no connection")
+    }
+
+    fn on_timer(&mut self, io: &mut Io<()>, timer: TimerId, token: u64) {
+        self.fired.push((token, io.now(), Instant::now()));
+        assert_eq!(Some(&timer), self.ids.get(&token), "on_timer names the timer set_timer returned");
+        match token {
+            5 => {
+                self.cancel(io, "cancel 4 (pending)", 4);
+                self.cancel(io, "cancel 5 (firing now)", 5);
+            }
+            // A timer set from a timer: after 3 (30 ms), before 4 (40 ms,
+            // cancelled), whatever the delays.
+            1 => self.set(io, 35, 11),
+            11 => {
+                self.cancel(io, "cancel 3 (fired)", 3);
+                self.cancel(io, "cancel 4 (cancelled)", 4);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Timers fire at or after their deadline, in deadline order (then in the
+/// order they were set), with their tokens; a cancelled one never fires;
+/// cancel_timer says false for a fired or cancelled one. The client-only
+/// runtime ends by itself once no timer is left.
+fn timers(backend: Backend) {
+    let began = Instant::now();
+    let finished = run_client(config(backend).build().unwrap(), |_| Timers::default());
+    let h = &finished.handlers[0];
+    let order: Vec<u64> = h.fired.iter().map(|f| f.0).collect();
+    assert_eq!(order, [0, 5, 1, 2, 22, 3, 11], "{backend}: firing order");
+    for &(token, loop_now, now) in &h.fired {
+        let due = h.due[&token];
+        assert!(loop_now >= due && now >= due, "{backend}: timer {token} fired {:?} early", due - loop_now.min(now));
+    }
+    let want = [
+        ("cancel 99", true),
+        ("cancel 99 again", false),
+        ("cancel 4 (pending)", true),
+        ("cancel 5 (firing now)", false),
+        ("cancel 3 (fired)", false),
+        ("cancel 4 (cancelled)", false),
+    ];
+    assert_eq!(h.cancels, want, "{backend}");
+    assert!(began.elapsed() >= Duration::from_millis(35), "{backend}: ended before the last timer was due");
+}
+
+// ------------------------------------------------ per-connection state
+
+/// Many connections with mixed endings over two loops; each loop also
+/// opens outbound connections (one to a closed port). Every state made is
+/// handed to on_close once and dropped once.
+fn state_made_and_dropped_once(backend: Backend) {
+    const LOOPS: usize = 2;
+    const EACH: usize = 4;
+    let peer = TcpListener::bind("127.0.0.1:0").unwrap();
+    let probe = Arc::new(Probe::default());
+    let config = config(backend).drain_timeout(Duration::from_millis(300)).build().unwrap();
+    let (p, targets) = (probe.clone(), vec![peer.local_addr().unwrap(), peer.local_addr().unwrap(), closed_port()]);
+    let flood = Arc::new(pattern(0, 16 << 20));
+    let server = serve(config, LOOPS, move |_| Cmd { connect_to: targets.clone(), ..Cmd::new(&p).flooding(&flood) });
+    let mut open = Vec::new();
+    for i in 0..EACH {
+        // Peer close: FIN after the echo.
+        let mut c = connect(server.addr);
+        c.write_all(b"e1").unwrap();
+        read_exact(&mut c, 1);
+        drop(c);
+        // Local close: the server closes; we read its EOF, then close.
+        let mut c = connect(server.addr);
+        c.write_all(b"c").unwrap();
+        assert_eq!(read_to_end(&mut c), (Vec::new(), End::Eof), "{backend}: local close {i}");
+        drop(c);
+        // Reset.
+        let mut c = connect(server.addr);
+        c.write_all(b"e2").unwrap();
+        read_exact(&mut c, 1);
+        reset(c);
+        // Open at the stop: idle, or with output pending (never read).
+        let mut c = connect(server.addr);
+        c.write_all(if i % 2 == 0 { b"e3" } else { b"f" }).unwrap();
+        if i % 2 == 0 {
+            read_exact(&mut c, 1);
+        }
+        open.push(c);
+    }
+    // Outbound: the first of each loop's two is closed by its peer, the
+    // other stays open until the stop.
+    let mut outbound: Vec<_> = (0..2 * LOOPS).map(|_| accept_within(&peer)).collect();
+    let kept = outbound.split_off(LOOPS);
+    wait_count("outbound connects", &probe.connected, 2 * LOOPS);
+    wait_count("accepts", &probe.accepted, 4 * EACH);
+    wait_count("flood replies", &probe.flooded, EACH / 2);
+    drop(outbound);
+    // Closed before the stop: peer, local, reset, failed connects, the
+    // outbound connections whose peer closed.
+    wait_count("closes", &probe.closed, 3 * EACH + 2 * LOOPS);
+    let finished = server.stop();
+    drop((open, kept));
+    let made = probe.created.load(SeqCst);
+    assert_eq!(made, 4 * EACH + 3 * LOOPS, "{backend}: states made");
+    assert_eq!(probe.closed.load(SeqCst), made, "{backend}: on_close calls");
+    assert_eq!(probe.dropped.load(SeqCst), made, "{backend}: states dropped");
+    assert_eq!(finished.handlers.len(), LOOPS);
+    let mut reasons = closes(&finished.handlers);
+    reasons.sort();
+    let mut want = [
+        vec![Reason::PeerClosed; EACH + LOOPS],
+        vec![Reason::Local; EACH],
+        vec![Reason::Reset; EACH],
+        vec![Reason::Shutdown; EACH + LOOPS],
+        vec![Reason::ConnectFailed(Some(libc::ECONNREFUSED)); LOOPS],
+    ]
+    .concat();
+    want.sort();
+    assert_eq!(reasons, want, "{backend}");
+    assert_eq!(finished.stats.closed as usize, made, "{backend}: stats.closed");
+}
+
+// ---------------------------------------------------------------- stop
+
+/// A stop with 4 MiB queued for a client that has not read yet: the
+/// client then reads every byte, then EOF; the close is Shutdown, and the
+/// listener is gone once the runtime has ended.
+fn stop_drains_pending_output(backend: Backend) {
+    const REPLY: usize = 4 << 20;
+    let (server, probe) = cmd_server(backend, REPLY);
+    let addr = server.addr;
+    let mut c = connect(addr);
+    c.write_all(b"f").unwrap();
+    wait_count("flood replies", &probe.flooded, 1);
+    server.control.stop();
+    let (got, end) = read_to_end(&mut c);
+    assert_eq!(end, End::Eof, "{backend}: after {} bytes", got.len());
+    assert_bytes(&got, &pattern(0, REPLY), "the output pending at the stop");
+    drop(c);
+    let finished = server.finish();
+    assert_eq!(closes(&finished.handlers), [Reason::Shutdown], "{backend}");
+    let refused = std::net::TcpStream::connect_timeout(&addr, LIMIT).map(drop).map_err(|e| e.kind());
+    assert_eq!(refused, Err(ErrorKind::ConnectionRefused), "{backend}: connecting after the runtime ended");
+}
+
+/// A stop with 16 MiB queued for a client that never reads: the loop
+/// gives up at the drain timeout (Shutdown); the client then gets a
+/// prefix of the output (what the kernel already held), then EOF.
+fn stop_gives_up_at_the_drain_timeout(backend: Backend) {
+    const REPLY: usize = 16 << 20;
+    const DRAIN: Duration = Duration::from_millis(200);
+    let (server, probe) = cmd_server_with(config(backend).drain_timeout(DRAIN).build().unwrap(), REPLY);
+    let mut c = connect(server.addr);
+    // The turn that reads the command may also see the stop, and its clock
+    // was read before: count from the send (see the next test).
+    let sent = Instant::now();
+    c.write_all(b"f").unwrap();
+    wait_count("flood replies", &probe.flooded, 1);
+    let finished = server.stop();
+    let took = sent.elapsed();
+    assert!(took >= DRAIN, "{backend}: ended {took:?} after the command, before the drain timeout");
+    assert_eq!(closes(&finished.handlers), [Reason::Shutdown], "{backend}");
+    let (got, end) = read_to_end(&mut c);
+    assert_eq!(end, End::Eof, "{backend}: after {} bytes", got.len());
+    assert!(got.len() < REPLY, "{backend}: all of it went out?");
+    assert_bytes(&got, &pattern(0, got.len()), "the prefix");
+}
+
+/// The drain timeout runs from the stop, however long the loop's turn
+/// was: the `f` callback blocks the loop for 1.5 s and the stop comes
+/// during it; with a 1 s drain timeout, a client that starts reading at
+/// the stop still has a second to take 16 MiB, and gets every byte.
+fn drain_timeout_counts_from_the_stop(backend: Backend) {
+    const REPLY: usize = 16 << 20;
+    let config = config(backend).drain_timeout(Duration::from_secs(1)).build().unwrap();
+    let (server, probe) = stalling_cmd_server(config, REPLY, Duration::from_millis(1500));
+    let mut c = connect(server.addr);
+    c.write_all(b"f").unwrap();
+    wait_count("flood replies", &probe.flooded, 1);
+    server.control.stop(); // while the callback blocks the loop
+    let (got, end) = read_to_end(&mut c);
+    assert_eq!(end, End::Eof, "{backend}: after {} bytes", got.len());
+    assert_bytes(&got, &pattern(0, REPLY), "the output pending at the stop");
+    let finished = server.finish();
+    assert_eq!(closes(&finished.handlers), [Reason::Shutdown], "{backend}");
+}
+
+/// Two loops serving one listener made with std: every client is served.
+fn serves_a_listener_made_elsewhere(backend: Backend) {
+    const CLIENTS: usize = 20;
+    let probe = Arc::new(Probe::default());
+    let p = probe.clone();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = serve_listener(config(backend).build().unwrap(), 2, listener, move |_| Cmd::new(&p));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            let mut c = connect(server.addr);
+            c.write_all(format!("e{i:02}").as_bytes()).unwrap();
+            c
+        })
+        .collect();
+    for (i, mut c) in clients.into_iter().enumerate() {
+        assert_eq!(read_exact(&mut c, 2), format!("{i:02}").as_bytes(), "{backend}: client {i}");
+    }
+    wait_count("closes", &probe.closed, CLIENTS);
+    let finished = server.stop();
+    assert_eq!(closes(&finished.handlers), vec![Reason::PeerClosed; CLIENTS], "{backend}");
+    assert_eq!(finished.handlers.len(), 2);
+    assert_eq!(finished.stats.accepted as usize, CLIENTS);
+}
+
+/// `Io::stop` from a callback stops the loop as `Control::stop` would:
+/// idle connections close with Shutdown and the runtime ends by itself.
+fn stop_from_a_handler(backend: Backend) {
+    let (server, probe) = cmd_server(backend, 0);
+    let mut idle = connect(server.addr);
+    idle.write_all(b"e1").unwrap();
+    read_exact(&mut idle, 1);
+    let mut stopper = connect(server.addr);
+    stopper.write_all(b"q").unwrap();
+    for c in [&mut idle, &mut stopper] {
+        assert_eq!(read_to_end(c), (Vec::new(), End::Eof), "{backend}: a connection at the stop");
+    }
+    let finished = server.finish(); // no Control::stop
+    assert_eq!(closes(&finished.handlers), [Reason::Shutdown, Reason::Shutdown], "{backend}");
+    assert_eq!(probe.accepted.load(SeqCst), 2);
+}
+
+/// on_drained comes once, when the output is empty: after 2 MiB are out,
+/// or on a later turn when nothing was queued.
+fn drained_notice_once_output_is_out(backend: Backend) {
+    const REPLY: usize = 2 << 20;
+    let (server, probe) = cmd_server(backend, REPLY);
+    let mut c = connect(server.addr);
+    c.write_all(b"d").unwrap();
+    assert_bytes(&read_exact(&mut c, REPLY), &pattern(0, REPLY), "the reply");
+    wait_count("drained notices", &probe.drained, 1);
+    let mut idle = connect(server.addr);
+    idle.write_all(b"D").unwrap();
+    wait_count("drained notices", &probe.drained, 2);
+    // Echoes after the notice: no second one.
+    for round in 0..3u8 {
+        c.write_all(&[round]).unwrap();
+        assert_eq!(read_exact(&mut c, 1), [round]);
+    }
+    let finished = server.stop();
+    assert_eq!(finished.handlers[0].drained, [0, 0], "{backend}: buffered bytes at each notice");
+}
+
+/// With max_conns 2, a third connection waits (in the kernel's backlog)
+/// until one of the two closes; then it is served.
+fn max_conns_pauses_accepting(backend: Backend) {
+    let config = config(backend).max_conns(2).build().unwrap();
+    let (server, probe) = cmd_server_with(config, 0);
+    let mut first = connect(server.addr);
+    first.write_all(b"ea").unwrap();
+    assert_eq!(read_exact(&mut first, 1), b"a");
+    let mut second = connect(server.addr);
+    second.write_all(b"eb").unwrap();
+    assert_eq!(read_exact(&mut second, 1), b"b");
+    let mut third = connect(server.addr); // the kernel completes the handshake
+    third.write_all(b"ec").unwrap();
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(probe.accepted.load(SeqCst), 2, "{backend}: accepted past max_conns");
+    drop(first);
+    assert_eq!(read_exact(&mut third, 1), b"c", "{backend}: the third, once the first closed");
+    assert_eq!(probe.accepted.load(SeqCst), 3);
+    let finished = server.stop();
+    let mut reasons = closes(&finished.handlers);
+    reasons.sort();
+    assert_eq!(reasons, [Reason::PeerClosed, Reason::Shutdown, Reason::Shutdown], "{backend}");
+    drop((second, third));
+}
+
+/// The id of a closed connection reaches nothing, not even the
+/// connection that took its slot: a write says false, close does nothing.
+fn stale_ids_reach_nothing(backend: Backend) {
+    let (server, probe) = cmd_server(backend, 0);
+    let mut first = connect(server.addr);
+    first.write_all(b"c").unwrap();
+    assert_eq!(read_to_end(&mut first), (Vec::new(), End::Eof));
+    drop(first);
+    wait_count("closes", &probe.closed, 1);
+    let mut second = connect(server.addr);
+    second.write_all(b"z").unwrap();
+    second.write_all(b"x").unwrap();
+    assert_eq!(read_exact(&mut second, 1), b"x", "{backend}: the live connection's echo, nothing stale");
+    second.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(read_to_end(&mut second), (Vec::new(), End::Eof), "{backend}");
+    wait_count("closes", &probe.closed, 2);
+    let finished = server.stop();
+    let h = &finished.handlers[0];
+    assert_eq!(h.stale, Some((false, true, 0, false)), "{backend}: write, state gone, buffered, same id");
+    assert_eq!(h.closes, [Reason::Local, Reason::PeerClosed], "{backend}: the live one was not closed by the stale id");
+}
+
+// ------------------------------------------------------- connect fails
+
+/// A connect to a closed port: on_close with ConnectFailed(ECONNREFUSED),
+/// the state handed back untouched, no on_connect, no data.
+fn connect_refused(backend: Backend) {
+    let target = closed_port();
+    let finished = run_client(config(backend).build().unwrap(), move |_| Outbound::new(target, b"mine", b"hello"));
+    let h = &finished.handlers[0];
+    assert_eq!(h.seen, [Seen::Closed(Reason::ConnectFailed(Some(libc::ECONNREFUSED)), b"mine".to_vec())], "{backend}");
+    assert_eq!(h.closed_id, h.id, "{backend}: on_close names the connection connect returned");
+    assert_eq!((finished.stats.connected, finished.stats.closed_abnormally), (0, 1), "{backend}");
+}
+
+// ------------------------------------------------------- property test
+
+/// One client action.
+#[derive(Clone, Debug)]
+enum Step {
+    /// Send this many bytes (the next of the connection's pattern).
+    Send(usize),
+    /// Wait this many milliseconds.
+    Pause(u64),
+}
+
+/// One connection: what the server does, what the client sends, and
+/// whether the client shuts its write side down after its last step.
+#[derive(Clone, Debug)]
+struct Plan {
+    /// The server echoes this many bytes, then closes (None: echoes all).
+    close_after: Option<u64>,
+    steps: Vec<Step>,
+    /// Else the client holds the connection open until the server stops.
+    shutdown: bool,
+    /// The client reads in small pieces, pausing after each.
+    slow_reader: bool,
+}
+
+/// What a connection looked like from outside; the same on every backend.
+#[derive(Debug, PartialEq)]
+struct Outcome {
+    /// Bytes the client received.
+    received: usize,
+    /// They are the first `received` bytes the client sent.
+    intact: bool,
+    /// How the client's reading ended.
+    end: End,
+    /// Every send of the client succeeded.
+    sends_ok: bool,
+    /// The server's close reason.
+    reason: Reason,
+}
+
+impl Plan {
+    fn sent(&self) -> usize {
+        self.steps.iter().map(|s| if let Step::Send(n) = s { *n } else { 0 }).sum()
+    }
+
+    /// Where the server closes, if the client sends that much.
+    fn server_closes_at(&self) -> Option<usize> {
+        self.close_after.map(|n| n as usize).filter(|&n| n <= self.sent())
+    }
+
+    /// The connection ends before the stop: the server closes it, or the
+    /// client's EOF does.
+    fn ends_before_stop(&self) -> bool {
+        self.shutdown || self.server_closes_at().is_some()
+    }
+
+    /// The model, from the documented semantics:
+    /// - the server closes after N bytes: the client gets exactly the
+    ///   first N bytes, then EOF (the close waits for the output, then
+    ///   FIN; what the client sends after is discarded, never answered
+    ///   with a reset, so its sends all succeed); the reason is Local;
+    /// - else the client gets its every byte back, then EOF: after its own
+    ///   shutdown (the server flushes, then closes: PeerClosed), or after
+    ///   the server's stop (an idle connection: Shutdown).
+    fn expected(&self) -> Outcome {
+        let (received, reason) = match self.server_closes_at() {
+            Some(n) => (n, Reason::Local),
+            None if self.shutdown => (self.sent(), Reason::PeerClosed),
+            None => (self.sent(), Reason::Shutdown),
+        };
+        Outcome { received, intact: true, end: End::Eof, sends_ok: true, reason }
+    }
+}
+
+fn plan() -> impl Strategy<Value = Plan> {
+    let step = prop_oneof![4 => (1usize..70_000).prop_map(Step::Send), 1 => (0u64..4).prop_map(Step::Pause)];
+    (proptest::collection::vec(step, 1..6), any::<bool>(), any::<bool>())
+        .prop_flat_map(|(steps, shutdown, slow_reader)| {
+            let plan = Plan { close_after: None, steps, shutdown, slow_reader };
+            let sent = plan.sent() as u64;
+            // Often within the traffic (0 closes at the header), sometimes
+            // exactly at its end, sometimes past it.
+            let close = prop_oneof![Just(None), (0..=sent + 20_000).prop_map(Some), Just(Some(sent))];
+            (Just(plan), close)
+        })
+        .prop_map(|(plan, close_after)| Plan { close_after, ..plan })
+}
+
+/// Reads up to `n` bytes (usize::MAX: to the end); stops early at EOF or
+/// an error (a timeout included). A slow reader reads 4 KiB at a time
+/// and pauses a millisecond after each read, so the server's output
+/// backs up.
+fn read_paced(s: &mut std::net::TcpStream, n: usize, slow: bool) -> (Vec<u8>, Option<End>) {
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; if slow { 4 << 10 } else { 64 << 10 }];
+    while got.len() < n {
+        let want = buf.len().min(n - got.len());
+        match s.read(&mut buf[..want]) {
+            Ok(0) => return (got, Some(End::Eof)),
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return (got, Some(End::Error(e.kind()))),
+        }
+        if slow {
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+    (got, None)
+}
+
+/// The client side of one connection. A held connection reports through
+/// `through` once it has its echo, then waits for `go` (the stop).
+fn drive(addr: SocketAddr, tag: u32, plan: Plan, through: Arc<AtomicUsize>, go: mpsc::Receiver<()>) -> (Outcome, u32) {
+    let mut s = connect(addr);
+    let base = tag as usize * 1_000_003; // a stream of its own
+    let mut header = vec![b'n'];
+    header.extend(tag.to_le_bytes());
+    header.extend(plan.close_after.unwrap_or(u64::MAX).to_le_bytes());
+    let mut w = s.try_clone().expect("clone");
+    let (steps, shutdown) = (plan.steps.clone(), plan.shutdown);
+    let writer = thread::spawn(move || -> std::io::Result<()> {
+        w.write_all(&header)?;
+        let mut offset = 0;
+        for step in steps {
+            match step {
+                Step::Send(n) => {
+                    w.write_all(&pattern(base + offset, n))?;
+                    offset += n;
+                }
+                Step::Pause(ms) => thread::sleep(Duration::from_millis(ms)),
+            }
+        }
+        if shutdown {
+            w.shutdown(Shutdown::Write)?;
+        }
+        Ok(())
+    });
+    let (received, end) = if plan.ends_before_stop() {
+        read_paced(&mut s, usize::MAX, plan.slow_reader)
+    } else {
+        let (mut got, early) = read_paced(&mut s, plan.sent(), plan.slow_reader);
+        through.fetch_add(1, SeqCst);
+        let _ = go.recv_timeout(LIMIT);
+        let end = early.or_else(|| {
+            let (rest, end) = read_paced(&mut s, usize::MAX, false);
+            got.extend(rest);
+            end
+        });
+        (got, end)
+    };
+    let end = end.expect("read to the end");
+    let sends_ok = writer.join().expect("writer").is_ok();
+    drop(s); // our EOF: a lingering server closes now
+    if plan.ends_before_stop() {
+        through.fetch_add(1, SeqCst);
+    }
+    let intact = received == pattern(base, received.len());
+    (Outcome { received: received.len(), intact, end, sends_ok, reason: Reason::Other("not closed".into()) }, tag)
+}
+
+/// Runs every plan at once, one connection each, against one server on
+/// `backend` whose reads come in `read_size` pieces (io_uring: `ring`
+/// buffers of that size) and whose output bound is `max_output`.
+fn run_plans(backend: Backend, plans: &[Plan], read_size: usize, ring: u16, max_output: usize) -> Vec<Outcome> {
+    let config = config(backend)
+        .read_buffer(read_size)
+        .ring_buffer_size(read_size)
+        .ring_buffers(ring)
+        .max_output(max_output)
+        // Long enough never to decide an outcome: ends come from the peers.
+        .linger(Duration::from_secs(30))
+        .drain_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let (server, probe) = cmd_server_with(config, 0);
+    let through = Arc::new(AtomicUsize::new(0));
+    let mut go = Vec::new();
+    let clients: Vec<_> = plans
+        .iter()
+        .enumerate()
+        .map(|(tag, plan)| {
+            let (tx, rx) = mpsc::channel();
+            go.push(tx);
+            let (addr, plan, through) = (server.addr, plan.clone(), through.clone());
+            thread::spawn(move || drive(addr, tag as u32, plan, through, rx))
+        })
+        .collect();
+    wait_count("clients through their traffic", &through, plans.len());
+    // A connection that sent nothing but its header is through at once:
+    // the stop must not come before the server has seen the header.
+    wait_count("headers", &probe.commands, plans.len());
+    let before_stop = plans.iter().filter(|p| p.ends_before_stop()).count();
+    wait_count("closes before the stop", &probe.closed, before_stop);
+    server.control.stop();
+    for tx in go {
+        let _ = tx.send(());
+    }
+    let mut outcomes: Vec<Outcome> = clients.into_iter().map(|c| c.join().expect("client")).map(|(o, _)| o).collect();
+    let finished = server.finish();
+    let h = &finished.handlers[0];
+    assert_eq!(h.late, 0, "{backend}: on_data after close");
+    for (tag, outcome) in outcomes.iter_mut().enumerate() {
+        if let Some(reason) = h.tagged.get(&(tag as u32)) {
+            outcome.reason = reason.clone();
+        }
+    }
+    outcomes
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 32,
+        max_shrink_iters: 32,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Random traffic on 1 to 3 connections at once, run on every backend:
+    /// each matches the model, so all give the same outcome.
+    #[test]
+    fn every_backend_matches_the_model(
+        plans in proptest::collection::vec(plan(), 1..6),
+        read_size in prop_oneof![Just(512usize), Just(4096), Just(65536)],
+        ring in prop_oneof![Just(2u16), Just(1024)],
+        max_output in prop_oneof![Just(16usize << 10), Just(4 << 20)],
+    ) {
+        let want: Vec<Outcome> = plans.iter().map(Plan::expected).collect();
+        for &backend in Backend::ALL {
+            let got = run_plans(backend, &plans, read_size, ring, max_output);
+            prop_assert_eq!(&got, &want, "{}: plans {:?}", backend, plans);
+        }
+    }
+}
