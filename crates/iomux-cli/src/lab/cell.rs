@@ -93,7 +93,7 @@ pub fn run_with_idle(
 /// configuring or closing connections).
 pub fn data_path_syscalls(stats: &Value) -> u64 {
     use iomux::Syscall::*;
-    const KINDS: [iomux::Syscall; 6] = [EpollPwait, Ppoll, Pselect6, IoUringEnter, Read, Write];
+    const KINDS: [iomux::Syscall; 7] = [EpollPwait, Ppoll, Pselect6, IoUringEnter, Read, Write, Sendto];
     KINDS.iter().map(|k| stats["syscalls"][k.name()].as_u64().unwrap_or(0)).sum()
 }
 
