@@ -59,9 +59,10 @@ fn echo_integrity(backend: &str) {
     assert_eq!(stats["closed_abnormally"], 0, "{backend}: {stats}");
     if backend.starts_with("uring") {
         // Submit and wait together: at most one io_uring_enter per turn.
-        // (+1: the ring's teardown waits for its cancellations once.)
+        // (+3: the ring's teardown waits for its cancellations in 20 ms
+        // rounds, a few of them when the SQPOLL thread has to share a CPU.)
         let enters = stats["syscalls"]["io_uring_enter"].as_u64().unwrap_or(0);
-        assert!(enters <= stats["turns"].as_u64().unwrap() + 1, "{backend}: {stats}");
+        assert!(enters <= stats["turns"].as_u64().unwrap() + 3, "{backend}: {stats}");
         assert!(stats["syscalls"]["read"].is_null() && stats["syscalls"]["write"].is_null(), "{stats}");
         let expect = if backend == "uring" { "single_issuer+defer_taskrun" } else { "sqpoll" };
         assert_eq!(stats["uring_setup"], expect, "this kernel (6.18) has them");

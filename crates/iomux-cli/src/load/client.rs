@@ -542,6 +542,11 @@ impl Handler for Client {
                 if self.report.first_error.is_none() {
                     self.report.first_error = Some(format!("connection {} closed by the server: {reason:?}", c.number));
                 }
+                if self.started && !self.conns.values().any(|c| c.active) {
+                    // No active connection left: nothing more will be sent
+                    // or answered, whatever idle ones remain.
+                    self.end(io);
+                }
             }
         }
         if self.conns.is_empty() && self.started && !self.finishing {

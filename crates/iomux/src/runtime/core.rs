@@ -197,7 +197,7 @@ impl<'h, H: Handler> Core<'h, H> {
     /// delivers drained notices, until none are left.
     pub(crate) fn settle<D: Driver>(&mut self, d: &mut D) {
         loop {
-            if let Some((id, addr)) = self.io.connecting.pop() {
+            if let Some((id, addr)) = self.io.connecting.pop_front() {
                 d.connect(&mut self.io, id, addr);
             } else if let Some(id) = self.io.pop_dirty() {
                 d.sync(&mut self.io, id);

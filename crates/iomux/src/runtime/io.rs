@@ -85,7 +85,9 @@ pub struct Io<S> {
     pub(crate) timers: Timers,
     pub(crate) now: Instant,
     pub(crate) stats: LoopStats,
-    pub(crate) dirty: Vec<ConnId>,
+    /// In the order the handler acted, so connects and writes to several
+    /// connections reach the kernel in the order they were made.
+    pub(crate) dirty: VecDeque<ConnId>,
     pub(crate) doomed: VecDeque<(ConnId, CloseReason)>,
     pub(crate) drained: Vec<ConnId>,
     pub(crate) drained_later: Vec<ConnId>,
@@ -101,7 +103,7 @@ pub struct Io<S> {
     accept_backoff: Duration,
     pub(crate) drain_deadline: Option<Instant>,
     /// Outbound connects the driver has not started yet.
-    pub(crate) connecting: Vec<(ConnId, SocketAddr)>,
+    pub(crate) connecting: VecDeque<(ConnId, SocketAddr)>,
 }
 
 impl<S> Io<S> {
@@ -112,7 +114,7 @@ impl<S> Io<S> {
             timers: Timers::default(),
             now,
             stats: LoopStats { loops: 1, ..LoopStats::default() },
-            dirty: Vec::new(),
+            dirty: VecDeque::new(),
             doomed: VecDeque::new(),
             drained: Vec::new(),
             drained_later: Vec::new(),
@@ -124,7 +126,7 @@ impl<S> Io<S> {
             accept_resume_at: None,
             accept_backoff: cfg.accept_backoff,
             drain_deadline: None,
-            connecting: Vec::new(),
+            connecting: VecDeque::new(),
         }
     }
 
@@ -211,7 +213,7 @@ impl<S> Io<S> {
         }
         net::set_oob_inline(fd.raw()).map_err(|e| err("setsockopt", e))?;
         let id = self.insert(fd, CONNECTING, Some(state));
-        self.connecting.push((id, addr));
+        self.connecting.push_back((id, addr));
         Ok(id)
     }
 
@@ -298,14 +300,14 @@ impl<S> Io<S> {
         if let Some(c) = self.conns.get_mut(id) {
             if !c.has(DIRTY) {
                 c.flags |= DIRTY;
-                self.dirty.push(id);
+                self.dirty.push_back(id);
             }
         }
     }
 
     /// The next connection the driver must look at, if any.
     pub(crate) fn pop_dirty(&mut self) -> Option<ConnId> {
-        while let Some(id) = self.dirty.pop() {
+        while let Some(id) = self.dirty.pop_front() {
             if let Some(c) = self.conns.get_mut(id) {
                 c.flags &= !DIRTY;
                 if !c.has(DOOMED) {
