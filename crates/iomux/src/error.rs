@@ -12,6 +12,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What went wrong, with enough context to act on it.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Error {
     /// The mechanism cannot provide this mode (e.g. edge triggering on poll).
     Unsupported {
@@ -83,6 +84,8 @@ pub enum Error {
     Spawn(io::Error),
     /// A loop's handler panicked; the other loops were stopped.
     LoopPanicked,
+    /// The loop is stopping: it opens no new connection.
+    Stopping,
 }
 
 impl Error {
@@ -113,6 +116,7 @@ impl Error {
             Error::UnknownBackend { .. } | Error::InvalidConfig { .. } => io::ErrorKind::InvalidInput,
             Error::Bind { source, .. } | Error::Spawn(source) => source.kind(),
             Error::LoopPanicked => io::ErrorKind::Other,
+            Error::Stopping => io::ErrorKind::NotConnected,
         }
     }
 }
@@ -151,6 +155,7 @@ impl fmt::Display for Error {
             }
             Error::Spawn(source) => write!(f, "cannot start a loop thread: {source}"),
             Error::LoopPanicked => f.write_str("a loop's handler panicked; the other loops were stopped"),
+            Error::Stopping => f.write_str("the loop is stopping: no new connection"),
         }
     }
 }

@@ -47,6 +47,7 @@ on_every_backend! {
     input_limit_is_exclusive,
     input_limit_in_one_burst,
     close_with_pending_output,
+    close_gives_up_on_a_peer_that_does_not_read,
     lingering_close,
     write_after_close_is_refused,
     write_after_idle_close_is_refused,
@@ -543,6 +544,23 @@ fn close_with_pending_output(backend: Backend) {
     assert_eq!(probe.delivered.load(SeqCst), 1, "{backend}: bytes delivered (the command only)");
     assert_eq!(finished.stats.bytes_in, 1, "{backend}: stats.bytes_in");
     assert_eq!(finished.stats.bytes_out, REPLY as u64, "{backend}: stats.bytes_out");
+}
+
+/// The handler writes 8 MiB and closes; the client never reads: after the
+/// close timeout the connection closes without the rest (CloseTimeout), so
+/// a peer that stops reading holds neither a descriptor nor the output.
+fn close_gives_up_on_a_peer_that_does_not_read(backend: Backend) {
+    let config = config(backend).close_timeout(Duration::from_millis(300)).build().unwrap();
+    let (server, probe) = cmd_server_with(config, 8 << 20);
+    let mut c = connect(server.addr);
+    c.write_all(b"r").unwrap();
+    let started = Instant::now();
+    wait_count("closes", &probe.closed, 1);
+    assert!(started.elapsed() >= Duration::from_millis(250), "{backend}: closed before the timeout");
+    let finished = server.stop();
+    assert_eq!(finished.handlers[0].closes, [Reason::Other("CloseTimeout".into())], "{backend}");
+    assert!(finished.stats.bytes_out < 8 << 20, "{backend}: the peer took nothing, yet all was sent");
+    drop(c);
 }
 
 /// The handler writes a reply and closes; the client keeps sending all

@@ -46,6 +46,7 @@ fn ud(kind: u64, id: ConnId) -> u64 {
 const RECV_ARMED: u16 = 1;
 const CANCELLING: u16 = 2; // the receive's cancel is in flight
 const CONNECT_IN_FLIGHT: u16 = 4;
+const SEND_IN_FLIGHT: u16 = 8;
 
 struct Uring {
     ring: Ring,
@@ -122,6 +123,12 @@ pub fn run<H: Handler>(setup: Setup<'_>, handler: &mut H) -> Result<LoopStats> {
     Ok(core.finish(Some(setup)))
 }
 
+fn set_bit<S>(io: &mut Io<S>, id: ConnId, bit: u16) {
+    if let Some(c) = io.conn_mut(id) {
+        c.driver |= bit;
+    }
+}
+
 /// The live connection a completion's user_data names (its generation
 /// must match, so a late completion never reaches a newer connection).
 fn conn_of<S>(conns: &Slab<S>, user_data: u64) -> Option<ConnId> {
@@ -194,6 +201,9 @@ impl Uring {
 
     fn on_send<S>(&mut self, io: &mut Io<S>, id: ConnId, c: Completion) {
         let Some(buf) = c.returned else { return };
+        if let Some(conn) = io.conn_mut(id) {
+            conn.driver &= !SEND_IN_FLIGHT; // set again below for the rest of a short send
+        }
         if c.result <= 0 {
             io.send_aborted(id);
             io.recycle(buf);
@@ -211,9 +221,12 @@ impl Uring {
         }
         // A short send: the rest goes next, before anything staged.
         let (fd, offset) = (conn.fd.raw(), buf.len() - remaining);
-        if let Err(e) = self.ring.push_send(fd, buf, offset, ud(SEND, id)) {
-            io.send_aborted(id);
-            io.failed(id, "send", e);
+        match self.ring.push_send(fd, buf, offset, ud(SEND, id)) {
+            Ok(()) => set_bit(io, id, SEND_IN_FLIGHT),
+            Err(e) => {
+                io.send_aborted(id);
+                io.failed(id, "send", e);
+            }
         }
     }
 
@@ -249,9 +262,12 @@ impl Driver for Uring {
             self.cancelled = true;
         }
         if let Some(buf) = io.take_output(id) {
-            if let Err(e) = self.ring.push_send(fd, buf, 0, ud(SEND, id)) {
-                io.send_aborted(id);
-                io.failed(id, "send", e);
+            match self.ring.push_send(fd, buf, 0, ud(SEND, id)) {
+                Ok(()) => set_bit(io, id, SEND_IN_FLIGHT),
+                Err(e) => {
+                    io.send_aborted(id);
+                    io.failed(id, "send", e);
+                }
             }
         }
     }
@@ -309,7 +325,12 @@ impl Driver for Uring {
         if driver_bits & CONNECT_IN_FLIGHT != 0 {
             self.cancel(ud(CONNECT, id));
         }
-        // A send in flight keeps its buffer in the ring until it completes.
+        if driver_bits & SEND_IN_FLIGHT != 0 {
+            // A send blocked on a peer that does not read would hold the
+            // socket open (and its buffer) for ever: cancel it. The buffer
+            // stays in the ring until its completion hands it back.
+            self.cancel(ud(SEND, id));
+        }
         // Close through the ring too (IORING_OP_CLOSE): no syscall.
         if let Err((fd, _)) = self.ring.push_close(fd, IGNORE << KIND_SHIFT) {
             drop(fd); // closes with a syscall instead

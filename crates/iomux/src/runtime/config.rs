@@ -33,6 +33,7 @@ pub struct Config {
     pub(crate) accept_backoff: Duration,
     pub(crate) drain_timeout: Duration,
     pub(crate) linger: Duration,
+    pub(crate) close_timeout: Duration,
     pub(crate) nodelay: bool,
 }
 
@@ -50,6 +51,7 @@ impl Default for Config {
             accept_backoff: Duration::from_millis(50),
             drain_timeout: Duration::from_secs(5),
             linger: Duration::from_secs(2),
+            close_timeout: Duration::from_secs(30),
             nodelay: true,
         }
     }
@@ -141,6 +143,15 @@ impl ConfigBuilder {
     /// waits for the peer's EOF before it closes anyway (default 2 s).
     pub fn linger(mut self, linger: Duration) -> Self {
         self.config.linger = linger;
+        self
+    }
+    /// How long [`Io::close`](super::Io::close) waits for the peer to take
+    /// the output still queued (default 30 s); then the connection closes
+    /// without it ([`CloseReason::CloseTimeout`](super::CloseReason::CloseTimeout)),
+    /// so a peer that stops reading cannot hold a descriptor and its output
+    /// forever.
+    pub fn close_timeout(mut self, timeout: Duration) -> Self {
+        self.config.close_timeout = timeout;
         self
     }
     /// TCP_NODELAY on outbound connections (default on; listeners always

@@ -84,8 +84,13 @@ impl<'h, H: Handler> Core<'h, H> {
         if driver_busy || self.must_not_wait() {
             return Some(Duration::ZERO);
         }
-        let deadlines =
-            [io.timers.next_deadline(), io.accept_resume_at, io.drain_deadline, io.lingering.next_deadline()];
+        let deadlines = [
+            io.timers.next_deadline(),
+            io.accept_resume_at,
+            io.drain_deadline,
+            io.lingering.next_deadline(),
+            io.closing.next_deadline(),
+        ];
         timeout_until(Instant::now(), deadlines)
     }
 
@@ -111,13 +116,19 @@ impl<'h, H: Handler> Core<'h, H> {
         let later = std::mem::take(&mut self.io.drained_later);
         self.io.drained.extend(later);
         self.settle(d);
-        while let Some((timer, token)) = self.io.timers.pop_due(self.io.now) {
+        // Only timers set before this phase: one set from on_timer for
+        // now fires next turn, after I/O, not in an endless phase.
+        let set_before = self.io.timers.next_id();
+        while let Some((timer, token)) = self.io.timers.pop_due(self.io.now, set_before) {
             self.handler.on_timer(&mut self.io, timer, token);
             self.settle(d);
         }
         while let Some(id) = self.io.lingering.pop_due(self.io.now) {
             let reason = self.io.closing_reason();
             self.io.doom(id, reason);
+        }
+        while let Some(id) = self.io.closing.pop_due(self.io.now) {
+            self.io.close_deadline(id);
         }
         if self.io.accept_resume_at.is_some_and(|t| t <= self.io.now) {
             self.io.accept_resume_at = None;
@@ -138,6 +149,11 @@ impl<'h, H: Handler> Core<'h, H> {
     pub(crate) fn accepted<D: Driver>(&mut self, d: &mut D, fd: Fd) {
         if self.io.shutting_down {
             return; // accepted just before the stop took effect: refuse it
+        }
+        if self.io.accept_budget() == Accept::Up(0) {
+            // An accept in flight beat its cancel (io_uring): the limit holds.
+            self.io.stats.refused += 1;
+            return;
         }
         self.io.accept_succeeded();
         let id = self.io.insert(fd, 0, None);

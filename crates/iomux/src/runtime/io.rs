@@ -92,6 +92,8 @@ pub struct Io<S> {
     pub(crate) drained: Vec<ConnId>,
     pub(crate) drained_later: Vec<ConnId>,
     pub(crate) lingering: Deadlines,
+    /// Connections closing with output still to send, by close deadline.
+    pub(crate) closing: Deadlines,
     pool: Vec<Vec<u8>>,
     pub(crate) stop_requested: bool,
     pub(crate) shutting_down: bool,
@@ -119,6 +121,7 @@ impl<S> Io<S> {
             drained: Vec::new(),
             drained_later: Vec::new(),
             lingering: Deadlines::default(),
+            closing: Deadlines::default(),
             pool: Vec::new(),
             stop_requested: false,
             shutting_down: false,
@@ -142,7 +145,6 @@ impl<S> Io<S> {
     /// stops reading that connection until it drains to half the bound.
     /// Returns false if the connection is gone or closing.
     pub fn write(&mut self, conn: ConnId, data: &[u8]) -> bool {
-        let fresh = self.conns.get(conn).is_some_and(|c| c.out.capacity() == 0).then(|| self.pool.pop());
         let Some(c) = self.conns.get_mut(conn) else { return false };
         if c.has(DOOMED) || c.has(CLOSING) {
             return false; // after close (or a stop), nothing more goes out
@@ -150,8 +152,10 @@ impl<S> Io<S> {
         if data.is_empty() {
             return true;
         }
-        if let Some(Some(buf)) = fresh {
-            c.out = buf;
+        if c.out.capacity() == 0 {
+            if let Some(buf) = self.pool.pop() {
+                c.out = buf;
+            }
         }
         c.out.extend_from_slice(data);
         self.stats.peak_output = self.stats.peak_output.max(c.buffered() as u64);
@@ -184,16 +188,27 @@ impl<S> Io<S> {
     /// output is out, the loop sends FIN and discards input until the
     /// peer's EOF or [`Config`]'s linger time, so the close never turns
     /// into a reset that would destroy output the peer has not read.
+    ///
+    /// A peer that does not read what is left for
+    /// [`ConfigBuilder::close_timeout`](super::ConfigBuilder::close_timeout)
+    /// loses it: the connection closes with [`CloseReason::CloseTimeout`].
     pub fn close(&mut self, conn: ConnId) {
+        let until = Instant::now() + self.cfg.close_timeout;
         let Some(c) = self.conns.get_mut(conn) else { return };
+        if c.has(CLOSING) {
+            return;
+        }
         c.flags |= CLOSING;
         if c.buffered() == 0 {
             self.linger(conn);
+        } else {
+            self.closing.push(until, conn);
         }
         self.mark_dirty(conn);
     }
 
-    /// Opens an outbound TCP connection that owns `state`.
+    /// Opens an outbound TCP connection that owns `state` (refused with
+    /// [`Error::Stopping`] once the loop is stopping).
     /// [`Handler::on_connect`](super::Handler::on_connect) follows, or
     /// [`Handler::on_close`](super::Handler::on_close) with
     /// [`CloseReason::ConnectFailed`]. `source` binds a local address first
@@ -201,6 +216,9 @@ impl<S> Io<S> {
     /// several source addresses multiply the usable ports).
     pub fn connect(&mut self, addr: SocketAddr, source: Option<IpAddr>, state: S) -> Result<ConnId> {
         let err = |syscall, e| Error::sys("connect", syscall, None, e);
+        if self.shutting_down {
+            return Err(Error::Stopping);
+        }
         let fd = net::tcp_socket(&addr, false).map_err(|e| err("socket", e))?;
         if let Some(ip) = source {
             if ip.is_ipv4() {
@@ -467,6 +485,10 @@ impl<S> Io<S> {
     pub(crate) fn connected(&mut self, id: ConnId) -> bool {
         let Some(c) = self.conns.get_mut(id) else { return false };
         c.flags &= !CONNECTING;
+        if c.has(NOTIFY_DRAINED) && c.buffered() == 0 {
+            c.flags &= !NOTIFY_DRAINED;
+            self.drained_later.push(id);
+        }
         self.stats.connected += 1;
         self.mark_dirty(id);
         true
@@ -484,7 +506,16 @@ impl<S> Io<S> {
     pub(crate) fn put_back(&mut self, id: ConnId, pending: Vec<u8>, state: S) {
         if let Some(c) = self.conns.get_mut(id) {
             c.state = Some(state);
-            c.pending_in = pending;
+            // An idle connection owns no buffer: a large one, emptied, goes.
+            c.pending_in = if pending.is_empty() && pending.capacity() > POOL_BUF_MAX { Vec::new() } else { pending };
+        }
+    }
+
+    /// A close deadline passed: if the output is still not out, the peer
+    /// is not reading it, and the connection closes without it.
+    pub(crate) fn close_deadline(&mut self, id: ConnId) {
+        if self.conns.get(id).is_some_and(|c| c.has(CLOSING) && !c.has(LINGER) && c.buffered() > 0) {
+            self.doom(id, CloseReason::CloseTimeout);
         }
     }
 
@@ -543,12 +574,15 @@ impl<S> Io<S> {
         // From the stop, not the turn's start: a long turn must not shorten it.
         self.drain_deadline = Some(Instant::now() + self.cfg.drain_timeout);
         for id in self.conns.ids() {
-            if self.buffered(id) == 0 {
-                self.doom(id, CloseReason::Shutdown);
-            } else if let Some(c) = self.conns.get_mut(id) {
-                c.flags |= CLOSING;
-                self.mark_dirty(id);
+            let Some(c) = self.conns.get_mut(id) else { continue };
+            c.flags |= CLOSING;
+            if c.buffered() == 0 {
+                // FIN, then discard until the peer's EOF: closing with its
+                // input unread would reset it and destroy what it has not
+                // read yet. The drain deadline bounds this too.
+                self.linger(id);
             }
+            self.mark_dirty(id);
         }
     }
 }

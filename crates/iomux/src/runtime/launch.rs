@@ -9,8 +9,8 @@ use crate::poller::Backend;
 use crate::sys::net::{self, Fd};
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{IntoRawFd, OwnedFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Listen backlog: at least the kernel's usual somaxconn, so a burst of
 /// connects waits in the queue instead of being dropped.
@@ -170,6 +170,8 @@ impl Runtime {
                 let (make_handler, config, control, ready) = (&make_handler, &config, &control, &ready);
                 let spawned =
                     std::thread::Builder::new().name(format!("iomux-loop-{i}")).spawn_scoped(scope, move || {
+                        // A panic here (handler, on_ready) stops the other loops too.
+                        let _stop_on_panic = StopOnPanic(control);
                         let mut handler = make_handler(i);
                         let setup = Setup { cfg: config, listener, control, ready: &|| ready.one_ready() };
                         let result = match config.backend {
@@ -181,6 +183,9 @@ impl Runtime {
                         }
                         result.map(|stats| (handler, stats))
                     });
+                if spawned.is_err() {
+                    control.stop(); // the loops already running end too
+                }
                 handles.push(spawned.map_err(Error::Spawn));
             }
             handles.into_iter().map(|h| h?.join().unwrap_or(Err(Error::LoopPanicked))).collect()
@@ -199,6 +204,17 @@ impl Runtime {
 
 fn adopt(listener: TcpListener) -> Fd {
     Fd::adopt_new(OwnedFd::from(listener).into_raw_fd())
+}
+
+/// Stops every loop when dropped during a panic, so `run` returns.
+struct StopOnPanic<'a>(&'a Control);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.stop();
+        }
+    }
 }
 
 /// Counts loops that finished setting up; the last one calls back.
@@ -224,9 +240,30 @@ struct SignalThread {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
+/// Whether SIGINT/SIGTERM act as by default (end the process): true while
+/// no runtime handles them. Once signal-hook's handler is installed it
+/// stays, and with nothing registered it would ignore them; this keeps
+/// their default meaning for a program that goes on after `run`.
+fn default_when_unhandled() -> Result<&'static (Arc<AtomicBool>, AtomicUsize)> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    static STATE: OnceLock<(Arc<AtomicBool>, AtomicUsize)> = OnceLock::new();
+    if let Some(state) = STATE.get() {
+        return Ok(state);
+    }
+    let flag = Arc::new(AtomicBool::new(true));
+    for signal in [SIGINT, SIGTERM] {
+        signal_hook::flag::register_conditional_default(signal, flag.clone())
+            .map_err(|e| Error::sys("signals", "sigaction", None, e))?;
+    }
+    Ok(STATE.get_or_init(|| (flag, AtomicUsize::new(0))))
+}
+
 impl SignalThread {
     fn start(control: &Control) -> Result<SignalThread> {
         use signal_hook::consts::{SIGINT, SIGTERM};
+        let (unhandled, handling) = default_when_unhandled()?;
+        handling.fetch_add(1, Ordering::SeqCst);
+        unhandled.store(false, Ordering::SeqCst);
         let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
             .map_err(|e| Error::sys("signals", "sigaction", None, e))?;
         let handle = signals.handle();
@@ -252,6 +289,11 @@ impl Drop for SignalThread {
         self.handle.close();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+        if let Ok((unhandled, handling)) = default_when_unhandled() {
+            if handling.fetch_sub(1, Ordering::SeqCst) == 1 {
+                unhandled.store(true, Ordering::SeqCst);
+            }
         }
     }
 }

@@ -95,6 +95,9 @@ pub enum CloseReason {
     /// The peer sent more than [`ConfigBuilder::max_input`] without the
     /// handler consuming it.
     InputLimit,
+    /// After [`Io::close`], the peer did not take the queued output within
+    /// [`ConfigBuilder::close_timeout`].
+    CloseTimeout,
 }
 
 impl CloseReason {

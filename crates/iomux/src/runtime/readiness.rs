@@ -149,7 +149,7 @@ impl Readiness {
                 Ok(n) => io.sent(id, n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return io.failed(id, "write", e),
+                Err(e) => return io.failed(id, "send", e),
             }
         }
     }
@@ -157,7 +157,13 @@ impl Readiness {
     fn finish_connect<H: Handler>(&mut self, core: &mut Core<H>, id: ConnId) {
         let Some(c) = core.io.conn(id) else { return };
         match net::take_socket_error(c.fd.raw()) {
-            Ok(None) => core.connected(id),
+            Ok(None) => {
+                // Connected: what was written meanwhile goes out at once.
+                if let Some(c) = core.io.conn_mut(id) {
+                    c.driver &= !WANT_WRITE;
+                }
+                core.connected(id)
+            }
             Ok(Some(e)) | Err(e) => core.io.doom(id, CloseReason::ConnectFailed(e)),
         }
     }
@@ -220,7 +226,7 @@ impl Driver for Readiness {
         };
         match self.poller.modify(c.fd.raw(), token(id), interest, self.mode) {
             Ok(()) => c.driver = (c.driver & !(WANT_READ | WANT_WRITE)) | want,
-            Err(e) => return io.doom(id, CloseReason::Error { syscall: "modify", error: e.into() }),
+            Err(e) => return io.doom(id, CloseReason::Error { syscall: "poller modify", error: e.into() }),
         }
         let resumed = want & WANT_READ != 0 && registered & WANT_READ == 0;
         if self.mode == Mode::Edge && resumed && c.driver & IN_READY == 0 {

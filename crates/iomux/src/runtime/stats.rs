@@ -43,7 +43,9 @@ pub struct LoopStats {
 }
 
 impl LoopStats {
-    /// Adds another loop's figures (maxima stay maxima).
+    /// Adds another loop's figures: counts add up, `peak_output` and
+    /// `wall` stay maxima, and `peak_conns` adds up (the loops' peaks need
+    /// not coincide: the sum bounds the process's peak from above).
     pub fn merge(&mut self, o: &LoopStats) {
         self.loops += o.loops;
         self.accepted += o.accepted;

@@ -37,10 +37,18 @@ impl Timers {
         self.by_deadline.first_key_value().map(|((at, _), _)| *at)
     }
 
-    /// The next timer due at `now`, with its token.
-    pub fn pop_due(&mut self, now: Instant) -> Option<(TimerId, u64)> {
+    /// The id the next timer set will get: timers set from now on have
+    /// ids at or above it.
+    pub fn next_id(&self) -> u64 {
+        self.next + 1
+    }
+
+    /// The next timer due at `now` that was set before id `set_before`,
+    /// with its token.
+    pub fn pop_due(&mut self, now: Instant, set_before: u64) -> Option<(TimerId, u64)> {
         let entry = self.by_deadline.first_entry()?;
-        if entry.key().0 > now {
+        let (at, id) = *entry.key();
+        if at > now || id >= set_before {
             return None;
         }
         let ((_, id), token) = entry.remove_entry();
@@ -102,13 +110,17 @@ mod tests {
         assert!(t.cancel(four));
         assert!(!t.cancel(four), "a second cancel finds nothing");
         assert_eq!(t.next_deadline(), Some(now + Duration::from_millis(10)));
-        assert_eq!(t.pop_due(now), None);
+        assert_eq!(t.pop_due(now, u64::MAX), None);
         let later = now + Duration::from_millis(15);
-        assert_eq!(t.pop_due(later), Some((one, 1)));
-        assert_eq!(t.pop_due(later), Some((three, 3)));
-        assert_eq!(t.pop_due(later), None);
-        assert_eq!(t.pop_due(now + Duration::from_millis(20)), Some((two, 2)));
+        assert_eq!(t.pop_due(later, u64::MAX), Some((one, 1)));
+        assert_eq!(t.pop_due(later, u64::MAX), Some((three, 3)));
+        assert_eq!(t.pop_due(later, u64::MAX), None);
+        assert_eq!(t.pop_due(now + Duration::from_millis(20), u64::MAX), Some((two, 2)));
         assert!(!t.cancel(two), "a fired timer cannot be cancelled");
+        let limit = t.next_id();
+        t.add(now, 9);
+        assert_eq!(t.pop_due(later, limit), None, "set during the phase: next phase");
+        assert!(t.pop_due(later, u64::MAX).is_some());
         assert!(t.is_empty());
     }
 
