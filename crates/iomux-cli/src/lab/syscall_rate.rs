@@ -414,10 +414,12 @@ pub fn run(args: &Args, settings: &Settings) -> CliResult<super::Outcome> {
          `book` columns: the published figures (Linux Application Development, 2nd ed., 13.1.6). \
          `raw-*` and `null-syscall` (getppid) are loops written directly on glibc; `mio` and `polling` are the crates. \
          The library issues the `syscall` instruction itself (through rustix), skipping glibc's \
-         cancellation-point wrapper around epoll_wait/poll/select, which is why it can beat the raw glibc loops. \
-         Its waits are epoll_pwait, ppoll and pselect6 with no signal mask, the calls every architecture has: \
-         epoll_pwait costs what epoll_wait does, but ppoll copies in a timespec, a few tens of ns more than \
-         poll per call, which shows at 1 fd and vanishes from 100 fds up. An epoll wait with nothing ready \
+         cancellation-point wrapper around epoll_wait/poll/select (about 10 ns a call). \
+         Its waits are epoll_pwait, ppoll and pselect6 with no signal mask, the calls every architecture has, \
+         and the kernel makes them a little dearer: epoll_pwait about 3% more than epoll_wait, ppoll a few \
+         tens of ns more than poll (it copies in a timespec), which shows at 1 fd and vanishes from 100 fds up. \
+         The two effects about cancel out: the library runs level with the raw glibc loops and with mio \
+         (which calls epoll_wait through glibc). An epoll wait with nothing ready \
          (a lock-free emptiness check in the kernel) can beat getppid (a pid-namespace lookup).\n\n",
         settings.machine.summary()
     );
