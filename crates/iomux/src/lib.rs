@@ -24,20 +24,20 @@
 //! 6.18; re-measure on your machine with `cargo run --release -- bench`.
 //!
 //! - **epoll** (the default) for almost everything: an empty wait costs
-//!   the same with 1 or 19,979 registered descriptors (about 10.7 million
+//!   the same with 1 or 19,979 registered descriptors (about 11 million
 //!   waits/s), and 10,240 idle connections do not slow the active ones.
 //!   Level-triggered (`epoll`) and edge-triggered (`epoll-et`) make the
 //!   same syscalls per echo (about 2.1: read, write and a share of one
 //!   wait); edge-triggered saves re-reporting under bulk transfers.
 //! - **uring** when syscalls dominate: the completion driver needs about
-//!   0.03-0.14 syscalls per 100-byte echo where epoll needs 2.06-2.19
-//!   (2,000 to 19,000 connections), because receives are multishot into a
+//!   0.12-0.14 syscalls per 100-byte echo where epoll needs 2.05-2.13
+//!   (2,000 connections; 0.03 against 2.06 at 19,000), because receives are multishot into a
 //!   shared buffer ring and one `io_uring_enter` submits and waits for a
 //!   whole turn. **uring-sqpoll** moves submission to a kernel thread,
 //!   which costs a CPU of its own while busy.
 //! - **poll** and **select** for portability and small counts only: their
-//!   cost grows with every registered descriptor (poll: about 1,650 empty
-//!   waits/s at 19,979 descriptors; 77x slower with 10,240 idle
+//!   cost grows with every registered descriptor (poll: about 2,300 empty
+//!   waits/s at 19,979 descriptors; 80x slower with 10,240 idle
 //!   connections), and select cannot watch a descriptor numbered 1024 or
 //!   more at all.
 //!
