@@ -30,8 +30,21 @@ const WANT_WRITE: u16 = 2; // ... includes WRITABLE: waiting for room to write
 const REGISTERED: u16 = 4;
 const IN_READY: u16 = 8; // in the local ready list
 
+/// Bits of a token that hold the slab index; the rest hold the low bits
+/// of the generation (all 32 of them where `usize` has 64 bits, 8 where it
+/// has 32, which leaves room for 16 million connections per loop).
+const INDEX_BITS: u32 = if usize::BITS >= 64 { 32 } else { 24 };
+const GEN_MASK: u64 = (1 << (usize::BITS - INDEX_BITS)) - 1;
+
 fn token(id: ConnId) -> Token {
-    Token(id.as_u64() as usize)
+    Token(((u64::from(id.gen) & GEN_MASK) << INDEX_BITS | u64::from(id.index)) as usize)
+}
+
+/// The live connection a token names, if its generation still matches.
+fn conn_of<S>(io: &Io<S>, t: Token) -> Option<ConnId> {
+    let t = t.0 as u64;
+    let id = io.conns.id_at((t & ((1 << INDEX_BITS) - 1)) as u32)?;
+    (u64::from(id.gen) & GEN_MASK == t >> INDEX_BITS).then_some(id)
 }
 
 struct Readiness {
@@ -65,7 +78,11 @@ pub fn run<H: Handler>(setup: Setup<'_>, handler: &mut H) -> Result<LoopStats> {
             match ev.token() {
                 LISTENER => k.accept_batch(&mut core),
                 WAKER => core.woken(),
-                t => k.conn_event(&mut core, &mut scratch, ConnId::from_u64(t.0 as u64), ev),
+                t => {
+                    if let Some(id) = conn_of(&core.io, t) {
+                        k.conn_event(&mut core, &mut scratch, id, ev);
+                    }
+                }
             }
             core.settle(&mut k);
         }
