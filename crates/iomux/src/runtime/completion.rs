@@ -12,7 +12,7 @@
 //!   SQPOLL, often none at all).
 
 use super::core::{Core, Driver, Setup};
-use super::io::{Accept, Io};
+use super::io::{io_reason, Accept, Io};
 use super::slab::Slab;
 use super::stats::LoopStats;
 use super::{CloseReason, ConnId, Handler};
@@ -205,12 +205,12 @@ impl Uring {
             conn.driver &= !SEND_IN_FLIGHT; // set again below for the rest of a short send
         }
         if c.result <= 0 {
-            io.send_aborted(id);
             io.recycle(buf);
-            return match c.result {
-                0 => io.doom(id, CloseReason::Reset), // a send that took nothing
-                e => io.failed(id, "send", io::Error::from_raw_os_error(-e)),
+            let reason = match c.result {
+                0 => CloseReason::Reset, // a send that took nothing
+                e => io_reason("send", io::Error::from_raw_os_error(-e)),
             };
+            return io.send_aborted(id, reason);
         }
         io.sent(id, c.result as usize);
         let Some(conn) = io.conn(id) else { return io.recycle(buf) };
@@ -221,12 +221,14 @@ impl Uring {
         }
         // A short send: the rest goes next, before anything staged.
         let (fd, offset) = (conn.fd.raw(), buf.len() - remaining);
+        self.send(io, id, fd, buf, offset);
+    }
+
+    /// Hands `buf[offset..]` to the ring as the connection's one send in flight.
+    fn send<S>(&mut self, io: &mut Io<S>, id: ConnId, fd: i32, buf: Vec<u8>, offset: usize) {
         match self.ring.push_send(fd, buf, offset, ud(SEND, id)) {
             Ok(()) => set_bit(io, id, SEND_IN_FLIGHT),
-            Err(e) => {
-                io.send_aborted(id);
-                io.failed(id, "send", e);
-            }
+            Err(e) => io.send_aborted(id, io_reason("send", e)),
         }
     }
 
@@ -262,13 +264,7 @@ impl Driver for Uring {
             self.cancelled = true;
         }
         if let Some(buf) = io.take_output(id) {
-            match self.ring.push_send(fd, buf, 0, ud(SEND, id)) {
-                Ok(()) => set_bit(io, id, SEND_IN_FLIGHT),
-                Err(e) => {
-                    io.send_aborted(id);
-                    io.failed(id, "send", e);
-                }
-            }
+            self.send(io, id, fd, buf, 0);
         }
     }
 

@@ -432,12 +432,13 @@ impl<S> Io<S> {
         Some(buf)
     }
 
-    /// A send in flight ended without sending everything it held (an
-    /// error): forget it.
-    pub(crate) fn send_aborted(&mut self, id: ConnId) {
+    /// A send in flight ended without sending everything it held: forget
+    /// it, and close the connection for `reason`.
+    pub(crate) fn send_aborted(&mut self, id: ConnId, reason: CloseReason) {
         if let Some(c) = self.conns.get_mut(id) {
             c.in_flight = 0;
         }
+        self.doom(id, reason);
     }
 
     /// A buffer the driver no longer needs, for the next write.
