@@ -6,7 +6,7 @@ use super::stats::LoopStats;
 use super::{completion, readiness, Config, Control, Handler};
 use crate::error::{Error, Result};
 use crate::poller::Backend;
-use crate::sys::net::{self, Fd};
+use crate::sys::{self, net::{self, Fd}};
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{IntoRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -15,6 +15,23 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// Listen backlog: at least the kernel's usual somaxconn, so a burst of
 /// connects waits in the queue instead of being dropped.
 const BACKLOG: i32 = 4096;
+
+/// Descriptors reserved in the process's table at most (8 bytes of kernel
+/// memory each); beyond this the table grows as connections arrive.
+const RESERVE_FDS_MAX: u64 = 1 << 20;
+
+/// Sizes the descriptor table for every connection the loops may hold,
+/// now, before the loop threads exist: growing it later, with threads,
+/// stalls the loop that opens the descriptor for an RCU grace period.
+/// Best effort: a failure only means the table grows as it would anyway.
+fn reserve_descriptors(config: &Config, threads: usize) {
+    let Some(limit) = sys::nofile_soft_limit() else { return };
+    let wanted = match config.max_conns {
+        Some(m) => (m as u64).saturating_mul(threads as u64).saturating_add(64),
+        None => limit,
+    };
+    let _ = sys::reserve_fd_table(wanted.min(limit).min(RESERVE_FDS_MAX));
+}
 
 /// Runs loops: `threads` of them, each on its own thread with its own
 /// handler, its own poller or ring and (for a server) its own listener.
@@ -160,6 +177,7 @@ impl Runtime {
         F: Fn(usize) -> H + Sync,
     {
         let Runtime { config, threads, listeners, control, signals, on_ready, .. } = self;
+        reserve_descriptors(&config, threads);
         let signal_thread = if signals { Some(SignalThread::start(&control)?) } else { None };
         let ready = Ready { remaining: AtomicUsize::new(threads), callback: Mutex::new(on_ready) };
         let mut listeners = listeners.into_iter();

@@ -21,8 +21,10 @@ use std::net::SocketAddr;
 
 const LISTENER: Token = Token(usize::MAX);
 const WAKER: Token = Token(usize::MAX - 1);
-/// Accepts per listener event, so a connection storm cannot stall the loop.
-const ACCEPT_BATCH: usize = 64;
+/// Accepts per listener event: until EAGAIN, which empties the listen
+/// queue before it can overflow, but at most one full queue's worth, so a
+/// storm that outpaces accept cannot hold the loop in one turn for ever.
+const ACCEPT_BATCH: usize = 4096;
 
 // The driver's bits in `Conn::driver`.
 const WANT_READ: u16 = 1; // registered interest includes READABLE
