@@ -2,6 +2,7 @@
 
 mod apps;
 mod lab;
+mod limits;
 mod load;
 mod os;
 mod progress;
@@ -31,6 +32,10 @@ enum Command {
     /// Drive a server with active and idle connections (closed or open
     /// loop), check every echoed byte, report throughput and latency.
     Load(load::LoadArgs),
+    /// Check the kernel's limits (descriptors, ports, backlogs, conntrack,
+    /// TCP memory) against a run of --conns connections, and say the
+    /// `sysctl -w` that lifts each one in the way. Changes nothing.
+    Limits(limits::LimitsArgs),
     /// Join the results in DIR (from iomux bench) into DIR/report.html.
     Report {
         /// A results folder, e.g. results/2026-11-21T12-00-00Z
@@ -52,6 +57,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => lab::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Load(args) => load::run(args),
+        Command::Limits(args) => limits::run(args),
         Command::Report { dir } => lab::report::write(&dir).map(|path| {
             println!("wrote {}", path.display());
             ExitCode::SUCCESS

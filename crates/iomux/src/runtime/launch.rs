@@ -6,7 +6,10 @@ use super::stats::LoopStats;
 use super::{completion, readiness, Config, Control, Handler};
 use crate::error::{Error, Result};
 use crate::poller::Backend;
-use crate::sys::{self, net::{self, Fd}};
+use crate::sys::{
+    self,
+    net::{self, Fd},
+};
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{IntoRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
