@@ -27,7 +27,8 @@ enum Command {
     /// JSON, Markdown tables and SVG plots (quick settings unless --full).
     Bench(lab::BenchArgs),
     /// Serve echo or sink on any backend until SIGINT/SIGTERM, then print
-    /// (and optionally write) the server's stats.
+    /// (and optionally write) the server's stats. With --procs, several
+    /// worker processes under one parent.
     Serve(serve::ServeArgs),
     /// Drive a server with active and idle connections (closed or open
     /// loop), check every echoed byte, report throughput and latency.
