@@ -15,10 +15,15 @@ pub const NAME: &str = "echo";
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
-    /// Connections in all [default: 2000; --full: as many as one server
-    /// process may hold, in thousands]
+    /// Connections in all [default: 2000; --full: 1,000,000, the article's].
+    /// More than one process may hold runs the server and the load as
+    /// several processes each.
     #[arg(long)]
     pub conns: Option<usize>,
+    /// Processes each side (server, load) when the connections need
+    /// several [default: as few as the descriptor limit allows]
+    #[arg(long, default_value_t = 0)]
+    pub procs: usize,
     /// Load threads the connections are spread over.
     #[arg(long, default_value_t = 2)]
     pub threads: u16,
@@ -26,10 +31,16 @@ pub struct Args {
     #[arg(long)]
     pub messages: Option<u64>,
     /// Backends, comma-separated [default: epoll, epoll-et, uring,
-    /// uring-sqpoll, poll, select]
+    /// uring-sqpoll, poll, select; --full: epoll, uring-sqpoll, the
+    /// article's two servers]
     #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
     pub backends: Option<Vec<Backend>>,
 }
+
+/// The article's size.
+const FULL_CONNS: usize = 1_000_000;
+/// The article's two servers.
+const FULL_BACKENDS: [Backend; 2] = [Backend::Epoll, Backend::UringSqpoll];
 
 const DEFAULT_BACKENDS: [Backend; 6] =
     [Backend::Epoll, Backend::EpollEt, Backend::Uring, Backend::UringSqpoll, Backend::Poll, Backend::Select];
@@ -63,15 +74,8 @@ pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResul
     let server_max = hard.saturating_sub(64);
     let conns = match args.conns {
         Some(0) => return Err("--conns must be at least 1".into()),
-        Some(c) if c > server_max => {
-            return Err(format!(
-                "--conns {c}: one server process may hold at most {server_max} connections here \
-                 (RLIMIT_NOFILE hard limit {hard})"
-            )
-            .into())
-        }
         Some(c) => c,
-        None if settings.full => (server_max / 1000 * 1000).max(1000),
+        None if settings.full => FULL_CONNS,
         None => 2000.min(server_max),
     };
     let messages = match args.messages {
@@ -79,6 +83,13 @@ pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResul
         Some(m) => m,
         None => 100,
     };
+    if conns > server_max || args.procs > 1 {
+        let backends = args.backends.clone().unwrap_or_else(|| FULL_BACKENDS.to_vec());
+        if let Some(b) = backends.iter().find(|b| **b == Backend::Select) {
+            return Err(format!("{b} cannot hold {conns} connections (FD_SETSIZE is 1024)").into());
+        }
+        return super::echo_large::report(&backends, conns, messages, args.procs, settings, tracer);
+    }
     crate::limits::require(
         &format!("E4 with {conns} connections"),
         &crate::limits::Need {
@@ -202,11 +213,10 @@ pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResul
     );
     md += &format!(
         "The article used 1,000,000 connections from 50 client threads against a server on another machine; \
-         one server process here may hold at most {} connections (RLIMIT_NOFILE hard limit {hard}), so {} is \
-         the most this run could use{}.\n\n",
+         this run holds {} in one server process (at most {} fit in one here: RLIMIT_NOFILE hard limit {hard}). \
+         `--full` runs the article's size, the server and the load as several processes each.\n\n",
+        thousands(conns as f64),
         thousands(server_max as f64),
-        thousands(server_max as f64),
-        if settings.full { "" } else { " (quick settings use fewer; --full goes to that limit)" }
     );
     md += &t.render();
     for (i, n) in notes.iter().enumerate() {

@@ -36,13 +36,7 @@ pub struct LargeRun {
 
 /// Runs `conns` connections x `messages` echoes against `backend` with
 /// `procs` processes each side (0: as few as the descriptor limit allows).
-pub fn run(
-    backend: Backend,
-    conns: usize,
-    messages: u64,
-    procs: usize,
-    tracer: Option<Tracer>,
-) -> CliResult<LargeRun> {
+pub fn run(backend: Backend, conns: usize, messages: u64, procs: usize, tracer: Option<Tracer>) -> CliResult<LargeRun> {
     let hard = crate::os::nofile_limit().1;
     let procs = if procs == 0 { conns.div_ceil(conns_per_process(hard)) } else { procs };
     let per_process = conns.div_ceil(procs) as u64;
@@ -128,4 +122,163 @@ impl LargeRun {
             "server_syscalls": self.server["syscalls"],
         })
     }
+}
+
+/// The article's figures: (server, wall ms, syscalls, per echo).
+const PUBLISHED: [(&str, u64, u64, f64); 2] =
+    [("epoll", 632_008, 211_000_000, 2.11), ("io_uring (batching + SQPOLL)", 626_473, 28_640_000, 0.29)];
+
+/// Runs every backend at full size and writes echo.json / .md / .svg.
+pub fn report(
+    backends: &[Backend],
+    conns: usize,
+    messages: u64,
+    procs: usize,
+    settings: &super::Settings,
+    tracer: Option<Tracer>,
+) -> CliResult<super::Outcome> {
+    use super::table::{kinds, thousands, Table};
+    let progress = crate::progress::Progress::new(super::echo::NAME, backends.len() as u64);
+    let mut rows: Vec<(Backend, Value)> = Vec::new();
+    for (i, &backend) in backends.iter().enumerate() {
+        progress.step(&format!("{backend}: {conns} connections x {messages} messages, several processes"));
+        // The tracer cross-checks the first server only: perf over ~50
+        // processes costs little, but once is the point.
+        let run = run(backend, conns, messages, procs, if i == 0 { tracer } else { None })?;
+        let figures = run.figures(conns);
+        let errors = figures["errors"].as_u64().unwrap_or(1);
+        let echoes = figures["echoes"].as_u64().unwrap_or(0);
+        if errors > 0 || echoes != conns as u64 * messages {
+            return Err(format!(
+                "E4 {backend} at {conns} connections: {echoes} of {} echoes, {errors} errors: {}",
+                conns as u64 * messages,
+                run.load["errors"]
+            )
+            .into());
+        }
+        rows.push((backend, figures));
+        progress.inc(1);
+    }
+    progress.finish();
+    let f = |v: &Value, k: &str| f64_of(&v[k]);
+    let mut t = Table::new([
+        "server",
+        "procs each side",
+        "connected",
+        "set-up s",
+        "echo phase ms",
+        "echoes/s",
+        "server syscalls",
+        "per echo",
+        "p50 us",
+        "p99 us",
+        "p99.9 us",
+        "server RSS B/conn",
+        "kernel slab B/conn",
+        "kernel TCP B/conn",
+        "machine peak used",
+    ]);
+    for (b, v) in &rows {
+        t.row([
+            b.name().to_string(),
+            v["procs_each_side"].to_string(),
+            thousands(f(v, "connected")),
+            format!("{:.1}", f(v, "setup_s")),
+            thousands(f(v, "echo_s") * 1000.0),
+            thousands(f(v, "echoes_per_sec")),
+            thousands(f(v, "syscalls_total")),
+            format!("{:.3}", f(v, "syscalls_per_echo")),
+            format!("{:.0}", f(v, "p50_us")),
+            format!("{:.0}", f(v, "p99_us")),
+            format!("{:.0}", f(v, "p999_us")),
+            format!("{:.0}", f(v, "server_user_bytes_per_conn")),
+            format!("{:.0}", f(v, "kernel_slab_bytes_per_conn")),
+            format!("{:.0}", f(v, "kernel_tcp_bytes_per_conn")),
+            format!("{:.2} GiB", f(v, "machine_used_peak_bytes") / f64::from(1u32 << 30)),
+        ]);
+    }
+    let mut published = Table::new(["published (1,000,000 x 100)", "wall ms", "syscalls", "per echo"]);
+    for (name, ms, n, per) in PUBLISHED {
+        published.row([name.to_string(), thousands(ms as f64), thousands(n as f64), format!("{per:.2}")]);
+    }
+    let mut by_kind = Table::new(["server", "server syscalls by kind"]);
+    for (b, v) in &rows {
+        by_kind.row([b.name().to_string(), kinds(&v["server_syscalls"])]);
+    }
+    let mut md = format!(
+        "## E4 echo at full size: {} connections x {messages} messages of 100 B\n\n\
+         Machine: {}. One process may hold {} descriptors here, so the server is `iomux serve --procs` \
+         (workers sharing the port through SO_REUSEPORT, all on CPU 0) and the load `iomux load --procs` \
+         ({} client, on CPU 1, spreading its connections over source addresses in 127.0.0.0/8). \
+         The echo phase is the load's clock from the last connection established to the last echo; \
+         set-up is from the first connect to the last connection established. Server RSS per connection \
+         is the workers' summed peak RSS less their RSS once listening; kernel memory per connection is the \
+         peak of /proc/meminfo Slab and of /proc/net/sockstat TCP mem during the run less before it, over \
+         both ends of each connection (server and load share this machine).\n\n",
+        thousands(conns as f64),
+        settings.machine.summary(),
+        thousands(settings.machine.nofile_hard as f64),
+        LOAD_BACKEND.name(),
+    );
+    md += &t.render();
+    md += "\n";
+    md += &by_kind.render();
+    md += "\nPublished (the article: 50 client threads x 20,000 connections, a separate i5-12500H server, strace -c):\n\n";
+    md += &published.render();
+    let first = rows.first().map(|(b, v)| (*b, v["traced_syscalls"].as_u64(), v["syscalls_total"].as_u64()));
+    let cross = match (tracer, first) {
+        (Some(t), Some((b, Some(traced), Some(counted)))) => {
+            md += &format!(
+                "\nCross-check ({}), {b} server, every process: the tracer counted {} syscalls, the library {} \
+                 ({:.1}%); the rest are the processes' own start-up, supervision and exit.\n",
+                t.name(),
+                thousands(traced as f64),
+                thousands(counted as f64),
+                100.0 * counted as f64 / traced.max(1) as f64
+            );
+            json!({"tool": t.name(), "backend": b.name(), "traced": traced, "library": counted})
+        }
+        _ => {
+            md += "\nCross-check: no tracer ran (perf or strace absent), so the library's count stands alone.\n";
+            Value::Null
+        }
+    };
+    let per_echo = |b: Backend| rows.iter().find(|(x, _)| *x == b).map(|(_, v)| f(v, "syscalls_per_echo"));
+    let claim = "io_uring (SQPOLL) syscalls per echo / epoll's";
+    let checks = vec![match (per_echo(Backend::UringSqpoll).or(per_echo(Backend::Uring)), per_echo(Backend::Epoll)) {
+        (Some(u), Some(e)) => super::Check::at_most(claim, u / e, 0.1, "at most a tenth".into()),
+        _ => super::Check::not_measured(claim, 0.1),
+    }];
+    md += "\n";
+    md += &super::render_checks(&checks);
+    println!("{md}");
+    let doc = json!({
+        "experiment": super::echo::NAME,
+        "machine": settings.machine,
+        "params": {"conns": conns, "messages_per_conn": messages, "msg_size": 100, "full_size": true,
+                   "load_backend": LOAD_BACKEND.name()},
+        "published": PUBLISHED.iter().map(|(name, ms, n, per)| json!({"backend": name, "wall_ms": ms,
+                     "syscalls": n, "syscalls_per_echo": per})).collect::<Vec<_>>(),
+        "cross_check": cross,
+        "rows": rows.iter().map(|(b, v)| {
+            let mut v = v.clone();
+            v["backend"] = json!(b.name());
+            v["conns"] = json!(conns);
+            v
+        }).collect::<Vec<_>>(),
+        "checks": checks,
+    });
+    let mut bars: Vec<(String, f64)> =
+        rows.iter().map(|(b, v)| (b.name().to_string(), f(v, "syscalls_per_echo"))).collect();
+    bars.push(("paper epoll".into(), 2.11));
+    bars.push(("paper uring".into(), 0.29));
+    let mut walls: Vec<(String, f64)> = rows.iter().map(|(b, v)| (b.name().to_string(), f(v, "echo_s"))).collect();
+    walls.push(("paper epoll".into(), 632.008));
+    walls.push(("paper uring".into(), 626.473));
+    let svg = super::plot::bar_panels(&[
+        super::plot::Panel { title: "E4 full size: server syscalls per echo", y_label: "syscalls per echo", bars },
+        super::plot::Panel { title: "E4 full size: echo phase", y_label: "seconds", bars: walls },
+    ])?;
+    let files = super::output::write_experiment(&settings.out_dir, super::echo::NAME, &doc, &md, Some(&svg))?;
+    Ok(super::Outcome { files, checks })
 }

@@ -5,7 +5,9 @@
 mod cell;
 mod child;
 mod echo;
+mod echo_large;
 mod idle;
+mod kernel_memory;
 mod machine;
 mod measure;
 mod output;
