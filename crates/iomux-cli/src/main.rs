@@ -31,6 +31,11 @@ enum Command {
     /// Drive a server with active and idle connections (closed or open
     /// loop), check every echoed byte, report throughput and latency.
     Load(load::LoadArgs),
+    /// Merge results of `iomux load --json` (shards, processes, separate
+    /// runs) exactly: counts add, latency histograms add; print the
+    /// summary and write the merged JSON. Exits non-zero if the merged
+    /// result counts errors.
+    Merge(load::merge::MergeArgs),
     /// Join the results in DIR (from iomux bench) into DIR/report.html.
     Report {
         /// A results folder, e.g. results/2026-11-21T12-00-00Z
@@ -52,6 +57,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => lab::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Load(args) => load::run(args),
+        Command::Merge(args) => load::merge::run(args),
         Command::Report { dir } => lab::report::write(&dir).map(|path| {
             println!("wrote {}", path.display());
             ExitCode::SUCCESS
