@@ -37,6 +37,11 @@ enum Command {
     /// TCP memory) against a run of --conns connections, and say the
     /// `sysctl -w` that lifts each one in the way. Changes nothing.
     Limits(limits::LimitsArgs),
+    /// Merge results of `iomux load --json` (shards, processes, separate
+    /// runs) exactly: counts add, latency histograms add; print the
+    /// summary and write the merged JSON. Exits non-zero if the merged
+    /// result counts errors.
+    Merge(load::merge::MergeArgs),
     /// Join the results in DIR (from iomux bench) into DIR/report.html.
     Report {
         /// A results folder, e.g. results/2026-11-21T12-00-00Z
@@ -59,6 +64,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Load(args) => load::run(args),
         Command::Limits(args) => limits::run(args),
+        Command::Merge(args) => load::merge::run(args),
         Command::Report { dir } => lab::report::write(&dir).map(|path| {
             println!("wrote {}", path.display());
             ExitCode::SUCCESS

@@ -51,6 +51,14 @@ impl Progress {
         }
     }
 
+    /// A line of its own, above the bar (printing past the bar would garble it).
+    pub fn println(&self, line: &str) {
+        match &self.bar {
+            Some(bar) => bar.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+
     pub fn finish(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();

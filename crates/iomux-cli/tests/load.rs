@@ -237,3 +237,200 @@ fn a_server_that_hangs_up_is_an_error() {
     assert_eq!(report["errors"]["unexpected_closes"], 1, "{report}");
     let _ = TcpStream::connect(addr);
 }
+
+/// A folder of its own for one test's files.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("iomux-load-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn read_json(path: &std::path::Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// A result's `latency_hdr`, decoded as any HdrHistogram user would.
+fn histogram(result: &serde_json::Value) -> hdrhistogram::Histogram<u64> {
+    use base64::Engine;
+    let text = result["latency_hdr"].as_str().expect("latency_hdr");
+    let bytes = base64::engine::general_purpose::STANDARD.decode(text).unwrap();
+    hdrhistogram::serialization::Deserializer::new().deserialize(&mut &bytes[..]).unwrap()
+}
+
+#[test]
+fn shards_merge_into_exactly_the_whole_load() {
+    let server = Serve::start("epoll", &[]);
+    let dir = scratch("shards");
+    let addr = server.addr.to_string();
+    let files: Vec<_> = (0..3).map(|i| dir.join(format!("shard-{i}.json"))).collect();
+    for (i, file) in files.iter().enumerate() {
+        let mut cmd = iomux();
+        cmd.args(["load", "--connect", &addr, "--conns", "30", "--per-conn", "50", "--json"]).arg(file);
+        // Shard 1 the Kubernetes way: the index from the environment.
+        if i == 1 {
+            cmd.args(["--shard-count", "3"]).env("JOB_COMPLETION_INDEX", "1");
+        } else {
+            cmd.args(["--shard", &format!("{i}/3")]).env_remove("JOB_COMPLETION_INDEX");
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "shard {i}: {}", text(&out));
+    }
+    let merged_file = dir.join("merged.json");
+    let out = iomux().arg("merge").args(&files).arg("--json").arg(&merged_file).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("1500 echoes verified"), "{}", text(&out));
+    let shards: Vec<_> = files.iter().map(|f| read_json(f)).collect();
+    let merged = read_json(&merged_file);
+    let (stats, _) = server.stop();
+    std::fs::remove_dir_all(&dir).ok();
+
+    let sum = |key: &str| shards.iter().map(|s| s[key].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(merged["echoes"], 30 * 50);
+    assert_eq!(merged["echoes"], sum("echoes"));
+    assert_eq!(merged["connected"], 30);
+    assert_eq!(merged["connected"], sum("connected"));
+    assert_eq!(merged["errors"]["total"], 0);
+    assert_eq!(stats["accepted"], 30, "the server saw the whole load");
+    assert_eq!(stats["bytes_out"], 30 * 50 * 100);
+    // Each shard numbered its own connections.
+    let firsts: Vec<u64> = shards.iter().map(|s| s["first_conn"].as_u64().unwrap()).collect();
+    assert_eq!(firsts, [0, 10, 20]);
+    // Percentiles come from the sum of the histograms, to the nanosecond.
+    let mut whole = histogram(&shards[0]);
+    for s in &shards[1..] {
+        whole.add(histogram(s)).unwrap();
+    }
+    assert_eq!(whole.len(), 1500);
+    assert_eq!(histogram(&merged), whole);
+    for (q, key) in [(0.5, "p50_us"), (0.99, "p99_us"), (0.999, "p999_us")] {
+        let expected = whole.value_at_quantile(q) as f64 / 1000.0;
+        assert_eq!(merged["latency"][key].as_f64().unwrap(), expected, "{key}");
+    }
+    assert_eq!(merged["merged_files"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn three_processes_verify_every_byte_and_agree_with_the_server() {
+    let server = Serve::start("epoll", &[]);
+    let LoadRun { report, status, output } =
+        load(server.addr, &["--procs", "3", "--conns", "30", "--requests", "3000", "--threads", "2"]);
+    let (stats, _) = server.stop();
+    assert!(status.success(), "{output}");
+    assert_eq!(report["echoes"], 3000, "{report}");
+    assert_eq!(report["connected"], 30);
+    assert_eq!(report["errors"]["total"], 0);
+    assert_eq!(report["errors"]["mismatches"], 0, "every echoed byte matched");
+    assert_eq!(stats["accepted"], 30);
+    assert_eq!(stats["bytes_out"], 3000 * 100, "the server echoed exactly what was verified");
+    let procs = report["procs"].as_array().unwrap();
+    assert_eq!(procs.len(), 3);
+    let firsts: Vec<u64> = procs.iter().map(|p| p["first_conn"].as_u64().unwrap()).collect();
+    assert_eq!(firsts, [0, 10, 20]);
+    assert_eq!(procs.iter().map(|p| p["echoes"].as_u64().unwrap()).sum::<u64>(), 3000);
+    assert_eq!(histogram(&report).len(), 3000);
+    assert_eq!(report["client"]["loops"], 6, "two loops in each of three processes");
+}
+
+#[test]
+fn the_hdr_log_is_a_standard_interval_log() {
+    use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+    let server = Serve::start("epoll", &[]);
+    let dir = scratch("hdrlog");
+    let log = dir.join("latency.hlog");
+    let log_arg = log.to_str().unwrap();
+    let LoadRun { report, status, output } = load(
+        server.addr,
+        &["--procs", "2", "--conns", "4", "--rate", "2000", "--duration", "2.5", "--hdr-log", log_arg],
+    );
+    server.stop();
+    assert!(status.success(), "{output}");
+    let bytes = std::fs::read(&log).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(text.contains("#[Histogram log format version 1.3]"), "{text}");
+    assert!(text.contains("\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\""));
+    let (mut start, mut base, mut starts, mut count) = (None, None, Vec::new(), 0);
+    for entry in IntervalLogIterator::new(&bytes) {
+        match entry.expect("every line parses") {
+            LogEntry::StartTime(t) => start = Some(t),
+            LogEntry::BaseTime(t) => base = Some(t),
+            LogEntry::Interval(i) => {
+                use base64::Engine;
+                assert_eq!(i.duration(), Duration::from_secs(1));
+                starts.push(i.start_timestamp().as_secs_f64());
+                let raw = base64::engine::general_purpose::STANDARD.decode(i.encoded_histogram()).unwrap();
+                let h: hdrhistogram::Histogram<u64> =
+                    hdrhistogram::serialization::Deserializer::new().deserialize(&mut &raw[..]).unwrap();
+                count += h.len();
+            }
+        }
+    }
+    let (start, base) = (start.expect("StartTime"), base.expect("BaseTime"));
+    assert!(base <= start && start - base < Duration::from_secs(1), "{base:?} {start:?}");
+    assert!((3..=5).contains(&starts.len()), "2.5 s in 1 s intervals: {starts:?}");
+    assert!(starts.windows(2).all(|w| w[1] == w[0] + 1.0), "one line a second: {starts:?}");
+    assert_eq!(count, report["latency"]["count"].as_u64().unwrap(), "the intervals add up to the whole");
+}
+
+#[test]
+fn bad_shard_and_process_flags_are_refused_before_any_work() {
+    let addr = "127.0.0.1:9";
+    let out = iomux().args(["load", "--connect", addr, "--shard", "3/3"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("does not exist"), "{}", text(&out));
+    let out = iomux()
+        .args(["load", "--connect", addr, "--shard-count", "2"])
+        .env_remove("JOB_COMPLETION_INDEX")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("JOB_COMPLETION_INDEX"), "{}", text(&out));
+    assert!(!text(&out).contains("unreachable"), "refused before connecting: {}", text(&out));
+    let out = iomux().args(["load", "--connect", addr, "--procs", "0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let out = iomux().args(["load", "--connect", addr, "--procs", "5", "--conns", "2"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("exceeds"), "{}", text(&out));
+    let out = iomux().args(["load", "--connect", addr, "--shard", "1/2", "--shard-count", "2"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+#[test]
+fn children_that_cannot_connect_fail_the_run() {
+    // Nothing listens on the discard port here: every child is refused.
+    let out = iomux()
+        .args(["load", "--connect", "127.0.0.1:9", "--procs", "2", "--conns", "4", "--requests", "10"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let t = text(&out);
+    assert!(t.contains("process 0") && t.contains("process 1") && t.contains("refused"), "{t}");
+}
+
+#[test]
+fn merge_refuses_what_does_not_add_up() {
+    let server = Serve::start("epoll", &[]);
+    let dir = scratch("refuse");
+    let a = dir.join("a.json");
+    let LoadRun { status, output, report } = load(server.addr, &["--conns", "2", "--requests", "20"]);
+    server.stop();
+    assert!(status.success(), "{output}");
+    std::fs::write(&a, report.to_string()).unwrap();
+    let mut other = report.clone();
+    other["msg_size"] = 64.into();
+    let b = dir.join("b.json");
+    std::fs::write(&b, other.to_string()).unwrap();
+    let not_load = dir.join("c.json");
+    std::fs::write(&not_load, r#"{"accepted": 3}"#).unwrap();
+    let out = iomux().arg("merge").arg(&a).arg(&b).output().unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("b.json") && text(&out).contains("msg_size"), "{}", text(&out));
+    let out = iomux().arg("merge").arg(&a).arg(&not_load).output().unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("c.json") && text(&out).contains("not an `iomux load"), "{}", text(&out));
+    // One file merges into itself.
+    let out = iomux().arg("merge").arg(&a).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    std::fs::remove_dir_all(&dir).ok();
+}

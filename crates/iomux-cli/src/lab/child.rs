@@ -192,6 +192,13 @@ impl ServerChild {
             cpu,
             timeout: 30.0,
             json: None,
+            procs: 1,
+            shard: None,
+            shard_count: None,
+            hdr_log: None,
+            first_conn: 0,
+            first_idle: 0,
+            report_progress: false,
         }
     }
 

@@ -2,12 +2,14 @@
 //! connections, drives them closed- or open-loop, checks every echoed
 //! byte, and records latency in an HDR histogram.
 
+use super::hdrlog::{Interval, IntervalRecorder, UnixClock};
 use super::pattern::Pattern;
+use super::watch::Counters;
 use hdrhistogram::Histogram;
 use iomux::runtime::{CloseReason, ConnId, Handler, Io, TimerId};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,6 +30,8 @@ pub struct Plan {
     pub idle: usize,
     /// Global number of this loop's first active connection.
     pub first_conn: u32,
+    /// Global index of this loop's first idle connection.
+    pub first_idle: u64,
     pub msg_size: usize,
     pub mode: LoadMode,
     /// Open loop: messages per second per connection.
@@ -38,22 +42,18 @@ pub struct Plan {
     /// Messages each connection sends (--per-conn).
     pub per_conn: Option<u64>,
     pub warmup: Duration,
+    /// Source addresses, taken in turn by global connection index (so
+    /// every loop, process and shard spreads evenly over them).
     pub sources: Arc<Vec<IpAddr>>,
     /// New connections per second for this loop.
     pub connect_rate: Option<f64>,
-    pub progress: Arc<Progress>,
+    pub progress: Arc<Counters>,
+    /// Set for --hdr-log: record latency per second on this clock.
+    pub intervals: Option<UnixClock>,
     /// How long to wait for outstanding echoes after the end.
     pub grace: Duration,
     /// Give up when echoes are awaited and none arrives for this long.
     pub stall_timeout: Duration,
-}
-
-/// Counters the main thread shows while loops run.
-#[derive(Default, Debug)]
-pub struct Progress {
-    pub echoes: AtomicU64,
-    pub connected: AtomicU64,
-    pub errors: AtomicU64,
 }
 
 /// What one loop measured (merged across loops at the end).
@@ -71,13 +71,19 @@ pub struct Report {
     pub connected: u64,
     pub measured: Duration,
     pub first_error: Option<String>,
+    /// The first connect, and the last connection established or failed.
+    pub setup: Option<(Instant, Instant)>,
+    /// When measuring began (the earliest loop's start, when merged).
+    pub measure_start: Option<Instant>,
+    /// --hdr-log: the measured latencies second by second.
+    pub intervals: Vec<Interval>,
+    pub interval_error: Option<String>,
 }
 
 impl Report {
     fn new() -> Report {
         Report {
-            // 1 ns to 1 hour at 3 significant digits; never fails for these bounds.
-            latency: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).unwrap_or_else(|_| unreachable!()),
+            latency: super::hist::latency_histogram(),
             echoes: 0,
             echo_bytes: 0,
             sent_messages: 0,
@@ -89,6 +95,10 @@ impl Report {
             connected: 0,
             measured: Duration::ZERO,
             first_error: None,
+            setup: None,
+            measure_start: None,
+            intervals: Vec::new(),
+            interval_error: None,
         }
     }
 
@@ -113,6 +123,18 @@ impl Report {
         self.measured = self.measured.max(o.measured);
         if self.first_error.is_none() {
             self.first_error.clone_from(&o.first_error);
+        }
+        self.setup = match (self.setup, o.setup) {
+            (Some((a, b)), Some((c, d))) => Some((a.min(c), b.max(d))),
+            (a, b) => a.or(b),
+        };
+        self.measure_start = match (self.measure_start, o.measure_start) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.intervals.extend(o.intervals.iter().cloned());
+        if self.interval_error.is_none() {
+            self.interval_error.clone_from(&o.interval_error);
         }
     }
 }
@@ -150,6 +172,8 @@ pub struct Client {
     next_active: usize,
     next_idle: usize,
     opening: usize,
+    /// --connect-rate: when the first connect was due.
+    connecting_since: Option<Instant>,
     started: bool,
     sending: bool,
     finishing: bool,
@@ -162,6 +186,7 @@ pub struct Client {
     message: Vec<u8>,
     batch: Vec<u8>,
     pattern: Pattern,
+    intervals: Option<IntervalRecorder>,
     pub report: Report,
 }
 
@@ -185,12 +210,14 @@ impl Client {
         let quota_left = plan.requests.or(plan.per_conn.map(|k| k * plan.conns as u64));
         let message = vec![0; plan.msg_size.max(1)];
         let pattern = Pattern::new(message.len());
+        let intervals = plan.intervals.map(IntervalRecorder::new);
         Client {
             plan,
             conns: HashMap::new(),
             next_active: 0,
             next_idle: 0,
             opening: 0,
+            connecting_since: None,
             started: false,
             sending: false,
             finishing: false,
@@ -202,6 +229,7 @@ impl Client {
             message,
             batch: Vec::new(),
             pattern,
+            intervals,
             report: Report::new(),
         }
     }
@@ -213,17 +241,20 @@ impl Client {
     /// Opens up to `n` more connections (active ones first).
     fn open_some(&mut self, io: &mut Io<()>, n: usize) {
         for _ in 0..n {
-            let (active, number) = if self.next_active < self.plan.conns {
+            let (active, number, global) = if self.next_active < self.plan.conns {
                 self.next_active += 1;
-                (true, self.plan.first_conn + self.next_active as u32 - 1)
+                let number = self.plan.first_conn + self.next_active as u32 - 1;
+                (true, number, u64::from(number))
             } else if self.next_idle < self.plan.idle {
                 self.next_idle += 1;
-                (false, u32::MAX)
+                (false, u32::MAX, self.plan.first_idle + self.next_idle as u64 - 1)
             } else {
                 return;
             };
-            let k = self.next_active + self.next_idle;
-            let source = (!self.plan.sources.is_empty()).then(|| self.plan.sources[k % self.plan.sources.len()]);
+            let now = Instant::now();
+            self.report.setup.get_or_insert((now, now));
+            let sources = &self.plan.sources;
+            let source = (!sources.is_empty()).then(|| sources[(global % sources.len() as u64) as usize]);
             match io.connect(self.plan.addr, source, ()) {
                 Ok(id) => {
                     self.opening += 1;
@@ -243,9 +274,18 @@ impl Client {
         self.maybe_start(io);
     }
 
+    /// A connection is established or has failed: the setup lasts until the last one.
+    fn connection_settled(&mut self) {
+        if let Some((_, last)) = &mut self.report.setup {
+            *last = Instant::now();
+        }
+    }
+
     fn connect_failed(&mut self, e: &std::io::Error) {
-        *self.report.connect_errors.entry(errno_name(e)).or_default() += 1;
-        self.plan.progress.errors.fetch_add(1, Ordering::Relaxed);
+        let kind = errno_name(e);
+        self.plan.progress.error(&kind);
+        *self.report.connect_errors.entry(kind).or_default() += 1;
+        self.connection_settled();
         if self.report.first_error.is_none() {
             self.report.first_error = Some(format!("connect to {}: {e}", self.plan.addr));
         }
@@ -302,13 +342,16 @@ impl Client {
     fn begin_measuring(&mut self, now: Instant) {
         self.measuring = true;
         self.measure_start = now;
-        let connected = self.report.connected;
-        let errors = std::mem::take(&mut self.report.connect_errors);
-        let first_error = self.report.first_error.take();
-        self.report = Report::new();
-        self.report.connected = connected;
-        self.report.connect_errors = errors;
-        self.report.first_error = first_error;
+        // What connecting found stays; the warm-up's echoes go.
+        let fresh = Report {
+            connected: self.report.connected,
+            connect_errors: std::mem::take(&mut self.report.connect_errors),
+            first_error: self.report.first_error.take(),
+            setup: self.report.setup,
+            measure_start: Some(now),
+            ..Report::new()
+        };
+        self.report = fresh;
     }
 
     /// Sends the connection's next message, stamped `at` (now, or, open
@@ -421,6 +464,11 @@ impl Client {
         }
         self.report.unanswered += self.in_flight as u64;
         self.in_flight = 0;
+        if let Some(recorder) = &mut self.intervals {
+            recorder.flush();
+            self.report.intervals = std::mem::take(&mut recorder.done);
+            self.report.interval_error = recorder.error.take();
+        }
         let ids: Vec<u64> = self.conns.keys().copied().collect();
         for key in ids {
             io.close(ConnId::from_u64(key));
@@ -430,7 +478,7 @@ impl Client {
 
     fn mismatch(&mut self, io: &mut Io<()>, id: ConnId, what: String) {
         self.report.mismatches += 1;
-        self.plan.progress.errors.fetch_add(1, Ordering::Relaxed);
+        self.plan.progress.error("mismatched");
         if self.report.first_error.is_none() {
             self.report.first_error = Some(what);
         }
@@ -465,6 +513,7 @@ impl Handler for Client {
     fn on_connect(&mut self, io: &mut Io<()>, _conn: ConnId, _state: &mut ()) {
         self.opening -= 1;
         self.report.connected += 1;
+        self.connection_settled();
         self.plan.progress.connected.fetch_add(1, Ordering::Relaxed);
         self.maybe_start(io);
     }
@@ -497,6 +546,9 @@ impl Handler for Client {
                 if self.measuring {
                     let ns = now.saturating_duration_since(sent_at).as_nanos().min(u64::MAX as u128) as u64;
                     self.report.latency.saturating_record(ns.max(1));
+                    if let Some(recorder) = &mut self.intervals {
+                        recorder.record(now, ns.max(1));
+                    }
                     self.report.echoes += 1;
                     self.report.echo_bytes += size as u64;
                 }
@@ -538,7 +590,7 @@ impl Handler for Client {
                 self.in_flight -= c.outstanding.len();
                 self.report.unexpected_closes += 1;
                 self.report.unanswered += c.outstanding.len() as u64;
-                self.plan.progress.errors.fetch_add(1, Ordering::Relaxed);
+                self.plan.progress.error("closed early");
                 if self.report.first_error.is_none() {
                     self.report.first_error = Some(format!("connection {} closed by the server: {reason:?}", c.number));
                 }
@@ -557,11 +609,18 @@ impl Handler for Client {
     fn on_timer(&mut self, io: &mut Io<()>, _timer: TimerId, token: u64) {
         match token {
             CONNECT_TICK => {
-                // Spread the connect rate over 1 ms ticks.
-                let per_tick = self.plan.connect_rate.map_or(usize::MAX, |r| ((r / 1000.0).ceil() as usize).max(1));
-                self.open_some(io, per_tick);
-                if self.next_active + self.next_idle < self.total() {
-                    io.set_timer(io.now() + Duration::from_millis(1), CONNECT_TICK);
+                // On a schedule from the first connect: connection k is due
+                // k / rate seconds in (whatever the rate: a fixed number per
+                // 1 ms tick rounded rates under 1,000/s up to 1,000/s).
+                let Some(rate) = self.plan.connect_rate else { return };
+                let now = Instant::now();
+                let since = *self.connecting_since.get_or_insert(now);
+                let due = (now.duration_since(since).as_secs_f64() * rate) as usize + 1;
+                self.open_some(io, due.saturating_sub(self.next_active + self.next_idle));
+                let tried = self.next_active + self.next_idle;
+                if tried < self.total() {
+                    let next = since + Duration::from_secs_f64(tried as f64 / rate);
+                    io.set_timer(next.max(now + Duration::from_micros(100)), CONNECT_TICK);
                 }
             }
             WARMUP_END => self.begin_measuring(Instant::now()),
@@ -577,7 +636,7 @@ impl Handler for Client {
                             self.in_flight
                         ));
                     }
-                    self.plan.progress.errors.fetch_add(1, Ordering::Relaxed);
+                    self.plan.progress.error("stalled");
                     return self.finish(io);
                 }
                 io.set_timer(now + Duration::from_secs(1), WATCHDOG);

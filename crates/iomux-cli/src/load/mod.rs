@@ -1,23 +1,38 @@
 //! `iomux load`: active and idle connections, closed or open loop, every
-//! echoed byte checked, latency in HDR histograms.
+//! echoed byte checked, latency in HDR histograms; as one process, as
+//! several (`--procs`), or as one shard of a load spread over hosts
+//! (`--shard`), with results that merge exactly (`iomux merge`).
 
 mod client;
+mod hdrlog;
+mod hist;
+pub mod merge;
 mod pattern;
+mod procs;
+mod result;
+mod sources;
+mod split;
+mod summary;
+mod watch;
 
 pub use client::{LoadMode, Report};
 
-use crate::progress::Progress as Bar;
 use crate::CliResult;
-use client::{Client, Plan, Progress};
+use client::{Client, Plan};
+use hdrlog::{Log, UnixClock};
 use iomux::runtime::{Config, Control};
 use iomux::Backend;
-use serde_json::json;
+use result::{LoadResult, ShardOf};
+use split::{Shard, Share};
+use std::ffi::OsString;
+use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use watch::{Counters, Display};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct LoadArgs {
@@ -58,9 +73,11 @@ pub struct LoadArgs {
     pub rate: Option<f64>,
     /// Source addresses, one or a range (127.0.0.1-127.0.0.50): more than
     /// one multiplies the ports available towards one server address.
+    /// Without it, a loopback load too big for one address's ephemeral
+    /// ports spreads over 127.0.0.2 and up by itself.
     #[arg(long, value_parser = parse_sources)]
     pub bind: Option<Sources>,
-    /// New connections per second, at most.
+    /// New connections per second, at most (in all, over every process).
     #[arg(long)]
     pub connect_rate: Option<f64>,
     /// Each connection sends exactly this many messages (instead of
@@ -74,13 +91,55 @@ pub struct LoadArgs {
     /// arrived for this many seconds.
     #[arg(long, default_value_t = 30.0)]
     pub timeout: f64,
-    /// Write every figure as JSON here.
+    /// Write every figure as JSON here, with the latency histogram in full
+    /// (`iomux merge` adds such files up exactly).
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Run as this many processes, each with its share of the connections,
+    /// requests and rates (one process may hold only RLIMIT_NOFILE
+    /// descriptors); their results are merged exactly.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub procs: u16,
+    /// Run only shard I (0-based) of N of the load the other flags describe:
+    /// its share of connections, requests and rates, and its own range of
+    /// connection numbers. Merge the shards' --json files with `iomux merge`.
+    #[arg(long, value_parser = split::parse_shard, conflicts_with = "shard_count")]
+    pub shard: Option<Shard>,
+    /// As --shard I/N, with N given here and I taken from the environment
+    /// variable JOB_COMPLETION_INDEX (set by Kubernetes Indexed Jobs).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub shard_count: Option<u32>,
+    /// Write the latency of each second as an HdrHistogram interval log
+    /// (V2, for HdrLogProcessing or HistogramLogAnalyzer) here.
+    #[arg(long)]
+    pub hdr_log: Option<PathBuf>,
+    /// Internal (--procs): the global number of this process's first
+    /// active connection, so byte patterns stay unique across processes.
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub first_conn: u32,
+    /// Internal (--procs): the global index of this process's first idle
+    /// connection, for an even spread over source addresses.
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub first_idle: u64,
+    /// Internal (--procs): report progress as compact lines on stdout for
+    /// the parent, and print no summary.
+    #[arg(long, hide = true)]
+    pub report_progress: bool,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Sources(pub Vec<IpAddr>);
+
+impl std::fmt::Display for Sources {
+    /// As [`parse_sources`] reads it: `A` or `A-B` (always a range).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.0.first(), self.0.last()) {
+            (Some(a), Some(b)) if a == b => write!(f, "{a}"),
+            (Some(a), Some(b)) => write!(f, "{a}-{b}"),
+            _ => Ok(()),
+        }
+    }
+}
 
 /// `A` or `A-B` (IPv4, inclusive, at most 65,536 addresses).
 fn parse_sources(s: &str) -> Result<Sources, String> {
@@ -96,47 +155,114 @@ fn parse_sources(s: &str) -> Result<Sources, String> {
     Ok(Sources((a..=b).map(|ip| IpAddr::V4(Ipv4Addr::from(ip))).collect()))
 }
 
-/// Splits `n` over `parts` as evenly as possible.
-fn share(n: usize, parts: usize, i: usize) -> usize {
-    n / parts + usize::from(i < n % parts)
-}
-
-/// What a finished load run says.
-pub struct Outcome {
-    pub report: Report,
-    pub json: serde_json::Value,
-}
-
-pub fn run(args: LoadArgs) -> CliResult<ExitCode> {
-    // The figures are written at the end: refuse a path they could not go
-    // to now, before any load.
-    if let Some(path) = &args.json {
-        crate::stats::check_writable(path)?;
+impl LoadArgs {
+    /// What is divided between shards, processes and loops.
+    fn share(&self) -> Share {
+        Share {
+            conns: self.conns,
+            idle: self.idle,
+            first_conn: u64::from(self.first_conn),
+            first_idle: self.first_idle,
+            requests: self.requests,
+            rate: self.rate,
+            connect_rate: self.connect_rate,
+        }
     }
-    let outcome = execute(&args, true)?;
-    let r = &outcome.report;
-    print_summary(&args, r);
-    if let Some(path) = &args.json {
-        crate::stats::write_json(path, &outcome.json)?;
+
+    /// These flags with `part`'s share of the load.
+    fn with_share(&self, part: Share) -> CliResult<LoadArgs> {
+        let first_conn = u32::try_from(part.first_conn)
+            .map_err(|_| format!("connection number {} is past 2^32: too many connections", part.first_conn))?;
+        Ok(LoadArgs {
+            conns: part.conns,
+            idle: part.idle,
+            first_conn,
+            first_idle: part.first_idle,
+            requests: part.requests,
+            rate: part.rate,
+            connect_rate: part.connect_rate,
+            ..self.clone()
+        })
     }
-    if r.errors() > 0 {
-        eprintln!(
-            "iomux load: {} errors{}",
-            r.errors(),
-            r.first_error.as_ref().map_or(String::new(), |e| format!("; first: {e}"))
-        );
-        return Ok(ExitCode::FAILURE);
+
+    /// The command line that parses back into these flags (for a child
+    /// process). Every field is named here, so a new flag cannot be
+    /// forgotten: the destructuring stops compiling.
+    fn to_cli(&self) -> Vec<OsString> {
+        let LoadArgs {
+            connect,
+            conns,
+            idle,
+            threads,
+            msg_size,
+            requests,
+            duration,
+            warmup,
+            backend,
+            mode,
+            rate,
+            bind,
+            connect_rate,
+            per_conn,
+            cpu,
+            timeout,
+            json,
+            procs,
+            shard,
+            shard_count,
+            hdr_log,
+            first_conn,
+            first_idle,
+            report_progress,
+        } = self;
+        let mut out: Vec<OsString> = Vec::new();
+        let mut flag = |name: &str, value: String| {
+            out.push(format!("--{name}").into());
+            out.push(value.into());
+        };
+        flag("connect", connect.to_string());
+        flag("conns", conns.to_string());
+        flag("idle", idle.to_string());
+        flag("threads", threads.to_string());
+        flag("msg-size", msg_size.to_string());
+        flag("warmup", warmup.to_string());
+        flag("backend", backend.name().to_string());
+        flag("mode", result::mode_name(*mode));
+        flag("timeout", timeout.to_string());
+        flag("procs", procs.to_string());
+        flag("first-conn", first_conn.to_string());
+        flag("first-idle", first_idle.to_string());
+        let optional = [
+            ("requests", requests.map(|v| v.to_string())),
+            ("duration", duration.map(|v| v.to_string())),
+            ("rate", rate.map(|v| v.to_string())),
+            ("bind", bind.as_ref().map(|v| v.to_string())),
+            ("connect-rate", connect_rate.map(|v| v.to_string())),
+            ("per-conn", per_conn.map(|v| v.to_string())),
+            ("cpu", cpu.map(|v| v.to_string())),
+            ("shard", shard.map(|s| format!("{}/{}", s.index, s.count))),
+            ("shard-count", shard_count.map(|v| v.to_string())),
+        ];
+        for (name, value) in optional {
+            if let Some(value) = value {
+                flag(name, value);
+            }
+        }
+        for (name, path) in [("json", json), ("hdr-log", hdr_log)] {
+            if let Some(path) = path {
+                out.push(format!("--{name}").into());
+                out.push(path.clone().into_os_string());
+            }
+        }
+        if *report_progress {
+            out.push("--report-progress".into());
+        }
+        out
     }
-    Ok(ExitCode::SUCCESS)
 }
 
-/// Runs the load and returns the merged report (used by the lab too).
-pub fn execute(args: &LoadArgs, show_progress: bool) -> CliResult<Outcome> {
-    execute_with(args, show_progress, &Control::new())
-}
-
-/// As [`execute`], stopping early (gracefully) when `control` is stopped.
-pub fn execute_with(args: &LoadArgs, show_progress: bool, control: &Control) -> CliResult<Outcome> {
+/// How long the run is: a duration, or a number of messages (None).
+fn checked_duration(args: &LoadArgs) -> CliResult<Option<Duration>> {
     if let Some(r) = args.rate {
         if !(r.is_finite() && r > 0.0) {
             return Err(format!("--rate must be a positive number of messages per second, not {r}").into());
@@ -170,69 +296,151 @@ pub fn execute_with(args: &LoadArgs, show_progress: bool, control: &Control) -> 
     if args.conns + args.idle == 0 {
         return Err("nothing to do: --conns and --idle are both 0".into());
     }
-    let threads = usize::from(args.threads).min((args.conns + args.idle).max(1));
-    // Each loop needs a few descriptors of its own (epoll or ring, waker).
-    let limit = crate::os::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))? as usize;
-    let needed = args.conns + args.idle + crate::os::open_fd_count().unwrap_or(8) + 4 * threads;
-    if needed > limit {
-        return Err(format!(
-            "--conns {} + --idle {} need {needed} file descriptors in this process, but RLIMIT_NOFILE allows {limit} \
-             (its hard limit); use fewer connections per process and run several `iomux load` processes",
-            args.conns, args.idle
-        )
-        .into());
+    if u64::from(args.first_conn) + args.conns as u64 > u64::from(u32::MAX) {
+        return Err(format!("--conns {} is more connections than can be numbered (2^32)", args.conns).into());
     }
-    let progress = Arc::new(Progress::default());
+    Ok(duration)
+}
+
+/// Descriptors one process needs for `conns` connections on `threads`
+/// loops, and the most it may have; an error says how to fit.
+fn check_descriptors(conns: usize, threads: usize, procs: u16) -> CliResult<()> {
+    let limit = crate::os::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))? as usize;
+    // Each loop needs a few descriptors of its own (epoll or ring, waker).
+    let overhead = crate::os::open_fd_count().unwrap_or(8) + 4 * threads;
+    let needed = conns + overhead;
+    if needed <= limit {
+        return Ok(());
+    }
+    let per_proc = limit.saturating_sub(overhead).max(1);
+    let total = conns * usize::from(procs);
+    Err(format!(
+        "{conns} connections need {needed} file descriptors in one process, but RLIMIT_NOFILE allows {limit} \
+         (its hard limit); run several processes: --procs {} or more",
+        total.div_ceil(per_proc).max(usize::from(procs) + 1)
+    )
+    .into())
+}
+
+/// What a finished load run says.
+pub struct Outcome {
+    pub report: Report,
+    pub result: LoadResult,
+    pub json: serde_json::Value,
+    /// --hdr-log: the intervals, to be written.
+    pub log: Option<Log>,
+}
+
+pub fn run(args: LoadArgs) -> CliResult<ExitCode> {
+    // Everything that can be refused is refused before any connection.
+    let (mut args, shard) = resolve_shard(args, std::env::var(split::INDEX_ENV).ok().as_deref())?;
+    checked_duration(&args)?;
+    let procs = usize::from(args.procs);
+    if procs > 1 {
+        args.share().check_split(procs, "--procs")?;
+        let largest = args.share().part(procs, 0);
+        check_descriptors(largest.conns + largest.idle, usize::from(args.threads), args.procs)?;
+    }
+    // The figures are written at the end: refuse a path they could not go
+    // to now, before any load.
+    for path in [&args.json, &args.hdr_log].into_iter().flatten() {
+        crate::stats::check_writable(path)?;
+    }
+    if !args.report_progress {
+        let ports = sources::port_range();
+        match sources::choose(args.connect, (args.conns + args.idle) as u64, args.bind.as_ref(), ports)? {
+            sources::Choice::One => {}
+            sources::Choice::Chosen(chosen, why) => {
+                println!("iomux load: {why}");
+                args.bind = Some(chosen);
+            }
+            sources::Choice::Short(why) => eprintln!("iomux load: warning: {why}"),
+        }
+    }
+    let (mut result, failed) = if procs > 1 {
+        procs::run(&args)?
+    } else {
+        let outcome = execute(&args, !args.report_progress)?;
+        if let (Some(path), Some(log)) = (&args.hdr_log, outcome.log) {
+            log.write(path)?;
+        }
+        (outcome.result, Vec::new())
+    };
+    result.shard = shard;
+    summary::conclude("iomux load", &result, args.json.as_deref(), !args.report_progress, &failed)
+}
+
+/// Applies `--shard` or `--shard-count` (with `index`, the environment's):
+/// the flags become this shard's share of the whole.
+fn resolve_shard(args: LoadArgs, index: Option<&str>) -> CliResult<(LoadArgs, Option<ShardOf>)> {
+    let shard = match (args.shard, args.shard_count) {
+        (Some(s), _) => s,
+        (None, Some(n)) => split::shard_from_env(n, index)?,
+        (None, None) => return Ok((args, None)),
+    };
+    let whole = args.share();
+    whole.check_split(shard.count as usize, "--shard")?;
+    let mut part = args.with_share(whole.part(shard.count as usize, shard.index as usize))?;
+    (part.shard, part.shard_count) = (None, None);
+    let of = ShardOf { index: shard.index, count: shard.count, of_conns: args.conns as u64, of_idle: args.idle as u64 };
+    Ok((part, Some(of)))
+}
+
+/// Runs the load in this process and returns the merged report (used by the lab too).
+pub fn execute(args: &LoadArgs, show_progress: bool) -> CliResult<Outcome> {
+    execute_with(args, show_progress, &Control::new())
+}
+
+/// As [`execute`], stopping early (gracefully) when `control` is stopped.
+pub fn execute_with(args: &LoadArgs, show_progress: bool, control: &Control) -> CliResult<Outcome> {
+    let duration = checked_duration(args)?;
+    let threads = usize::from(args.threads).min(args.conns + args.idle);
+    check_descriptors(args.conns + args.idle, threads, 1)?;
+    let progress = Arc::new(Counters::default());
     let sources = Arc::new(args.bind.clone().map(|s| s.0).unwrap_or_default());
     let rate_per_conn = args.rate.map(|r| r / args.conns as f64);
     let config = Config::builder().backend(args.backend).build()?;
-    let started = Instant::now();
+    let clock = UnixClock::now();
+    let whole = args.share();
     let plans: Vec<Plan> = (0..threads)
-        .scan(0u32, |first_conn, i| {
-            let conns = share(args.conns, threads, i);
-            let plan = Plan {
+        .map(|i| {
+            let part = whole.part(threads, i);
+            Plan {
                 addr: args.connect,
-                conns,
-                idle: share(args.idle, threads, i),
-                first_conn: *first_conn,
+                conns: part.conns,
+                idle: part.idle,
+                // Checked against 2^32 with the flags.
+                first_conn: part.first_conn as u32,
+                first_idle: part.first_idle,
                 msg_size: args.msg_size as usize,
                 mode: args.mode,
                 rate_per_conn,
                 duration,
-                requests: args.requests.map(|r| share(r as usize, threads, i) as u64),
+                requests: part.requests,
                 per_conn: args.per_conn,
                 warmup: Duration::from_secs_f64(args.warmup),
                 sources: sources.clone(),
-                connect_rate: args.connect_rate.map(|r| r / threads as f64),
+                connect_rate: part.connect_rate,
                 progress: progress.clone(),
+                intervals: args.hdr_log.as_ref().map(|_| clock),
                 grace: Duration::from_secs(5),
                 stall_timeout: Duration::from_secs_f64(args.timeout),
-            };
-            *first_conn += conns as u32;
-            Some(plan)
+            }
         })
         .collect();
     let total_secs = duration.map(|d| d.as_secs_f64() + args.warmup);
     let total_msgs = args.requests.unwrap_or(0) + args.per_conn.unwrap_or(0) * args.conns as u64;
-    let bar = show_progress.then(|| Bar::new("load", total_secs.map_or(total_msgs, |s| s.ceil() as u64)));
+    let target = (args.conns + args.idle) as u64;
+    let display = (show_progress && !args.report_progress).then(|| Display::new(target, total_secs, total_msgs));
     let runtime = iomux::runtime::Runtime::new(config, threads)?.controlled_by(control.clone());
-    let running = std::sync::atomic::AtomicBool::new(true);
+    let running = AtomicBool::new(true);
     let cpu = args.cpu;
     let finished = std::thread::scope(|scope| {
-        if let Some(bar) = &bar {
+        if display.is_some() || args.report_progress {
             scope.spawn(|| {
                 while running.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(200));
-                    bar.set_position(match total_secs {
-                        Some(_) => started.elapsed().as_secs(),
-                        None => progress.echoes.load(Ordering::Relaxed),
-                    });
-                    bar.set_message(&format!(
-                        "{} connected, {} echoes, {} errors",
-                        progress.connected.load(Ordering::Relaxed),
-                        progress.echoes.load(Ordering::Relaxed),
-                        progress.errors.load(Ordering::Relaxed)
-                    ));
+                    std::thread::sleep(Duration::from_millis(250));
+                    show(&display, args.report_progress, &progress);
                 }
             });
         }
@@ -247,14 +455,15 @@ pub fn execute_with(args: &LoadArgs, show_progress: bool, control: &Control) -> 
         running.store(false, Ordering::Relaxed);
         finished
     })?;
-    if let Some(bar) = &bar {
-        bar.finish();
+    // The last figures, so that a parent's line ends on the final counts.
+    show(&display, args.report_progress, &progress);
+    if let Some(display) = &display {
+        display.finish();
     }
     let mut report = Report::default();
     for client in &finished.handlers {
         report.merge(&client.report);
     }
-    let loop_stats = finished.stats;
     if report.connected == 0 && !report.connect_errors.is_empty() {
         return Err(format!(
             "server unreachable at {}: {}",
@@ -263,122 +472,119 @@ pub fn execute_with(args: &LoadArgs, show_progress: bool, control: &Control) -> 
         )
         .into());
     }
-    let json = report_json(args, &report, &loop_stats)?;
-    Ok(Outcome { report, json })
-}
-
-fn per_sec(n: u64, d: Duration) -> f64 {
-    if d.is_zero() {
-        0.0
-    } else {
-        n as f64 / d.as_secs_f64()
+    if let Some(e) = &report.interval_error {
+        return Err(format!("recording latency per second (--hdr-log): {e}").into());
     }
-}
-
-fn report_json(args: &LoadArgs, r: &Report, stats: &iomux::runtime::LoopStats) -> CliResult<serde_json::Value> {
-    let us = |q: f64| r.latency.value_at_quantile(q) as f64 / 1000.0;
-    let has_latency = !r.latency.is_empty();
-    let latency = has_latency.then(|| {
-        json!({"p50_us": us(0.5), "p90_us": us(0.9), "p99_us": us(0.99), "p999_us": us(0.999),
-               "max_us": r.latency.max() as f64 / 1000.0, "mean_us": r.latency.mean() / 1000.0,
-               "count": r.latency.len()})
+    let log = args.hdr_log.as_ref().map(|_| Log {
+        start: report.measure_start.map(|t| clock.unix(t)),
+        intervals: std::mem::take(&mut report.intervals),
     });
-    let client = crate::stats::stats_json(stats, args.backend, &[])?;
-    Ok(json!({
-        "connect": args.connect.to_string(),
-        "conns": args.conns,
-        "idle": args.idle,
-        "threads": args.threads,
-        "msg_size": args.msg_size,
-        "mode": format!("{:?}", args.mode).to_lowercase(),
-        "rate": args.rate,
-        "backend": args.backend.name(),
-        "connected": r.connected,
-        "seconds": r.measured.as_secs_f64(),
-        "echoes": r.echoes,
-        "echo_bytes": r.echo_bytes,
-        "sent_messages": r.sent_messages,
-        "sent_bytes": r.sent_bytes,
-        "echoes_per_sec": per_sec(r.echoes, r.measured),
-        "mb_per_sec": per_sec(r.echo_bytes.max(if args.mode == LoadMode::Sink { r.sent_bytes } else { 0 }), r.measured) / 1e6,
-        "latency": latency,
-        "errors": {
-            "total": r.errors(),
-            "mismatches": r.mismatches,
-            "unexpected_closes": r.unexpected_closes,
-            "unanswered": r.unanswered,
-            "connect": r.connect_errors,
-            "first": r.first_error,
-        },
-        "client": client,
-    }))
+    let result = LoadResult::of_run(args, &report, &finished.stats, &clock)?;
+    let json = result.to_json()?;
+    Ok(Outcome { report, result, json, log })
 }
 
-fn print_summary(args: &LoadArgs, r: &Report) {
-    let secs = r.measured.as_secs_f64();
-    let loop_kind = match (args.mode, args.rate) {
-        (LoadMode::Sink, _) => "sink".to_string(),
-        (LoadMode::Echo, Some(rate)) => format!("echo, open loop at {rate} msg/s"),
-        (LoadMode::Echo, None) => "echo, closed loop".to_string(),
-    };
-    println!(
-        "iomux load: {} connections (+{} idle) to {}, client backend {}, {} thread(s), {loop_kind}, {} B messages",
-        args.conns, args.idle, args.connect, args.backend, args.threads, args.msg_size
-    );
-    if args.mode == LoadMode::Sink {
-        println!(
-            "  {secs:.2} s: {} messages sent, {:.0} msg/s, {:.2} MB/s",
-            r.sent_messages,
-            per_sec(r.sent_messages, r.measured),
-            per_sec(r.sent_bytes, r.measured) / 1e6
-        );
-    } else {
-        println!(
-            "  {secs:.2} s: {} echoes verified, {:.0} echoes/s, {:.2} MB/s each way",
-            r.echoes,
-            per_sec(r.echoes, r.measured),
-            per_sec(r.echo_bytes, r.measured) / 1e6
-        );
-        if !r.latency.is_empty() {
-            let us = |q: f64| r.latency.value_at_quantile(q) as f64 / 1000.0;
-            println!(
-                "  latency (us): p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
-                us(0.5),
-                us(0.9),
-                us(0.99),
-                us(0.999),
-                r.latency.max() as f64 / 1000.0
-            );
-        }
+/// One progress update: on the bar, or as a line for the parent process.
+fn show(display: &Option<Display>, to_parent: bool, progress: &Counters) {
+    let now = progress.snapshot();
+    if let Some(display) = display {
+        display.show(&now);
     }
-    let connect: Vec<String> = r.connect_errors.iter().map(|(k, v)| format!("{k} x{v}")).collect();
-    println!(
-        "  errors: {} mismatched, {} closed early, {} unanswered, connect errors: {}",
-        r.mismatches,
-        r.unexpected_closes,
-        r.unanswered,
-        if connect.is_empty() { "none".to_string() } else { connect.join(", ") }
-    );
+    if to_parent {
+        let mut out = std::io::stdout().lock();
+        // A parent that has gone away is no reason to stop the load.
+        let _ = writeln!(out, "{}", now.to_wire()).and_then(|()| out.flush());
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        load: LoadArgs,
+    }
+
+    fn parse(args: &[&str]) -> LoadArgs {
+        Cli::try_parse_from(std::iter::once("load").chain(args.iter().copied())).unwrap().load
+    }
 
     #[test]
     fn source_ranges_parse() {
         let s = parse_sources("127.0.0.1-127.0.0.3").unwrap();
         assert_eq!(s.0.len(), 3);
         assert_eq!(s.0[2], "127.0.0.3".parse::<IpAddr>().unwrap());
+        assert_eq!(s.to_string(), "127.0.0.1-127.0.0.3");
         assert_eq!(parse_sources("127.0.0.9").unwrap().0.len(), 1);
         assert!(parse_sources("127.0.0.9-127.0.0.1").unwrap_err().contains("ends before"));
         assert!(parse_sources("nope").unwrap_err().contains("not an IPv4"));
     }
 
     #[test]
-    fn shares_add_up() {
-        for (n, parts) in [(10, 3), (100, 7), (0, 2), (5, 5)] {
-            assert_eq!((0..parts).map(|i| share(n, parts, i)).sum::<usize>(), n);
-        }
+    fn a_child_command_line_parses_back_into_the_same_flags() {
+        let all = parse(&[
+            "--connect",
+            "127.0.0.1:9",
+            "--conns",
+            "7",
+            "--idle",
+            "3",
+            "--threads",
+            "2",
+            "--msg-size",
+            "64",
+            "--requests",
+            "99",
+            "--warmup",
+            "0.5",
+            "--backend",
+            "uring",
+            "--rate",
+            "12.5",
+            "--bind",
+            "127.0.0.2-127.0.0.4",
+            "--connect-rate",
+            "1000",
+            "--cpu",
+            "1",
+            "--timeout",
+            "3",
+            "--json",
+            "/tmp/a b.json",
+            "--procs",
+            "3",
+            "--shard",
+            "1/4",
+            "--hdr-log",
+            "/tmp/x.hlog",
+            "--first-conn",
+            "70",
+            "--first-idle",
+            "30",
+            "--report-progress",
+        ]);
+        let back = Cli::try_parse_from(std::iter::once(OsString::from("load")).chain(all.to_cli())).unwrap().load;
+        assert_eq!(format!("{back:?}"), format!("{all:?}"));
+        let few = parse(&["--per-conn", "5", "--mode", "sink", "--shard-count", "3"]);
+        let back = Cli::try_parse_from(std::iter::once(OsString::from("load")).chain(few.to_cli())).unwrap().load;
+        assert_eq!(format!("{back:?}"), format!("{few:?}"));
+    }
+
+    #[test]
+    fn a_shard_is_its_share_with_its_own_connection_numbers() {
+        let args = parse(&["--conns", "30", "--idle", "3", "--per-conn", "50", "--shard", "2/3"]);
+        let (part, of) = resolve_shard(args.clone(), None).unwrap();
+        assert_eq!((part.conns, part.idle, part.first_conn, part.first_idle), (10, 1, 20, 2));
+        assert_eq!(of, Some(ShardOf { index: 2, count: 3, of_conns: 30, of_idle: 3 }));
+        assert!(part.shard.is_none());
+        let by_env = parse(&["--conns", "30", "--idle", "3", "--per-conn", "50", "--shard-count", "3"]);
+        let (env_part, _) = resolve_shard(by_env.clone(), Some("2")).unwrap();
+        assert_eq!(format!("{env_part:?}"), format!("{part:?}"));
+        assert!(resolve_shard(by_env, None).unwrap_err().to_string().contains("JOB_COMPLETION_INDEX"));
+        let tiny = parse(&["--conns", "2", "--shard", "0/3"]);
+        assert!(resolve_shard(tiny, None).unwrap_err().to_string().contains("exceeds"));
     }
 }

@@ -1,0 +1,261 @@
+//! Merging load results exactly (the children of `--procs`, shards, or
+//! separate runs; `iomux merge`): counts and errors add, the latency
+//! histograms add (percentiles are read from the sum, never averaged),
+//! the measured time is the longest, client stats add.
+
+use super::result::LoadResult;
+use super::summary;
+use crate::CliResult;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args, Debug)]
+pub struct MergeArgs {
+    /// Results of `iomux load --json` to merge: shards, processes or
+    /// separate runs of the same message size and mode.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Write the merged result here, in the same form (so merged results
+    /// merge again).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// One result to merge, and how to name it in messages.
+pub struct Part {
+    pub label: String,
+    pub result: LoadResult,
+}
+
+/// How the merged setup time is read.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Setup {
+    /// The parts ran together on one host: from the first connect of any
+    /// to the last connection of any (one clock, so exact).
+    Span,
+    /// Parts from other hosts or times: the longest part's setup (clocks
+    /// of different hosts do not agree well enough for a span).
+    Longest,
+}
+
+pub fn run(args: MergeArgs) -> CliResult<ExitCode> {
+    if let Some(path) = &args.json {
+        crate::stats::check_writable(path)?;
+    }
+    let mut seen = BTreeMap::new();
+    let mut parts = Vec::new();
+    for path in &args.files {
+        let canonical = path.canonicalize().map_err(|e| format!("reading {}: {e}", path.display()))?;
+        if let Some(earlier) = seen.insert(canonical, path.display().to_string()) {
+            return Err(format!(
+                "{} and {earlier} are the same file: merging it twice would count it twice",
+                path.display()
+            )
+            .into());
+        }
+        parts.push(Part { label: path.display().to_string(), result: LoadResult::read(path)? });
+    }
+    check_shards(&parts)?;
+    let mut merged = merge(&parts, Setup::Longest)?;
+    for p in &parts {
+        let mut v = p.result.summary()?;
+        v["file"] = Value::from(p.label.clone());
+        merged.merged_files.push(v);
+    }
+    summary::conclude("iomux merge", &merged, args.json.as_deref(), true, &[])
+}
+
+/// Shards of one job: the same count and whole load, each index once.
+/// Missing shards are allowed (a rerun may come later) but said.
+fn check_shards(parts: &[Part]) -> CliResult<()> {
+    let mut first: Option<&Part> = None;
+    let mut indexes: BTreeMap<u32, &str> = BTreeMap::new();
+    for p in parts {
+        let Some(s) = p.result.shard else { continue };
+        let Some(f) = first else {
+            first = Some(p);
+            indexes.insert(s.index, &p.label);
+            continue;
+        };
+        let Some(fs) = f.result.shard else { continue };
+        if (s.count, s.of_conns, s.of_idle) != (fs.count, fs.of_conns, fs.of_idle) {
+            return Err(format!(
+                "{} is shard {}/{} of {}+{} connections, but {} is shard {}/{} of {}+{}: not shards of one load",
+                p.label, s.index, s.count, s.of_conns, s.of_idle, f.label, fs.index, fs.count, fs.of_conns, fs.of_idle
+            )
+            .into());
+        }
+        if let Some(other) = indexes.insert(s.index, &p.label) {
+            return Err(format!(
+                "{} and {other} are both shard {}/{}: merging both would count that shard twice",
+                p.label, s.index, s.count
+            )
+            .into());
+        }
+    }
+    if let Some(count) = first.and_then(|f| f.result.shard).map(|s| s.count) {
+        let missing: Vec<String> = (0..count).filter(|i| !indexes.contains_key(i)).map(|i| i.to_string()).collect();
+        if !missing.is_empty() {
+            eprintln!(
+                "iomux merge: warning: shards {} of {count} are missing: the result covers part of the load",
+                missing.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Merges `parts` (at least one). Refuses parts whose figures do not mean
+/// the same thing: another message size, mode, or open versus closed loop.
+pub fn merge(parts: &[Part], setup: Setup) -> CliResult<LoadResult> {
+    let Some(first) = parts.first() else {
+        return Err("nothing to merge".into());
+    };
+    let f = &first.result;
+    let mut latency = super::hist::latency_histogram();
+    let mut m = LoadResult {
+        conns: 0,
+        idle: 0,
+        threads: 0,
+        rate: None,
+        first_conn: u64::MAX,
+        shard: None,
+        connected: 0,
+        seconds: 0.0,
+        setup_s: 0.0,
+        setup_window: None,
+        echoes: 0,
+        echo_bytes: 0,
+        sent_messages: 0,
+        sent_bytes: 0,
+        errors: Default::default(),
+        client: Value::Null,
+        procs: Vec::new(),
+        merged_files: Vec::new(),
+        ..f.clone()
+    };
+    let (mut connects, mut backends) = (Vec::new(), Vec::new());
+    for Part { label, result: r } in parts {
+        let differs = |what: &str, this: String, that: String| -> CliResult<()> {
+            if this == that {
+                return Ok(());
+            }
+            Err(format!(
+                "{label}: {what} is {this}, but {} has {that}: their latencies and counts do not add up to one load",
+                first.label
+            )
+            .into())
+        };
+        differs("msg_size", r.msg_size.to_string(), f.msg_size.to_string())?;
+        differs("mode", r.mode.clone(), f.mode.clone())?;
+        let looped = |r: &LoadResult| if r.rate.is_some() { "open loop (--rate)" } else { "closed loop" }.to_string();
+        differs("the loop", looped(r), looped(f))?;
+        let h = r.histogram().map_err(|e| format!("{label}: {e}"))?;
+        super::hist::add(&mut latency, &h).map_err(|e| format!("{label}: {e}"))?;
+        m.conns += r.conns;
+        m.idle += r.idle;
+        m.threads += r.threads;
+        m.rate = r.rate.map(|x| x + m.rate.unwrap_or(0.0));
+        m.first_conn = m.first_conn.min(r.first_conn);
+        m.connected += r.connected;
+        m.seconds = m.seconds.max(r.seconds);
+        m.setup_s = m.setup_s.max(r.setup_s);
+        m.setup_window = match (m.setup_window, r.setup_window) {
+            (Some((a, b)), Some((c, d))) => Some((a.min(c), b.max(d))),
+            (a, b) => a.or(b),
+        };
+        m.echoes += r.echoes;
+        m.echo_bytes += r.echo_bytes;
+        m.sent_messages += r.sent_messages;
+        m.sent_bytes += r.sent_bytes;
+        let e = &mut m.errors;
+        e.mismatches += r.errors.mismatches;
+        e.unexpected_closes += r.errors.unexpected_closes;
+        e.unanswered += r.errors.unanswered;
+        for (kind, n) in &r.errors.connect {
+            *e.connect.entry(kind.clone()).or_default() += n;
+        }
+        if e.first.is_none() {
+            e.first = r.errors.first.as_ref().map(|x| format!("{label}: {x}"));
+        }
+        add_stats(&mut m.client, &r.client);
+        connects.push(r.connect.clone());
+        backends.push(r.backend.clone());
+    }
+    if setup == Setup::Span {
+        if let Some((a, b)) = m.setup_window {
+            m.setup_s = b - a;
+        }
+    }
+    m.connect = distinct(connects);
+    m.backend = distinct(backends);
+    m.derive(&latency)?;
+    Ok(m)
+}
+
+/// `a` or, when parts differ, `a, b`.
+fn distinct(mut v: Vec<String>) -> String {
+    v.sort();
+    v.dedup();
+    v.join(", ")
+}
+
+/// Adds loop stats (CPU, syscalls by kind, bytes, peak RSS...): numbers
+/// add, except the wall time (the longest); text stays when it agrees.
+fn add_stats(sum: &mut Value, o: &Value) {
+    match (sum, o) {
+        (sum @ Value::Null, o) => *sum = o.clone(),
+        (Value::Object(sum), Value::Object(o)) => {
+            for (k, v) in o {
+                match sum.get_mut(k) {
+                    None => {
+                        sum.insert(k.clone(), v.clone());
+                    }
+                    Some(s) if k == "wall_s" => {
+                        if let (Some(a), Some(b)) = (s.as_f64(), v.as_f64()) {
+                            *s = Value::from(a.max(b));
+                        }
+                    }
+                    Some(s) => add_stats(s, v),
+                }
+            }
+        }
+        (sum @ Value::Number(_), Value::Number(o)) => {
+            *sum = match (sum.as_u64(), o.as_u64()) {
+                (Some(a), Some(b)) => Value::from(a + b),
+                _ => Value::from(sum.as_f64().unwrap_or(0.0) + o.as_f64().unwrap_or(0.0)),
+            }
+        }
+        (sum, o) if *sum != *o => *sum = Value::from(distinct(vec![text(sum), text(o)])),
+        _ => {}
+    }
+}
+
+fn text(v: &Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn client_stats_add_and_wall_time_is_the_longest() {
+        let mut sum = Value::Null;
+        let a = json!({"backend": "epoll", "user_cpu_s": 1.5, "syscalls": {"read": 10, "epoll_wait": 3},
+                       "peak_rss_bytes": 1000, "wall_s": 2.0, "uring_setup": null});
+        let b = json!({"backend": "uring", "user_cpu_s": 0.5, "syscalls": {"read": 5, "io_uring_enter": 7},
+                       "peak_rss_bytes": 500, "wall_s": 3.0, "uring_setup": null});
+        add_stats(&mut sum, &a);
+        add_stats(&mut sum, &b);
+        assert_eq!(sum["user_cpu_s"], 2.0);
+        assert_eq!(sum["syscalls"], json!({"read": 15, "epoll_wait": 3, "io_uring_enter": 7}));
+        assert_eq!(sum["peak_rss_bytes"], 1500);
+        assert_eq!(sum["wall_s"], 3.0);
+        assert_eq!(sum["backend"], "epoll, uring");
+        assert_eq!(sum["uring_setup"], Value::Null);
+    }
+}

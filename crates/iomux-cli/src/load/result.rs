@@ -1,0 +1,211 @@
+//! What a load run writes with `--json` (and `iomux merge` reads): every
+//! count, the errors by kind, the latency summary and the whole latency
+//! histogram (`latency_hdr`), so that results of processes, shards and
+//! separate runs merge exactly.
+
+use super::hdrlog::UnixClock;
+use super::{hist, LoadArgs, LoadMode, Report};
+use crate::CliResult;
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The `kind` of a load result file.
+pub const KIND: &str = "iomux load";
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LoadResult {
+    /// Always [`KIND`]: tells `iomux merge` what the file is.
+    pub kind: String,
+    pub connect: String,
+    pub conns: u64,
+    pub idle: u64,
+    pub threads: u64,
+    pub msg_size: u64,
+    pub mode: String,
+    pub rate: Option<f64>,
+    pub backend: String,
+    /// Global number of the first active connection (of this shard or process).
+    pub first_conn: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardOf>,
+    pub connected: u64,
+    /// Measured seconds (the longest, when merged).
+    pub seconds: f64,
+    /// Seconds from the first connect to the last connection established or failed.
+    pub setup_s: f64,
+    /// Unix seconds of that first connect and that last connection.
+    pub setup_window: Option<(f64, f64)>,
+    pub echoes: u64,
+    pub echo_bytes: u64,
+    pub sent_messages: u64,
+    pub sent_bytes: u64,
+    pub echoes_per_sec: f64,
+    pub mb_per_sec: f64,
+    pub latency: Option<Latency>,
+    /// The latency histogram (ns): HdrHistogram V2 + deflate, base64.
+    pub latency_hdr: String,
+    pub errors: Errors,
+    /// Client loop stats, as `iomux serve` writes its own (summed when merged).
+    pub client: Value,
+    /// `--procs`: each child's result, less its histogram.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub procs: Vec<Value>,
+    /// `iomux merge`: each file's result, less its histogram.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged_files: Vec<Value>,
+}
+
+/// A shard's place in the whole load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardOf {
+    pub index: u32,
+    pub count: u32,
+    /// The whole load's connections, over all shards.
+    pub of_conns: u64,
+    pub of_idle: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Latency {
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub max_us: f64,
+    pub mean_us: f64,
+    pub count: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Errors {
+    pub total: u64,
+    pub mismatches: u64,
+    pub unexpected_closes: u64,
+    pub unanswered: u64,
+    /// Failed connects by errno name.
+    pub connect: BTreeMap<String, u64>,
+    pub first: Option<String>,
+}
+
+impl Errors {
+    pub fn sum(&self) -> u64 {
+        self.mismatches + self.unexpected_closes + self.unanswered + self.connect.values().sum::<u64>()
+    }
+}
+
+fn per_sec(n: u64, secs: f64) -> f64 {
+    if secs > 0.0 {
+        n as f64 / secs
+    } else {
+        0.0
+    }
+}
+
+impl LoadResult {
+    /// The result of one process's run.
+    pub fn of_run(
+        args: &LoadArgs,
+        r: &Report,
+        stats: &iomux::runtime::LoopStats,
+        clock: &UnixClock,
+    ) -> CliResult<LoadResult> {
+        let window = r.setup.map(|(a, b)| (clock.unix(a).as_secs_f64(), clock.unix(b).as_secs_f64()));
+        let mut result = LoadResult {
+            kind: KIND.into(),
+            connect: args.connect.to_string(),
+            conns: args.conns as u64,
+            idle: args.idle as u64,
+            threads: u64::from(args.threads),
+            msg_size: u64::from(args.msg_size),
+            mode: mode_name(args.mode),
+            rate: args.rate,
+            backend: args.backend.name().into(),
+            first_conn: u64::from(args.first_conn),
+            shard: None,
+            connected: r.connected,
+            seconds: r.measured.as_secs_f64(),
+            setup_s: window.map_or(0.0, |(a, b)| b - a),
+            setup_window: window,
+            echoes: r.echoes,
+            echo_bytes: r.echo_bytes,
+            sent_messages: r.sent_messages,
+            sent_bytes: r.sent_bytes,
+            echoes_per_sec: 0.0,
+            mb_per_sec: 0.0,
+            latency: None,
+            latency_hdr: String::new(),
+            errors: Errors {
+                total: 0,
+                mismatches: r.mismatches,
+                unexpected_closes: r.unexpected_closes,
+                unanswered: r.unanswered,
+                connect: r.connect_errors.clone(),
+                first: r.first_error.clone(),
+            },
+            client: crate::stats::stats_json(stats, args.backend, &[])?,
+            procs: Vec::new(),
+            merged_files: Vec::new(),
+        };
+        result.derive(&r.latency)?;
+        Ok(result)
+    }
+
+    /// Sets every figure that follows from the counts and the histogram.
+    pub fn derive(&mut self, h: &Histogram<u64>) -> CliResult<()> {
+        let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+        self.latency = (!h.is_empty()).then(|| Latency {
+            p50_us: us(0.5),
+            p90_us: us(0.9),
+            p99_us: us(0.99),
+            p999_us: us(0.999),
+            max_us: h.max() as f64 / 1000.0,
+            mean_us: h.mean() / 1000.0,
+            count: h.len(),
+        });
+        self.latency_hdr = hist::to_base64(h)?;
+        self.errors.total = self.errors.sum();
+        self.echoes_per_sec = per_sec(self.echoes, self.seconds);
+        let bytes = if self.mode == mode_name(LoadMode::Sink) { self.sent_bytes } else { self.echo_bytes };
+        self.mb_per_sec = per_sec(bytes, self.seconds) / 1e6;
+        Ok(())
+    }
+
+    pub fn histogram(&self) -> CliResult<Histogram<u64>> {
+        hist::from_base64(&self.latency_hdr)
+    }
+
+    pub fn to_json(&self) -> CliResult<Value> {
+        Ok(serde_json::to_value(self)?)
+    }
+
+    /// The figures without the histogram, for a merged result's list of parts.
+    pub fn summary(&self) -> CliResult<Value> {
+        let mut v = self.to_json()?;
+        if let Some(map) = v.as_object_mut() {
+            map.remove("latency_hdr");
+        }
+        Ok(v)
+    }
+
+    /// Reads a result file; the error names the file and what is wrong.
+    pub fn read(path: &Path) -> CliResult<LoadResult> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let value: Value = serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", path.display()))?;
+        if value.get("kind").and_then(Value::as_str) != Some(KIND) {
+            return Err(format!(
+                "{} is not an `iomux load --json` result (no \"kind\": \"{KIND}\"; results of older versions \
+                 lack the histogram and cannot be merged exactly)",
+                path.display()
+            )
+            .into());
+        }
+        serde_json::from_value(value).map_err(|e| format!("{}: not a complete load result: {e}", path.display()).into())
+    }
+}
+
+pub fn mode_name(mode: LoadMode) -> String {
+    format!("{mode:?}").to_lowercase()
+}
