@@ -158,15 +158,11 @@ impl ServerChild {
         self.status_kib("VmHWM:") * 1024
     }
 
-    /// Resident memory of the server and its worker processes now, in bytes.
-    pub fn rss_with_workers(&self) -> u64 {
+    /// Resident memory of the server's worker processes now (`--procs`),
+    /// in bytes: what their summed peak RSS in the stats compares with.
+    pub fn workers_rss(&self) -> u64 {
         let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", self.pid)).unwrap_or_default();
-        let workers: u64 = children
-            .split_whitespace()
-            .filter_map(|p| p.parse::<u32>().ok())
-            .map(|pid| status_kib(pid, "VmRSS:") * 1024)
-            .sum();
-        self.rss() + workers
+        children.split_whitespace().filter_map(|p| p.parse::<u32>().ok()).map(|pid| status_kib(pid, "VmRSS:") * 1024).sum()
     }
 
     fn status_kib(&self, field: &str) -> u64 {

@@ -28,7 +28,7 @@ pub struct LargeRun {
     pub server: Value,
     /// Syscalls the external tracer counted over every server process.
     pub traced: Option<u64>,
-    /// Server RSS (all processes) when every worker was listening.
+    /// The workers' summed RSS when every one was listening.
     pub server_rss_start: u64,
     pub memory_before: Reading,
     pub memory_peak: Reading,
@@ -52,7 +52,7 @@ pub fn run(backend: Backend, conns: usize, messages: u64, procs: usize, tracer: 
     )?;
     let (server_cpu, load_cpu) = cpus();
     let server = ServerChild::start_procs(backend, "echo", server_cpu, tracer, procs)?;
-    let server_rss_start = server.rss_with_workers();
+    let server_rss_start = server.workers_rss();
     let json_path = std::env::temp_dir().join(format!("iomux-lab-{}-e4-load.json", std::process::id()));
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the iomux executable: {e}"))?;
     let mut load = Command::new(exe);

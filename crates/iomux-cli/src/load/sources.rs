@@ -58,28 +58,32 @@ pub fn choose(server: SocketAddr, conns: u64, bind: Option<&Sources>, range: (u3
             Choice::One
         });
     }
-    if conns <= per_source {
-        return Ok(Choice::One);
-    }
-    let needed = conns.div_ceil(per_source);
     match server.ip() {
-        IpAddr::V4(ip) if ip.is_loopback() => {
+        // Loopback addresses cost nothing, and connect() finds a free port
+        // fast only while the range is mostly free (crate::limits::
+        // CONNS_PER_SOURCE): spread well before the range runs out.
+        IpAddr::V4(ip) if ip.is_loopback() && conns > crate::limits::CONNS_PER_SOURCE => {
+            let needed = conns.div_ceil(crate::limits::CONNS_PER_SOURCE.min(per_source));
             let first = u32::from(Ipv4Addr::new(127, 0, 0, 2));
             // 127.0.0.2 to 127.255.255.254: room for any load that fits in memory.
             let last = first + needed.min(0x00ff_fffc) as u32 - 1;
             let sources = Sources((first..=last).map(|a| IpAddr::V4(Ipv4Addr::from(a))).collect());
             let why = format!(
-                "{} connections to {server} need {needed} source addresses ({ports}): using --bind {sources}",
-                thousands(conns)
+                "{} connections to {server}: spread over {needed} source addresses, at most {} each \
+                 (connect() slows as one address's {ports} fill): using --bind {sources}",
+                thousands(conns),
+                thousands(crate::limits::CONNS_PER_SOURCE),
             );
             Ok(Choice::Chosen(sources, why))
         }
+        _ if conns <= per_source => Ok(Choice::One),
         _ => Err(format!(
             "{} connections to {server} need {needed} source addresses ({ports}), and one address can only \
              reach {}: give this host {needed} addresses that reach the server and pass them as --bind A-B, \
              or split the load over hosts with --shard",
             thousands(conns),
-            thousands(per_source)
+            thousands(per_source),
+            needed = conns.div_ceil(per_source),
         )),
     }
 }
@@ -96,7 +100,7 @@ mod tests {
 
     #[test]
     fn small_loads_keep_one_source() {
-        assert_eq!(choose(addr("127.0.0.1:7878"), 25_408, None, RANGE), Ok(Choice::One));
+        assert_eq!(choose(addr("127.0.0.1:7878"), 5_000, None, RANGE), Ok(Choice::One));
         assert_eq!(choose(addr("10.0.0.1:7878"), 20_000, None, RANGE), Ok(Choice::One));
     }
 
@@ -105,11 +109,11 @@ mod tests {
         let Ok(Choice::Chosen(s, why)) = choose(addr("127.0.0.1:7878"), 1_000_000, None, RANGE) else {
             panic!("no sources chosen")
         };
-        assert_eq!(s.0.len(), 40, "1,000,000 / 25,408 per address");
-        assert_eq!(s.to_string(), "127.0.0.2-127.0.0.41");
-        assert!(why.contains("--bind 127.0.0.2-127.0.0.41"), "{why}");
-        assert!(1_000_000u64.div_ceil(40) <= budget(RANGE));
-        let Ok(Choice::Chosen(s, _)) = choose(addr("127.0.0.1:1"), 25_409, None, RANGE) else { panic!() };
+        assert_eq!(s.0.len(), 200, "1,000,000 / 5,000 per address");
+        assert_eq!(s.to_string(), "127.0.0.2-127.0.0.201");
+        assert!(why.contains("--bind 127.0.0.2-127.0.0.201"), "{why}");
+        assert!(1_000_000u64.div_ceil(200) <= budget(RANGE));
+        let Ok(Choice::Chosen(s, _)) = choose(addr("127.0.0.1:1"), 5_001, None, RANGE) else { panic!() };
         assert_eq!(s.0.len(), 2);
     }
 
