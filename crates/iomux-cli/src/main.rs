@@ -2,6 +2,7 @@
 
 mod apps;
 mod lab;
+mod limits;
 mod load;
 mod os;
 mod progress;
@@ -26,7 +27,8 @@ enum Command {
     /// JSON, Markdown tables and SVG plots (quick settings unless --full).
     Bench(lab::BenchArgs),
     /// Serve echo or sink on any backend until SIGINT/SIGTERM, then print
-    /// (and optionally write) the server's stats.
+    /// (and optionally write) the server's stats. With --procs, several
+    /// worker processes under one parent.
     Serve(serve::ServeArgs),
     /// Drive a server with active and idle connections (closed or open
     /// loop), check every echoed byte, report throughput and latency.
@@ -36,6 +38,10 @@ enum Command {
     /// summary and write the merged JSON. Exits non-zero if the merged
     /// result counts errors.
     Merge(load::merge::MergeArgs),
+    /// Check the kernel's limits (descriptors, ports, backlogs, conntrack,
+    /// TCP memory) against a run of --conns connections, and say the
+    /// `sysctl -w` that lifts each one in the way. Changes nothing.
+    Limits(limits::LimitsArgs),
     /// Join the results in DIR (from iomux bench) into DIR/report.html.
     Report {
         /// A results folder, e.g. results/2026-11-21T12-00-00Z
@@ -58,6 +64,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Load(args) => load::run(args),
         Command::Merge(args) => load::merge::run(args),
+        Command::Limits(args) => limits::run(args),
         Command::Report { dir } => lab::report::write(&dir).map(|path| {
             println!("wrote {}", path.display());
             ExitCode::SUCCESS

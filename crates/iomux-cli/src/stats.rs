@@ -41,6 +41,28 @@ pub fn stats_json(stats: &LoopStats, backend: Backend, extra: &[(&str, String)])
     Ok(v)
 }
 
+/// A server's figures in one line (from [`stats_json`]'s keys, so that
+/// merged figures print the same way).
+pub fn summary(stats: &Value) -> String {
+    let n = |key: &str| stats[key].as_u64().unwrap_or(0);
+    let s = |key: &str| stats[key].as_f64().unwrap_or(0.0);
+    format!(
+        "{} connections accepted, {} closed ({} abnormally, {} refused); \
+         {} bytes in, {} out; {} syscalls ({:.3} per read); cpu user {:.3}s sys {:.3}s; peak RSS {} KiB",
+        n("accepted"),
+        n("closed"),
+        n("closed_abnormally"),
+        n("refused"),
+        n("bytes_in"),
+        n("bytes_out"),
+        n("syscalls_total"),
+        n("syscalls_total") as f64 / n("messages").max(1) as f64,
+        s("user_cpu_s"),
+        s("sys_cpu_s"),
+        n("peak_rss_bytes") / 1024,
+    )
+}
+
 /// Refuses, before any work starts, a path [`write_json`] could not write
 /// at the end: its folder must exist and be writable, and the path must
 /// not be a folder itself. Nothing is created or opened: a run that then

@@ -1,5 +1,6 @@
 //! `iomux serve` on every backend, from a separate process: bytes intact,
-//! memory bounded, fairness, EMFILE, half-close, reset, graceful stop.
+//! memory bounded, fairness, EMFILE, half-close, reset, graceful stop;
+//! then several worker processes on one port (`--procs`).
 
 mod support;
 
@@ -373,4 +374,131 @@ fn several_loops_share_one_port() {
         assert_eq!(stats["accepted"], 60, "{backend}");
         assert_eq!(stats["bytes_out"], 6000 * 100, "{backend}");
     }
+}
+
+/// The workers' entries in merged stats, and each one's `key`.
+fn per_worker(stats: &serde_json::Value, key: &str) -> Vec<u64> {
+    let workers = stats["workers"].as_array().unwrap_or_else(|| panic!("no workers: {stats}"));
+    workers.iter().map(|w| w[key].as_u64().unwrap_or_else(|| panic!("no {key} in {w}"))).collect()
+}
+
+fn signal(pid: u32, signal: &str) {
+    let ok = std::process::Command::new("kill").args([signal, &pid.to_string()]).status().expect("kill");
+    assert!(ok.success(), "kill {signal} {pid}");
+}
+
+/// --procs 3: three worker processes on one port (SO_REUSEPORT), the
+/// connections spread over them, one banner with the parent's pid, and
+/// stats merged.
+#[test]
+fn procs_share_one_port() {
+    let server = Serve::start("epoll", &["--procs", "3", "--threads", "2"]);
+    let banner = &server.banner;
+    assert!(banner.contains(&format!("(pid {}, ", server.pid())), "{banner}");
+    assert!(banner.contains("3 procs x 2 threads"), "{banner}");
+    let workers = server.children();
+    assert_eq!(workers.len(), 3, "{workers:?}");
+    // The kernel hashes each connection's 4-tuple over 6 listeners in 3
+    // processes: all 60 landing in one process has odds of 3^-59.
+    const CONNS: usize = 60;
+    let mut sent = 0;
+    let mut conns: Vec<TcpStream> = (0..CONNS).map(|_| server.connect()).collect();
+    for (i, c) in conns.iter_mut().enumerate() {
+        let message = format!("message {i} ").repeat(i + 1);
+        round_trip(c, message.as_bytes());
+        sent += message.len() as u64;
+    }
+    drop(conns);
+    let (stats, stderr) = server.stop();
+    assert_eq!(stats["procs"], 3, "{stats}");
+    assert_eq!(stats["restarts"], 0, "{stats}");
+    assert_eq!(stats["loops"], 6, "{stats}");
+    assert_eq!(stats["accepted"], CONNS as u64, "{stats}");
+    assert_eq!(stats["bytes_out"], sent, "{stats}");
+    let accepted = per_worker(&stats, "accepted");
+    assert_eq!(accepted.len(), 3, "{stats}");
+    assert_eq!(accepted.iter().sum::<u64>(), CONNS as u64, "{accepted:?}");
+    assert!(accepted.iter().filter(|&&n| n > 0).count() > 1, "one worker got every connection: {accepted:?}");
+    let mut pids = per_worker(&stats, "pid");
+    pids.sort_unstable();
+    assert_eq!(pids, workers.iter().map(|&p| u64::from(p)).collect::<Vec<_>>());
+    assert!(stderr.contains("stopped (3 procs). 60 connections accepted"), "{stderr}");
+}
+
+/// A worker killed with SIGKILL is reported and restarted under the same
+/// number; the server keeps serving, and its exit status says a worker
+/// died.
+#[test]
+fn procs_restart_a_killed_worker() {
+    let server = Serve::start("epoll", &["--procs", "3"]);
+    let workers = server.children();
+    assert_eq!(workers.len(), 3, "{workers:?}");
+    let victim = workers[1];
+    signal(victim, "-KILL");
+    assert!(server.wait_for_stderr("restarted", Duration::from_secs(10)), "no restart: {}", server.stderr_now());
+    let said = server.stderr_now();
+    assert!(said.contains(&format!("(pid {victim}) was killed by signal 9 (SIGKILL); restarting")), "{said}");
+    let now = server.children();
+    assert_eq!(now.len(), 3, "{now:?}");
+    assert!(!now.contains(&victim), "{now:?}");
+    for i in 0..30u32 {
+        round_trip(&mut server.connect(), format!("after the restart {i}").as_bytes());
+    }
+    signal(server.pid(), "-TERM");
+    let Stopped { status, stats, stderr } = server.wait_after_signal();
+    assert_eq!(status.code(), Some(3), "{stderr}");
+    let stats = stats.unwrap_or_else(|| panic!("no stats: {stderr}"));
+    assert_eq!(stats["restarts"], 1, "{stats}");
+    assert_eq!(stats["accepted"], 30, "{stats}");
+    assert_eq!(per_worker(&stats, "accepted").len(), 3, "{stats}");
+    assert_eq!(stats["lost"][0]["pid"], victim, "the killed worker's figures are gone: {stats}");
+}
+
+/// SIGTERM to the parent reaches every worker, and each drains: every
+/// client gets all of its echo, then EOF; the parent merges the stats.
+#[test]
+fn procs_drain_on_sigterm() {
+    let max_output = (64u32 << 20).to_string();
+    let server = Serve::start("epoll", &["--procs", "3", "--max-output", &max_output, "--drain-timeout", "30"]);
+    let workers = server.children();
+    // Not reading: the echoes wait in the workers when the signal comes.
+    // 60 connections over 3 workers leave one without any at odds of
+    // 3 x (2/3)^60, about 1 in 10^10.
+    const CONNS: usize = 60;
+    let data = Rng::new(11).bytes(512 << 10);
+    let mut conns: Vec<TcpStream> = (0..CONNS)
+        .map(|_| {
+            let mut s = server.connect();
+            s.write_all(&data).expect("write");
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    signal(server.pid(), "-TERM");
+    for (i, s) in conns.iter_mut().enumerate() {
+        let mut back = Vec::new();
+        s.read_to_end(&mut back).expect("read to EOF");
+        assert!(back == data, "connection {i}: got {} of {} bytes after SIGTERM", back.len(), data.len());
+    }
+    let (stats, _) = server.stop_after_signal();
+    assert_eq!(stats["procs"], 3, "{stats}");
+    assert_eq!(stats["bytes_out"], (CONNS * data.len()) as u64, "{stats}");
+    let bytes_out = per_worker(&stats, "bytes_out");
+    assert!(bytes_out.len() == 3 && bytes_out.iter().all(|&n| n > 0), "every worker drained: {bytes_out:?}");
+    for pid in workers {
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "worker {pid} still there");
+    }
+}
+
+/// Bad input is refused before any worker starts.
+#[test]
+fn procs_refuse_bad_input() {
+    let zero = iomux().args(["serve", "--procs", "0"]).output().unwrap();
+    assert_eq!(zero.status.code(), Some(2), "{zero:?}");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let busy = iomux().args(["serve", "--procs", "2", "--listen", &addr]).output().unwrap();
+    let said = String::from_utf8_lossy(&busy.stderr);
+    assert_eq!(busy.status.code(), Some(1), "{said}");
+    assert!(said.contains("address in use") && !said.contains("[worker"), "{said}");
 }

@@ -1109,6 +1109,39 @@ fn serves_a_listener_made_elsewhere(backend: Backend) {
     assert_eq!(finished.stats.accepted as usize, CLIENTS);
 }
 
+/// `Runtime::reuse_port`: two one-loop runtimes (as two processes would)
+/// listen on one address and both get connections; without it the second
+/// bind is refused. One backend: this is about the listener, not the loop.
+#[test]
+fn reuse_port_shares_an_address_between_runtimes() {
+    use iomux::runtime::Runtime;
+    let runtime = || Runtime::new(config(Backend::Epoll).build().unwrap(), 1).unwrap();
+    let first = runtime().reuse_port().bind("127.0.0.1:0".parse().unwrap()).expect("bind with reuse_port");
+    let addr = first.local_addr().unwrap();
+    assert!(runtime().bind(addr).is_err(), "without reuse_port the address is in use");
+    let second = runtime().reuse_port().bind(addr).expect("join the first listener's address");
+    let probes = [Arc::new(Probe::default()), Arc::new(Probe::default())];
+    let mut running = Vec::new();
+    for (runtime, probe) in [first, second].into_iter().zip(&probes) {
+        let p = probe.clone();
+        running.push(start(runtime, move |_| Cmd::new(&p)));
+    }
+    // The kernel hashes each connection's 4-tuple over the two listeners:
+    // 40 connections all landing on one has odds of 2^-39.
+    const CLIENTS: usize = 40;
+    for i in 0..CLIENTS {
+        let mut c = connect(addr);
+        c.write_all(format!("e{i:02}").as_bytes()).unwrap();
+        assert_eq!(read_exact(&mut c, 2), format!("{i:02}").as_bytes(), "client {i}");
+    }
+    let accepted: Vec<usize> = probes.iter().map(|p| p.accepted.load(SeqCst)).collect();
+    assert_eq!(accepted.iter().sum::<usize>(), CLIENTS, "{accepted:?}");
+    assert!(accepted.iter().all(|&n| n > 0), "one runtime got every connection: {accepted:?}");
+    for server in running {
+        server.stop();
+    }
+}
+
 /// `Io::stop` from a callback stops the loop as `Control::stop` would:
 /// idle connections close with Shutdown and the runtime ends by itself.
 fn stop_from_a_handler(backend: Backend) {

@@ -43,6 +43,10 @@ impl Tracer {
     }
 }
 
+/// How long a server may take to drain and exit after SIGTERM (a million
+/// connections over many workers take a while to close).
+const STOP_WITHIN_S: u64 = 300;
+
 pub struct ServerChild {
     child: Child,
     pub addr: SocketAddr,
@@ -66,6 +70,18 @@ fn temp(name: &str) -> PathBuf {
 
 impl ServerChild {
     pub fn start(backend: Backend, proto: &str, cpu: Option<usize>, tracer: Option<Tracer>) -> CliResult<ServerChild> {
+        Self::start_procs(backend, proto, cpu, tracer, 1)
+    }
+
+    /// As [`ServerChild::start`], as `procs` worker processes on one port
+    /// (`iomux serve --procs`); the tracer, if any, counts them all.
+    pub fn start_procs(
+        backend: Backend,
+        proto: &str,
+        cpu: Option<usize>,
+        tracer: Option<Tracer>,
+        procs: usize,
+    ) -> CliResult<ServerChild> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find the iomux executable: {e}"))?;
         let stats_path = temp("stats.json");
         let mut serve_args: Vec<String> = vec![
@@ -81,6 +97,9 @@ impl ServerChild {
         ];
         if let Some(cpu) = cpu {
             serve_args.extend(["--cpu".into(), cpu.to_string()]);
+        }
+        if procs > 1 {
+            serve_args.extend(["--procs".into(), procs.to_string()]);
         }
         let trace = tracer.map(|t| (t, temp("trace.txt")));
         let mut cmd = match &trace {
@@ -139,17 +158,20 @@ impl ServerChild {
         self.status_kib("VmHWM:") * 1024
     }
 
-    fn status_kib(&self, field: &str) -> u64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.pid))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix(field))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            })
-            .unwrap_or(0)
+    /// Resident memory of the server and its worker processes now, in bytes.
+    pub fn rss_with_workers(&self) -> u64 {
+        let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", self.pid)).unwrap_or_default();
+        let workers: u64 = children
+            .split_whitespace()
+            .filter_map(|p| p.parse::<u32>().ok())
+            .map(|pid| status_kib(pid, "VmRSS:") * 1024)
+            .sum();
+        self.rss() + workers
     }
 
+    fn status_kib(&self, field: &str) -> u64 {
+        status_kib(self.pid, field)
+    }
     /// A load aimed at this server, pinned to `cpu`.
     pub fn load_args(&self, backend: Backend, cpu: Option<usize>) -> LoadArgs {
         LoadArgs {
@@ -183,14 +205,14 @@ impl ServerChild {
     /// SIGTERM, wait, read the stats (and the tracer's count).
     pub fn stop(mut self) -> CliResult<ServerResult> {
         crate::os::terminate(self.pid).map_err(|e| format!("SIGTERM to iomux serve: {e}"))?;
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + Duration::from_secs(STOP_WITHIN_S);
         let status = loop {
             if let Some(st) = self.child.try_wait()? {
                 break st;
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
-                return Err("iomux serve did not stop within 60 s of SIGTERM".into());
+                return Err(format!("iomux serve did not stop within {STOP_WITHIN_S} s of SIGTERM").into());
             }
             std::thread::sleep(Duration::from_millis(10));
         };
@@ -217,6 +239,18 @@ impl Drop for ServerChild {
             let _ = self.child.wait();
         }
     }
+}
+
+/// A `kB` field of /proc/PID/status, in KiB (0 when unreadable).
+fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .unwrap_or(0)
 }
 
 /// The total syscall count in perf's CSV (`count,,event,...`) or strace's

@@ -79,6 +79,16 @@ pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResul
         Some(m) => m,
         None => 100,
     };
+    crate::limits::require(
+        &format!("E4 with {conns} connections"),
+        &crate::limits::Need {
+            sockets: 2 * conns as u64,
+            conns_per_dest: conns as u64,
+            sources: 1,
+            fds_per_process: conns as u64 + crate::limits::FDS_OVERHEAD,
+            accept_burst: 0,
+        },
+    )?;
     let backends = args.backends.clone().unwrap_or_else(|| DEFAULT_BACKENDS.to_vec());
     let reps = if settings.full { 1 } else { 3 };
     let progress = Progress::new(NAME, backends.len() as u64);

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub const BACKENDS: [&str; 6] = ["select", "poll", "epoll", "epoll-et", "uring", "uring-sqpoll"];
@@ -43,8 +43,21 @@ pub fn iomux() -> Command {
 pub struct Serve {
     pub child: Child,
     pub addr: SocketAddr,
+    /// The line that said it was listening.
+    pub banner: String,
     stats: PathBuf,
-    stderr: Option<std::process::ChildStderr>,
+    /// Its stderr so far, read as it comes (so that a chatty server never
+    /// blocks on a full pipe, and a test can wait for a line).
+    stderr: Arc<Mutex<String>>,
+    stderr_reader: Option<std::thread::JoinHandle<()>>,
+}
+
+/// How a stopped `iomux serve` ended.
+pub struct Stopped {
+    pub status: std::process::ExitStatus,
+    /// Its stats file, if it wrote one.
+    pub stats: Option<serde_json::Value>,
+    pub stderr: String,
 }
 
 impl Serve {
@@ -65,8 +78,51 @@ impl Serve {
             .split_whitespace()
             .find_map(|w| w.parse::<SocketAddr>().ok())
             .unwrap_or_else(|| panic!("{backend}: no address in banner {line:?}"));
-        let stderr = child.stderr.take();
-        Serve { child, addr, stats, stderr }
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (pipe, text) = (child.stderr.take().expect("stderr"), stderr.clone());
+        let stderr_reader = std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut text = text.lock().unwrap_or_else(|e| e.into_inner());
+                text.push_str(&line);
+                text.push('\n');
+            }
+        });
+        Serve { child, addr, banner: line, stats, stderr, stderr_reader: Some(stderr_reader) }
+    }
+
+    /// What the server has written on stderr so far.
+    pub fn stderr_now(&self) -> String {
+        self.stderr.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Waits up to `limit` for `needle` on the server's stderr.
+    pub fn wait_for_stderr(&self, needle: &str, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while !self.stderr_now().contains(needle) {
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
+
+    /// The processes the server started (its workers, with --procs), from
+    /// the parent pid field of /proc/*/stat.
+    pub fn children(&self) -> Vec<u32> {
+        let parent = self.pid().to_string();
+        let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+            .expect("read /proc")
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let after_comm = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+                after_comm.split_whitespace().nth(1) == Some(parent.as_str())
+            })
+            .collect();
+        pids.sort_unstable();
+        pids
     }
 
     pub fn pid(&self) -> u32 {
@@ -97,8 +153,17 @@ impl Serve {
         self.stop_after_signal()
     }
 
-    /// Waits for a server that was already sent SIGTERM.
-    pub fn stop_after_signal(mut self) -> (serde_json::Value, String) {
+    /// Waits for a server that was already sent SIGTERM; the exit status
+    /// must be 0.
+    pub fn stop_after_signal(self) -> (serde_json::Value, String) {
+        let Stopped { status, stats, stderr } = self.wait_after_signal();
+        assert!(status.success(), "serve exited with {status}: {stderr}");
+        (stats.unwrap_or_else(|| panic!("no stats file; stderr: {stderr}")), stderr)
+    }
+
+    /// Waits for a server that was already sent SIGTERM, whatever its
+    /// exit status.
+    pub fn wait_after_signal(mut self) -> Stopped {
         let deadline = Instant::now() + Duration::from_secs(30);
         let status = loop {
             if let Some(st) = self.child.try_wait().expect("wait") {
@@ -106,18 +171,19 @@ impl Serve {
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
-                panic!("iomux serve did not stop within 30 s of SIGTERM");
+                panic!("iomux serve did not stop within 30 s of SIGTERM: {}", self.stderr_now());
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        let mut err = String::new();
-        if let Some(mut e) = self.stderr.take() {
-            let _ = e.read_to_string(&mut err);
+        if let Some(reader) = self.stderr_reader.take() {
+            let _ = reader.join();
         }
-        assert!(status.success(), "serve exited with {status}: {err}");
-        let text = std::fs::read_to_string(&self.stats).unwrap_or_else(|e| panic!("stats file: {e}; stderr: {err}"));
-        std::fs::remove_file(&self.stats).ok();
-        (serde_json::from_str(&text).expect("stats json"), err)
+        let stderr = self.stderr_now();
+        let stats = std::fs::read_to_string(&self.stats).ok().map(|text| {
+            std::fs::remove_file(&self.stats).ok();
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("stats json: {e}; stderr: {stderr}"))
+        });
+        Stopped { status, stats, stderr }
     }
 }
 

@@ -6,7 +6,10 @@ use super::stats::LoopStats;
 use super::{completion, readiness, Config, Control, Handler};
 use crate::error::{Error, Result};
 use crate::poller::Backend;
-use crate::sys::{self, net::{self, Fd}};
+use crate::sys::{
+    self,
+    net::{self, Fd},
+};
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{IntoRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -61,6 +64,7 @@ pub struct Runtime {
     threads: usize,
     listeners: Vec<Fd>,
     local_addr: Option<SocketAddr>,
+    reuse_port: bool,
     control: Control,
     signals: bool,
     on_ready: Option<Box<dyn FnOnce() + Send>>,
@@ -88,17 +92,31 @@ impl Runtime {
             threads,
             listeners: Vec::new(),
             local_addr: None,
+            reuse_port: false,
             control: Control::new(),
             signals: false,
             on_ready: None,
         })
     }
 
+    /// Makes [`Runtime::bind`] set SO_REUSEPORT even with one loop, so
+    /// that several processes (or runtimes) may listen on the same
+    /// address, the kernel spreading connections over them: call it
+    /// before `bind`. Off by default because sharing hides a mistake: a
+    /// second server on a taken port would quietly join the first one
+    /// instead of failing with "address in use". Only sockets that also
+    /// set SO_REUSEPORT, owned by the same user, can share the address.
+    pub fn reuse_port(mut self) -> Runtime {
+        self.reuse_port = true;
+        self
+    }
+
     /// Listens on `addr`: one listener per loop, sharing the address with
     /// SO_REUSEPORT when there are several (the kernel spreads connections
-    /// over them). Port 0 picks a free port: see [`Runtime::local_addr`].
+    /// over them) or when [`Runtime::reuse_port`] asked for it. Port 0
+    /// picks a free port: see [`Runtime::local_addr`].
     pub fn bind(mut self, addr: SocketAddr) -> Result<Runtime> {
-        let reuse_port = self.threads > 1;
+        let reuse_port = self.reuse_port || self.threads > 1;
         let bind_err = |addr, source| Error::Bind { addr, source };
         let first = net::tcp_listener(&addr, reuse_port, BACKLOG).map_err(|e| bind_err(addr, e))?;
         let local =

@@ -77,7 +77,9 @@ where
     start(Runtime::new(config, threads).expect("runtime").listener(listener).expect("adopt the listener"), make)
 }
 
-fn start<H, F>(runtime: Runtime, make: F) -> Server<H>
+/// Runs `runtime` (bound already) on its own thread, returning once
+/// every loop is ready.
+pub fn start<H, F>(runtime: Runtime, make: F) -> Server<H>
 where
     H: Handler + Send + 'static,
     F: Fn(usize) -> H + Sync + Send + 'static,

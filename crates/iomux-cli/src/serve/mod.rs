@@ -1,0 +1,309 @@
+//! `iomux serve`: echo or sink on any backend, N share-nothing loops, in
+//! one process or (`--procs`) in several under a supervising parent.
+
+mod supervisor;
+
+use crate::apps::{Proto, Server};
+use crate::stats::{stats_json, summary, write_json};
+use crate::CliResult;
+use iomux::runtime::{Config, Control, Runtime};
+use iomux::Backend;
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// Mechanism: select, poll, epoll, epoll-et, uring, uring-sqpoll
+    /// [default: $IOMUX_BACKEND, else epoll]
+    #[arg(long, short, value_parser = crate::parse_backend)]
+    backend: Option<Backend>,
+    /// What to serve.
+    #[arg(long, value_enum, default_value_t = Proto::Echo)]
+    proto: Proto,
+    /// Address to listen on (port 0: any free port, printed at start).
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    listen: SocketAddr,
+    /// Independent loops, each with its own SO_REUSEPORT listener.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: u16,
+    /// Worker processes, each with its own listeners on the address
+    /// (SO_REUSEPORT), under a parent that starts them, passes SIGINT/SIGTERM
+    /// on (each drains; a second signal ends them at once), restarts one that
+    /// dies, and merges their stats. Every other flag applies to each worker:
+    /// --threads, --max-conns, --nofile (one process may hold only its
+    /// RLIMIT_NOFILE of descriptors), --cpu. Exit status 3: a worker died
+    /// unexpectedly (even if it was restarted), or died more than 5 times
+    /// within 10 s and the server stopped.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    procs: u16,
+    /// Connections per loop at most; accepting pauses at the limit.
+    #[arg(long, value_parser = at_least_one)]
+    max_conns: Option<usize>,
+    /// Output bytes queued per connection before it stops being read.
+    #[arg(long, default_value_t = 4 << 20)]
+    max_output: usize,
+    /// On SIGINT/SIGTERM, how long to keep flushing output, in seconds.
+    #[arg(long, default_value_t = 5.0)]
+    drain_timeout: f64,
+    /// Set the soft open-files limit (default: raise it to the hard limit).
+    #[arg(long)]
+    nofile: Option<u64>,
+    /// Write the final stats as JSON here.
+    #[arg(long)]
+    stats_file: Option<PathBuf>,
+    /// Pin every loop thread to this CPU.
+    #[arg(long)]
+    cpu: Option<usize>,
+    /// io_uring: buffers in each loop's provided-buffer ring (rounded up
+    /// to a power of two, at most 32768).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u16).range(1..=32768))]
+    ring_buffers: u16,
+    /// io_uring: bytes per ring buffer. Bigger buffers receive bulk data
+    /// with fewer completions; a paused connection can overshoot its
+    /// output bound by what the ring holds.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(64..=(1 << 20)))]
+    ring_buffer_size: u32,
+    /// Worker N of a --procs parent: listen with SO_REUSEPORT, stop when
+    /// the parent's end of stdin closes, leave the summary to the parent.
+    #[arg(long, hide = true)]
+    worker: Option<u16>,
+}
+
+impl ServeArgs {
+    /// The flags worker `n` runs with: these flags, with the backend made
+    /// explicit, the address concrete, one process, and its own stats file.
+    fn worker_args(&self, n: u16, backend: Backend, listen: SocketAddr, stats_file: PathBuf) -> Vec<OsString> {
+        // Destructured so that a new flag cannot be forgotten here.
+        let ServeArgs {
+            backend: _,
+            proto,
+            listen: _,
+            threads,
+            procs: _,
+            max_conns,
+            max_output,
+            drain_timeout,
+            nofile,
+            stats_file: _,
+            cpu,
+            ring_buffers,
+            ring_buffer_size,
+            worker: _,
+        } = self;
+        let proto = match proto {
+            Proto::Echo => "echo",
+            Proto::Sink => "sink",
+        };
+        let mut args: Vec<OsString> = Vec::new();
+        let mut flag = |name: &str, value: String| args.extend([format!("--{name}").into(), value.into()]);
+        flag("backend", backend.name().to_string());
+        flag("proto", proto.to_string());
+        flag("listen", listen.to_string());
+        flag("threads", threads.to_string());
+        flag("procs", "1".to_string());
+        flag("max-output", max_output.to_string());
+        // Rust prints the shortest text that parses back to the same f64.
+        flag("drain-timeout", drain_timeout.to_string());
+        flag("ring-buffers", ring_buffers.to_string());
+        flag("ring-buffer-size", ring_buffer_size.to_string());
+        flag("worker", n.to_string());
+        let optional = [
+            ("max-conns", max_conns.map(|v| v.to_string())),
+            ("nofile", nofile.map(|v| v.to_string())),
+            ("cpu", cpu.map(|v| v.to_string())),
+        ];
+        for (name, value) in optional {
+            if let Some(value) = value {
+                flag(name, value);
+            }
+        }
+        args.extend(["--stats-file".into(), stats_file.into_os_string()]);
+        args
+    }
+}
+
+/// A count that must be at least 1 (`--max-conns 0` would refuse every
+/// connection).
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+pub fn run(args: ServeArgs) -> CliResult<ExitCode> {
+    let (backend, config) = check(&args)?;
+    if args.procs > 1 {
+        return supervisor::run(&args, backend);
+    }
+    serve(args, backend, config)
+}
+
+/// Refuses bad input before anything starts (for --procs, before any
+/// worker does); returns the backend and the loops' configuration.
+fn check(args: &ServeArgs) -> CliResult<(Backend, Config)> {
+    if args.worker.is_some() && args.procs > 1 {
+        return Err("a worker runs as one process (--procs 1)".into());
+    }
+    // The figures are written when the server stops: refuse a path they
+    // could not go to now, before serving.
+    if let Some(path) = &args.stats_file {
+        crate::stats::check_writable(path)?;
+    }
+    let backend = match args.backend {
+        Some(b) => b,
+        None => Backend::from_env()?,
+    };
+    if !(0.0..=3600.0).contains(&args.drain_timeout) {
+        return Err("--drain-timeout must be between 0 and 3600 seconds".into());
+    }
+    let mut config = Config::builder()
+        .backend(backend)
+        .max_output(args.max_output.max(1))
+        .drain_timeout(Duration::from_secs_f64(args.drain_timeout))
+        .ring_buffers(args.ring_buffers.next_power_of_two())
+        .ring_buffer_size(args.ring_buffer_size as usize);
+    if let Some(max) = args.max_conns {
+        config = config.max_conns(max);
+    }
+    Ok((backend, config.build()?))
+}
+
+/// One process serving: the whole server, or one worker of a --procs parent.
+fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCode> {
+    match args.nofile {
+        Some(n) => crate::os::set_nofile_soft(n).map_err(|e| format!("setting RLIMIT_NOFILE to {n}: {e}"))?,
+        None => {
+            crate::os::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))?;
+        }
+    }
+    let threads = usize::from(args.threads);
+    let mut runtime = Runtime::new(config, threads)?;
+    if args.worker.is_some() {
+        runtime = runtime.reuse_port();
+    }
+    let runtime = runtime.bind(args.listen)?.stop_on_signals();
+    if args.worker.is_some() {
+        stop_when_orphaned(runtime.control())?;
+    }
+    let addr = runtime.local_addr().ok_or("no listening address")?;
+    let banner = format!(
+        "iomux serve: listening on {addr} (pid {}, backend {backend}, proto {:?}, {threads} thread{})",
+        std::process::id(),
+        args.proto,
+        if threads == 1 { "" } else { "s" }
+    );
+    // "listening" only once every loop is set up: a client may connect at once.
+    let runtime = runtime.on_ready(move || {
+        println!("{banner}");
+        let _ = std::io::stdout().flush();
+    });
+    let (cpu, proto) = (args.cpu, args.proto);
+    let stats = runtime
+        .run(|_| {
+            if let Some(cpu) = cpu {
+                if let Err(e) = crate::os::pin_to_cpu(cpu) {
+                    eprintln!("iomux serve: cannot pin to CPU {cpu}: {e}");
+                }
+            }
+            Server::new(proto)
+        })?
+        .stats;
+    let json = stats_json(&stats, backend, &[("proto", format!("{:?}", args.proto).to_lowercase())])?;
+    // A worker's figures are one part of the parent's summary.
+    if args.worker.is_none() {
+        eprintln!("iomux serve: stopped. {}", summary(&json));
+    }
+    if let Some(path) = &args.stats_file {
+        write_json(path, &json)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A worker's stdin is a pipe whose other end only its parent holds: when
+/// it reads EOF the parent is gone (killed with SIGKILL, say), and the
+/// worker drains and stops instead of holding the port for no one.
+fn stop_when_orphaned(control: Control) -> CliResult<()> {
+    std::thread::Builder::new()
+        .name("parent-watch".into())
+        .stack_size(64 << 10)
+        .spawn(move || {
+            let mut buf = [0u8; 64];
+            // Nothing is ever written: any end of reading means the parent left.
+            while let Ok(1..) = std::io::stdin().read(&mut buf) {}
+            control.stop();
+        })
+        .map_err(|e| format!("cannot start the thread that watches the parent: {e}"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn parse(args: &[&str]) -> ServeArgs {
+        let argv = std::iter::once("serve").chain(args.iter().copied());
+        Cli::try_parse_from(argv).map_err(|e| e.to_string()).unwrap().serve
+    }
+
+    /// A worker runs with its parent's flags, except what it must have
+    /// of its own.
+    #[test]
+    fn worker_args_carry_every_flag() {
+        let parent = parse(&[
+            "--proto=sink",
+            "--listen=[::1]:0",
+            "--threads=2",
+            "--procs=4",
+            "--max-conns=7",
+            "--max-output=999",
+            "--drain-timeout=0.1",
+            "--nofile=5000",
+            "--stats-file=/tmp/x.json",
+            "--cpu=1",
+            "--ring-buffers=8",
+            "--ring-buffer-size=128",
+        ]);
+        let addr: SocketAddr = "[::1]:4321".parse().unwrap();
+        let stats = std::env::temp_dir().join("iomux-worker-args-test.json");
+        let argv = parent.worker_args(3, Backend::Uring, addr, stats.clone());
+        let argv: Vec<&str> = argv.iter().map(|a| a.to_str().unwrap()).collect();
+        let worker = parse(&argv);
+        let expected = ServeArgs {
+            backend: Some(Backend::Uring),
+            listen: addr,
+            procs: 1,
+            stats_file: Some(stats),
+            worker: Some(3),
+            ..parent
+        };
+        assert_eq!(format!("{worker:?}"), format!("{expected:?}"));
+        assert!(check(&worker).is_ok());
+        let plain = parse(&[]).worker_args(0, Backend::Epoll, addr, "/tmp/0.json".into());
+        assert!(!plain.iter().any(|a| a == "--max-conns" || a == "--nofile" || a == "--cpu"));
+    }
+
+    #[test]
+    fn a_worker_is_one_process() {
+        assert!(check(&parse(&["--worker=1", "--procs=2"])).is_err());
+        assert!(parse_err(&["--procs=0"]).contains("--procs"));
+        assert!(parse_err(&["--procs=257"]).contains("--procs"));
+    }
+
+    fn parse_err(args: &[&str]) -> String {
+        let argv = std::iter::once("serve").chain(args.iter().copied());
+        Cli::try_parse_from(argv).err().map(|e| e.to_string()).unwrap_or_default()
+    }
+}

@@ -1,0 +1,572 @@
+//! `iomux serve --procs P`: a parent that runs P worker processes on one
+//! address, as nginx's master does. One process may hold only its
+//! RLIMIT_NOFILE of descriptors; P workers together hold P times that.
+//!
+//! The parent serves nothing itself. It reserves the address (a bound but
+//! not listening SO_REUSEPORT socket, so the port stays this server's,
+//! also while a worker restarts), starts each worker as `iomux serve
+//! --worker N` with the same flags, prints one banner once all of them
+//! listen, restarts a worker that dies, passes SIGINT/SIGTERM on as
+//! SIGTERM, and merges the workers' stats files once all have stopped.
+
+use super::ServeArgs;
+use crate::stats::{summary, write_json};
+use crate::CliResult;
+use iomux::Backend;
+use serde_json::{json, Map, Value};
+use signal_hook::consts::{SIGCHLD, SIGINT, SIGTERM};
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitCode, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The exit status when a worker died unexpectedly (see `--procs`).
+const WORKER_DIED: u8 = 3;
+/// More deaths than this of one worker within [`CRASH_WINDOW`] is a crash
+/// loop: restarting again would only burn CPU, so the server stops.
+const CRASH_LIMIT: usize = 5;
+const CRASH_WINDOW: Duration = Duration::from_secs(10);
+/// How long the parent may miss a SIGCHLD (signals of one kind coalesce)
+/// before it looks at its workers anyway.
+const REAP_EVERY: Duration = Duration::from_millis(200);
+/// What a worker's banner starts with (see `serve`).
+const LISTENING: &str = "iomux serve: listening on ";
+
+/// What the parent's main loop waits for.
+enum Event {
+    /// SIGINT, SIGTERM or SIGCHLD.
+    Signal(i32),
+    /// A worker process printed its banner.
+    Listening { pid: u32 },
+}
+
+/// One worker process: a worker number runs several after restarts.
+struct Incarnation {
+    worker: u16,
+    pid: u32,
+    stats_file: PathBuf,
+    /// How it ended (None: it could not be waited for).
+    exit: Option<ExitStatus>,
+}
+
+/// Worker number `n`'s slot.
+struct Worker {
+    n: u16,
+    running: Option<Running>,
+    /// Processes started for this number so far.
+    started: u32,
+    /// When the current process printed its banner.
+    listening: bool,
+    /// Recent unexpected deaths, for the crash-loop guard.
+    deaths: VecDeque<Instant>,
+}
+
+/// A worker process that has not been reaped yet (so its pid is still
+/// its own: signalling it cannot reach another process).
+struct Running {
+    child: Child,
+    /// Held and never written: the worker stops if it closes (the parent
+    /// died), see `stop_when_orphaned`.
+    _stdin: ChildStdin,
+    /// The threads copying its stdout and stderr.
+    pipes: [JoinHandle<()>; 2],
+    /// Its entry in `Supervisor::runs`.
+    run: usize,
+}
+
+struct Supervisor<'a> {
+    args: &'a ServeArgs,
+    backend: Backend,
+    /// The concrete address every worker listens on.
+    addr: SocketAddr,
+    exe: PathBuf,
+    dir: PrivateDir,
+    events: Sender<Event>,
+    workers: Vec<Worker>,
+    runs: Vec<Incarnation>,
+    /// SIGTERM went to the workers: an exit now is the end, not a death.
+    stopping: bool,
+    /// The parent printed its banner: every worker was listening.
+    announced: bool,
+    restarts: u64,
+    /// A worker died while serving: the exit status is [`WORKER_DIED`].
+    died: bool,
+    /// Why the run failed otherwise (start-up, a failed stop).
+    failed: Option<String>,
+}
+
+pub(super) fn run(args: &ServeArgs, backend: Backend) -> CliResult<ExitCode> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the iomux executable to start workers: {e}"))?;
+    // Three pipes per worker: 256 workers need more than the usual 1,024
+    // descriptors. Best effort: with fewer, starting a worker fails clearly.
+    let _ = crate::os::raise_nofile_limit();
+    let (reservation, addr) = reserve(args.listen)?;
+    let dir = PrivateDir::new()?;
+    let (events, rx) = mpsc::channel();
+    // Before any worker exists, so that no SIGCHLD is missed.
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGCHLD])
+        .map_err(|e| format!("cannot handle SIGINT/SIGTERM/SIGCHLD: {e}"))?;
+    let signal_handle = signals.handle();
+    let to_main = events.clone();
+    let signal_thread = spawn_thread("serve-signals", move || {
+        for signal in signals.forever() {
+            if to_main.send(Event::Signal(signal)).is_err() {
+                break;
+            }
+        }
+    })?;
+    let mut sup = Supervisor {
+        args,
+        backend,
+        addr,
+        exe,
+        dir,
+        events,
+        workers: (0..args.procs)
+            .map(|n| Worker { n, running: None, started: 0, listening: false, deaths: VecDeque::new() })
+            .collect(),
+        runs: Vec::new(),
+        stopping: false,
+        announced: false,
+        restarts: 0,
+        died: false,
+        failed: None,
+    };
+    for n in 0..args.procs {
+        if let Err(e) = sup.start(n) {
+            sup.fail(e.to_string());
+            break;
+        }
+    }
+    sup.supervise(&rx);
+    signal_handle.close();
+    let _ = signal_thread.join();
+    drop(reservation);
+    sup.finish()
+}
+
+impl Supervisor<'_> {
+    /// Until every worker has ended: reacts to signals, banners and deaths.
+    fn supervise(&mut self, rx: &Receiver<Event>) {
+        while self.workers.iter().any(|w| w.running.is_some()) {
+            match rx.recv_timeout(REAP_EVERY) {
+                Ok(Event::Signal(SIGCHLD)) | Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+                Ok(Event::Signal(_)) => self.stop(),
+                Ok(Event::Listening { pid }) => self.listening(pid),
+            }
+            self.reap();
+            if !self.announced && !self.stopping && self.workers.iter().all(|w| w.listening) {
+                self.announced = true;
+                let args = self.args;
+                let threads = args.threads;
+                // Ignored: whoever started us may have stopped reading.
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(
+                    out,
+                    "{LISTENING}{} (pid {}, backend {}, proto {:?}, {} procs x {threads} thread{})",
+                    self.addr,
+                    std::process::id(),
+                    self.backend,
+                    args.proto,
+                    args.procs,
+                    if threads == 1 { "" } else { "s" }
+                );
+                let _ = out.flush();
+            }
+        }
+    }
+
+    /// Starts worker `n` (again, after a death).
+    fn start(&mut self, n: u16) -> CliResult<()> {
+        let worker = &mut self.workers[usize::from(n)];
+        worker.started += 1;
+        worker.listening = false;
+        let stats_file = self.dir.0.join(format!("worker-{n}-{}.json", worker.started));
+        let mut child = Command::new(&self.exe)
+            .arg("serve")
+            .args(self.args.worker_args(n, self.backend, self.addr, stats_file.clone()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // A group of its own: a terminal's Ctrl-C reaches the parent
+            // only, which passes on one SIGTERM (a second signal would end
+            // the worker at once instead of letting it drain).
+            .process_group(0)
+            .spawn()
+            .map_err(|e| format!("cannot start worker {n} ({}): {e}", self.exe.display()))?;
+        let pid = child.id();
+        let pipes = match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
+            (Some(stdin), Some(stdout), Some(stderr)) => {
+                copy_pipes(n, pid, stdout, stderr, &self.events).map(|pipes| (stdin, pipes)).map_err(|e| e.to_string())
+            }
+            _ => Err("its pipes are missing".to_string()),
+        };
+        let (stdin, pipes) = match pipes {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("cannot watch worker {n} (pid {pid}): {e}").into());
+            }
+        };
+        self.runs.push(Incarnation { worker: n, pid, stats_file, exit: None });
+        let run = self.runs.len() - 1;
+        self.workers[usize::from(n)].running = Some(Running { child, _stdin: stdin, pipes, run });
+        Ok(())
+    }
+
+    fn listening(&mut self, pid: u32) {
+        let worker = self.workers.iter_mut().find(|w| w.running.as_ref().is_some_and(|r| r.child.id() == pid));
+        // None: a process that has died since; its successor will say so.
+        if let Some(worker) = worker {
+            worker.listening = true;
+            if worker.started > 1 {
+                eprintln!("iomux serve: worker {} restarted (pid {pid}), listening again", worker.n);
+            }
+        }
+    }
+
+    /// SIGTERM to every worker: each stops accepting and drains. A second
+    /// call (a second SIGINT/SIGTERM) ends them at once, as their own
+    /// second signal would.
+    fn stop(&mut self) {
+        self.stopping = true;
+        for running in self.workers.iter().filter_map(|w| w.running.as_ref()) {
+            // Fails only for a process that is gone, which reap will see.
+            let _ = crate::os::terminate(running.child.id());
+        }
+    }
+
+    /// Gives up: the reason is the run's error, and every worker stops.
+    fn fail(&mut self, why: String) {
+        self.failed.get_or_insert(why);
+        self.stop();
+    }
+
+    /// Waits for the workers that have ended, and acts on each.
+    fn reap(&mut self) {
+        for i in 0..self.workers.len() {
+            let Some(running) = &mut self.workers[i].running else { continue };
+            let exit = match running.child.try_wait() {
+                Ok(None) => continue,
+                Ok(Some(status)) => Some(status),
+                Err(e) => {
+                    // Cannot happen for our own child; if it does, it must
+                    // not be waited on forever either.
+                    let pid = running.child.id();
+                    let _ = running.child.kill();
+                    self.failed.get_or_insert(format!("cannot wait for worker process {pid}: {e}"));
+                    None
+                }
+            };
+            let Some(running) = self.workers[i].running.take() else { continue };
+            // Its last words first, then what the parent says of it.
+            for pipe in running.pipes {
+                let _ = pipe.join();
+            }
+            self.runs[running.run].exit = exit;
+            if let Some(status) = exit {
+                self.ended(i, self.runs[running.run].pid, status);
+            }
+        }
+    }
+
+    /// Worker slot `i`'s process `pid` ended with `status`.
+    fn ended(&mut self, i: usize, pid: u32, status: ExitStatus) {
+        let worker = &mut self.workers[i];
+        let who = format!("worker {} (pid {pid})", worker.n);
+        if self.stopping {
+            // A SIGTERM that came before the worker handled signals ends
+            // it by default: a stop too. After its banner it handles them,
+            // and only a second one (the user's second signal) ends it so,
+            // its figures lost: that is said, and the exit status says it.
+            let stopped_early = !worker.listening && matches!(status.signal(), Some(SIGTERM | SIGINT));
+            if !status.success() && !stopped_early {
+                self.failed.get_or_insert(format!("{who} {} while stopping", describe(status)));
+            }
+            return;
+        }
+        if worker.started == 1 && !worker.listening {
+            // Its own error (address, limits, backend) is on stderr already.
+            self.fail(format!("{who} {} before it listened", describe(status)));
+            return;
+        }
+        self.died = true;
+        let now = Instant::now();
+        worker.deaths.push_back(now);
+        while worker.deaths.front().is_some_and(|&t| now.duration_since(t) > CRASH_WINDOW) {
+            worker.deaths.pop_front();
+        }
+        if worker.deaths.len() > CRASH_LIMIT {
+            eprintln!(
+                "iomux serve: {who} {}; it died {} times within {} s, so it is not restarted: stopping",
+                describe(status),
+                worker.deaths.len(),
+                CRASH_WINDOW.as_secs()
+            );
+            self.stop();
+            return;
+        }
+        eprintln!("iomux serve: {who} {}; restarting", describe(status));
+        let n = worker.n;
+        match self.start(n) {
+            Ok(()) => self.restarts += 1,
+            Err(e) => self.fail(e.to_string()),
+        }
+    }
+
+    /// After every worker has ended: the merged figures, the summary, the
+    /// exit status.
+    fn finish(self) -> CliResult<ExitCode> {
+        if !self.announced {
+            // Never served: there are no figures to speak of.
+            return Err(self.failed.unwrap_or_else(|| "stopped before every worker listened".into()).into());
+        }
+        let mut workers = Vec::new();
+        let mut lost = Vec::new();
+        let mut failed = self.failed;
+        let mut runs: Vec<&Incarnation> = self.runs.iter().collect();
+        runs.sort_by_key(|run| run.worker); // stable: a worker's processes in order
+        for run in runs {
+            let exit = run.exit.map_or_else(|| "unknown".to_string(), describe);
+            match read_stats(&run.stats_file) {
+                Ok(mut stats) => {
+                    stats["worker"] = json!(run.worker);
+                    stats["pid"] = json!(run.pid);
+                    workers.push(stats);
+                }
+                Err(why) => {
+                    if run.exit.is_some_and(|s| s.success()) {
+                        failed.get_or_insert(format!("worker {} (pid {}) left no stats: {why}", run.worker, run.pid));
+                    }
+                    lost.push(json!({ "worker": run.worker, "pid": run.pid, "exit": exit }));
+                }
+            }
+        }
+        let args = self.args;
+        let proto = format!("{:?}", args.proto).to_lowercase();
+        let mut stats = merge(&workers, self.backend, &proto);
+        stats["procs"] = json!(args.procs);
+        stats["restarts"] = json!(self.restarts);
+        stats["workers"] = Value::Array(workers);
+        // Figures of a worker process killed before it wrote them (they
+        // were in its memory only): the sums above leave them out.
+        stats["lost"] = Value::Array(lost);
+        let restarts = match self.restarts {
+            0 => String::new(),
+            1 => ", 1 restart".to_string(),
+            n => format!(", {n} restarts"),
+        };
+        eprintln!("iomux serve: stopped ({} procs{restarts}). {}", args.procs, summary(&stats));
+        if let Some(path) = &args.stats_file {
+            write_json(path, &stats)?;
+        }
+        if self.died {
+            // The death decides the status; anything else is said too.
+            if let Some(why) = failed {
+                eprintln!("iomux serve: {why}");
+            }
+            return Ok(ExitCode::from(WORKER_DIED));
+        }
+        match failed {
+            Some(why) => Err(why.into()),
+            None => Ok(ExitCode::SUCCESS),
+        }
+    }
+}
+
+/// Threads that copy worker `n`'s stdout (its banner: an event; anything
+/// else: to the parent's stdout) and stderr (each line marked with the
+/// worker's number) until the worker closes them.
+fn copy_pipes(
+    n: u16,
+    pid: u32,
+    stdout: impl Read + Send + 'static,
+    stderr: impl Read + Send + 'static,
+    events: &Sender<Event>,
+) -> std::io::Result<[JoinHandle<()>; 2]> {
+    let events = events.clone();
+    let out = spawn_thread(&format!("worker-{n}-stdout"), move || {
+        for_each_line(stdout, |line| {
+            if line.starts_with(LISTENING.as_bytes()) {
+                let _ = events.send(Event::Listening { pid });
+            } else {
+                let _ = std::io::stdout().lock().write_all(line);
+            }
+        })
+    })?;
+    let err = spawn_thread(&format!("worker-{n}-stderr"), move || {
+        for_each_line(stderr, |line| {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "[worker {n}] ");
+            let _ = err.write_all(line);
+        })
+    })?;
+    Ok([out, err])
+}
+
+/// Calls `f` with each line of `from` (newline included), until EOF or an
+/// error; lines need not be UTF-8.
+fn for_each_line(from: impl Read, mut f: impl FnMut(&[u8])) {
+    let mut from = BufReader::new(from);
+    let mut line = Vec::new();
+    while let Ok(1..) = from.read_until(b'\n', &mut line) {
+        f(&line);
+        line.clear();
+    }
+}
+
+/// A named thread with a small stack: the parent runs two per worker.
+fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new().name(name.into()).stack_size(64 << 10).spawn(f)
+}
+
+/// Binds (without listening) a SO_REUSEPORT socket to `addr`: port 0
+/// becomes a concrete port for every worker, and no other program can
+/// take the port while this server runs, even between a worker's death
+/// and its restart. A port some other socket holds is refused here, as
+/// "address in use", before any worker starts. Bound only, the socket
+/// gets no connections.
+fn reserve(addr: SocketAddr) -> CliResult<(OwnedFd, SocketAddr)> {
+    use rustix::net::{bind, getsockname, socket_with, sockopt, AddressFamily, SocketFlags, SocketType};
+    let family = if addr.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
+    let fd = socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None)
+        .map_err(|e| format!("cannot reserve {addr}: socket: {e}"))?;
+    // As the workers' listeners have them: the kernel lets sockets share
+    // a port only if they all set SO_REUSEPORT.
+    sockopt::set_socket_reuseaddr(&fd, true).map_err(|e| format!("cannot reserve {addr}: SO_REUSEADDR: {e}"))?;
+    sockopt::set_socket_reuseport(&fd, true).map_err(|e| format!("cannot reserve {addr}: SO_REUSEPORT: {e}"))?;
+    bind(&fd, &addr).map_err(|e| iomux::Error::Bind { addr, source: e.into() })?;
+    let local = getsockname(&fd)
+        .ok()
+        .and_then(|a| SocketAddr::try_from(a).ok())
+        .ok_or_else(|| format!("cannot read back the address {addr} was bound to"))?;
+    Ok((fd, local))
+}
+
+/// A folder only this user can enter, for the workers' stats files;
+/// removed with what it holds when dropped.
+struct PrivateDir(PathBuf);
+
+impl PrivateDir {
+    fn new() -> CliResult<PrivateDir> {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let path = std::env::temp_dir().join(format!("iomux-serve-{}-{nanos}", std::process::id()));
+        // `create` refuses a path that exists: nobody else's folder is used.
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&path)
+            .map_err(|e| format!("cannot create a folder for the workers' stats, {}: {e}", path.display()))?;
+        Ok(PrivateDir(path))
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn read_stats(path: &Path) -> Result<Value, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// How a process ended, in words: "exited with status 1", "was killed by
+/// signal 9 (SIGKILL)".
+fn describe(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("exited with status {code}");
+    }
+    match status.signal() {
+        Some(signal) => {
+            let name = signal_hook::low_level::signal_name(signal).map(|n| format!(" ({n})")).unwrap_or_default();
+            let core = if status.core_dumped() { ", core dumped" } else { "" };
+            format!("was killed by signal {signal}{name}{core}")
+        }
+        None => format!("ended ({status})"),
+    }
+}
+
+/// Counters that add up over workers; `peak_conns` and `peak_rss_bytes`
+/// too (the workers' peaks need not coincide: the sum bounds the whole
+/// server's from above).
+const SUMMED: [&str; 14] = [
+    "loops",
+    "accepted",
+    "connected",
+    "closed",
+    "closed_abnormally",
+    "refused",
+    "accept_backoffs",
+    "bytes_in",
+    "bytes_out",
+    "messages",
+    "turns",
+    "peak_conns",
+    "syscalls_total",
+    "peak_rss_bytes",
+];
+
+/// The workers' stats JSON merged into one of the same shape, as
+/// `LoopStats::merge` merges loops: sums, except the longest `wall_s` and
+/// the largest `peak_output_bytes` (one connection's).
+fn merge(workers: &[Value], backend: Backend, proto: &str) -> Value {
+    let u64s = |key: &'static str| workers.iter().map(move |w| w[key].as_u64().unwrap_or(0));
+    let f64s = |key: &'static str| workers.iter().map(move |w| w[key].as_f64().unwrap_or(0.0));
+    let mut merged = json!({
+        "backend": backend.name(),
+        "proto": proto,
+        "user_cpu_s": f64s("user_cpu_s").sum::<f64>(),
+        "sys_cpu_s": f64s("sys_cpu_s").sum::<f64>(),
+        "wall_s": f64s("wall_s").fold(0.0, f64::max),
+        "peak_output_bytes": u64s("peak_output_bytes").max().unwrap_or(0),
+        "uring_setup": workers.iter().map(|w| &w["uring_setup"]).find(|v| !v.is_null()).cloned().unwrap_or(Value::Null),
+    });
+    for key in SUMMED {
+        merged[key] = json!(u64s(key).sum::<u64>());
+    }
+    let mut syscalls = Map::new();
+    for (kind, n) in workers.iter().filter_map(|w| w["syscalls"].as_object()).flatten() {
+        let sum = syscalls.get(kind).and_then(Value::as_u64).unwrap_or(0) + n.as_u64().unwrap_or(0);
+        syscalls.insert(kind.clone(), json!(sum));
+    }
+    merged["syscalls"] = Value::Object(syscalls);
+    merged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_sums_counters_and_keeps_maxima() {
+        let a = json!({"accepted": 2, "bytes_out": 10, "peak_conns": 2, "wall_s": 1.5, "user_cpu_s": 0.25,
+                       "peak_output_bytes": 7, "syscalls": {"read": 3, "accept4": 2}, "uring_setup": null});
+        let b = json!({"accepted": 3, "bytes_out": 5, "peak_conns": 3, "wall_s": 2.0, "user_cpu_s": 0.5,
+                       "peak_output_bytes": 4, "syscalls": {"read": 1, "write": 4}, "uring_setup": "sqpoll"});
+        let m = merge(&[a, b], Backend::Epoll, "echo");
+        assert_eq!(m["accepted"], 5);
+        assert_eq!(m["bytes_out"], 15);
+        assert_eq!(m["peak_conns"], 5);
+        assert_eq!(m["wall_s"], 2.0);
+        assert_eq!(m["user_cpu_s"], 0.75);
+        assert_eq!(m["peak_output_bytes"], 7);
+        assert_eq!(m["syscalls"], json!({"read": 4, "accept4": 2, "write": 4}));
+        assert_eq!(m["uring_setup"], "sqpoll");
+        assert_eq!(m["backend"], "epoll");
+    }
+
+    #[test]
+    fn exits_are_described() {
+        assert_eq!(describe(ExitStatus::from_raw(9)), "was killed by signal 9 (SIGKILL)");
+        assert_eq!(describe(ExitStatus::from_raw(1 << 8)), "exited with status 1");
+    }
+}
