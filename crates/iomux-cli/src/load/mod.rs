@@ -338,9 +338,10 @@ pub fn run(args: LoadArgs) -> CliResult<ExitCode> {
     let procs = usize::from(args.procs);
     if procs > 1 {
         args.share().check_split(procs, "--procs")?;
-        let largest = args.share().part(procs, 0);
-        check_descriptors(largest.conns + largest.idle, usize::from(args.threads), args.procs)?;
     }
+    // Part 0 is the largest.
+    let largest = args.share().part(procs, 0);
+    check_descriptors(largest.conns + largest.idle, usize::from(args.threads), args.procs)?;
     // The figures are written at the end: refuse a path they could not go
     // to now, before any load.
     for path in [&args.json, &args.hdr_log].into_iter().flatten() {
