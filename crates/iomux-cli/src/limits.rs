@@ -74,14 +74,8 @@ impl Kernel {
                 read_u64("/proc/sys/net/netfilter/nf_conntrack_count").unwrap_or(0),
             )
         });
-        let mem_total_kib = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|m| {
-                m.lines()
-                    .find_map(|l| l.strip_prefix("MemTotal:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            })
-            .unwrap_or(0);
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let mem_total_kib = crate::os::kib_field(&meminfo, "MemTotal:").unwrap_or(0);
         Kernel {
             file_max: read_u64("/proc/sys/fs/file-max").unwrap_or(0),
             nr_open: read_u64("/proc/sys/fs/nr_open").unwrap_or(0),
@@ -183,9 +177,9 @@ pub fn check(need: &Need, k: &Kernel) -> Vec<Finding> {
             true,
             false,
             format!(
-                "spread over more source addresses (--bind 127.0.0.2-127.0.0.{}) or sysctl -w \
-                 net.ipv4.ip_local_port_range=\"1024 65535\"",
-                (need.conns_per_dest.div_ceil(k.ports().max(1)) + 1).min(254)
+                "spread over {} or more source addresses (iomux load does so by itself towards a loopback \
+                 server; --bind A-B otherwise) or sysctl -w net.ipv4.ip_local_port_range=\"1024 65535\"",
+                need.conns_per_dest.div_ceil(k.ports().max(1) * 9 / 10)
             ),
         );
         ports_at = Some((
@@ -216,7 +210,8 @@ pub fn check(need: &Need, k: &Kernel) -> Vec<Finding> {
         // Loaded but tracking nothing (no rule uses it): a full table would
         // matter only once a firewall rule starts tracking connections.
         let tracking = count > 0;
-        let needed = need.sockets / 2 + count;
+        // One entry per connection, wherever its server runs.
+        let needed = need.conns_per_dest.max(need.sockets / 2) + count;
         let fix = format!("sysctl -w net.netfilter.nf_conntrack_max={needed}");
         let at = push("net.netfilter.nf_conntrack_max", max, needed, tracking, !tracking, fix);
         if !tracking {
@@ -225,6 +220,15 @@ pub fn check(need: &Need, k: &Kernel) -> Vec<Finding> {
     }
     let pages = tcp_pages(need.sockets);
     let high = tcp_mem_high(pages, k);
+    let tcp_fix = if high < pages {
+        format!(
+            "this machine has too little memory: the run needs about {} MiB of TCP memory, more than half of its {} MiB",
+            (pages * 4096) >> 20,
+            k.mem_total_bytes >> 20
+        )
+    } else {
+        format!("sysctl -w net.ipv4.tcp_mem=\"{} {} {high}\"", high / 2, high * 3 / 4)
+    };
     push(
         "net.ipv4.tcp_mem (high, pages)",
         k.tcp_mem[2],
@@ -232,7 +236,7 @@ pub fn check(need: &Need, k: &Kernel) -> Vec<Finding> {
         // Above its high mark the stack refuses socket memory: sends stall.
         true,
         false,
-        format!("sysctl -w net.ipv4.tcp_mem=\"{} {} {high}\"", high / 2, high * 3 / 4),
+        tcp_fix,
     );
     if let Some((at, text)) = ports_at {
         out[at].current = text;
@@ -290,14 +294,15 @@ pub struct LimitsArgs {
     /// server runs on this machine too).
     #[arg(long, default_value_t = 1_000_000)]
     conns: u64,
-    /// Processes each side (server, load) is spread over.
-    #[arg(long, default_value_t = 0)]
+    /// Processes each side (server, load) is spread over [default: as few
+    /// as the descriptor limit allows]
+    #[arg(long, default_value_t = 0, hide_default_value = true)]
     procs: u64,
     /// The server runs on another machine: only the load's sockets are here.
     #[arg(long)]
     remote_server: bool,
     /// Source addresses the load spreads its connections over [default:
-    /// as many as the port range needs].
+    /// one per 5,000 connections, as iomux load picks them on loopback]
     #[arg(long)]
     sources: Option<u64>,
     /// Print only `key=value` lines for the settings to change (what
@@ -404,7 +409,7 @@ mod tests {
         assert_eq!(blocking(&f), ["RLIMIT_NOFILE (hard)", "net.ipv4.ip_local_port_range"]);
         let text = render(&f);
         assert!(text.contains("BLOCKS"), "{text}");
-        assert!(text.contains("--bind 127.0.0.2-127.0.0.3"), "{text}");
+        assert!(text.contains("spread over 2 or more source addresses"), "{text}");
     }
 
     #[test]

@@ -82,17 +82,65 @@ pub fn usage() -> io::Result<Usage> {
     Ok(Usage { user: tv(ru.ru_utime), system: tv(ru.ru_stime), peak_rss: ru.ru_maxrss as u64 * 1024 })
 }
 
+/// The value of a `Field:   N kB` line (of /proc/meminfo or
+/// /proc/PID/status), in KiB.
+pub fn kib_field(text: &str, field: &str) -> Option<u64> {
+    text.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
 /// The process image's peak resident memory, in bytes (VmHWM from
 /// /proc/self/status). Unlike ru_maxrss it excludes the parent's pages a
 /// child inherited between fork and exec.
 pub fn peak_rss() -> io::Result<u64> {
     let status = std::fs::read_to_string("/proc/self/status")?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    kib_field(&status, "VmHWM:")
         .map(|kb| kb * 1024)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no VmHWM in /proc/self/status"))
+}
+
+/// A folder only this user can enter, in the temporary folder, for a
+/// run's working files (results of child processes); removed with what
+/// it holds when dropped.
+pub struct PrivateDir(pub std::path::PathBuf);
+
+impl PrivateDir {
+    /// `what` names the contents, for the error.
+    pub fn new(prefix: &str, what: &str) -> io::Result<PrivateDir> {
+        use std::os::unix::fs::DirBuilderExt;
+        let base = std::env::temp_dir();
+        for n in 0..100u32 {
+            let path = base.join(format!("{prefix}-{}-{n}", std::process::id()));
+            // `create` refuses a path that exists: nobody else's folder is used.
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return Ok(PrivateDir(path)),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("creating a folder for {what} in {}: {e}", base.display()),
+                    ))
+                }
+            }
+        }
+        Err(io::Error::other(format!("no free folder name for {what} in {}", base.display())))
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// TcpExt ListenOverflows from /proc/net/netstat (its names line, then its
+/// values line): SYNs this network namespace dropped because a listen
+/// queue was full.
+pub fn listen_overflows() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/net/netstat").ok()?;
+    let mut tcp_ext = text.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (names, values) = (tcp_ext.next()?, tcp_ext.next()?);
+    let at = names.split_whitespace().position(|n| n == "ListenOverflows")?;
+    values.split_whitespace().nth(at)?.parse().ok()
 }
 
 #[cfg(test)]

@@ -332,6 +332,29 @@ fn three_processes_verify_every_byte_and_agree_with_the_server() {
     assert_eq!(report["client"]["loops"], 6, "two loops in each of three processes");
 }
 
+/// More connections than one process may hold (20,000 descriptors here),
+/// on both sides: `serve --procs 3` and `load --procs 3`.
+#[test]
+fn thirty_thousand_connections_over_three_processes_each_side() {
+    let _turn = heavy();
+    let server = Serve::start("epoll", &["--procs", "3"]);
+    let LoadRun { report, status, output } =
+        load(server.addr, &["--procs", "3", "--conns", "30000", "--per-conn", "2", "--timeout", "120"]);
+    let (stats, _) = server.stop();
+    assert!(status.success(), "{output}");
+    assert_eq!(report["connected"], 30_000, "{output}");
+    assert_eq!(report["echoes"], 60_000, "{report}");
+    assert_eq!(report["errors"]["total"], 0, "{report}");
+    assert_eq!(stats["procs"], 3);
+    assert_eq!(stats["accepted"], 30_000, "server and client agree: {stats}");
+    assert_eq!(stats["bytes_in"], 60_000 * 100);
+    assert_eq!(stats["bytes_out"], 60_000 * 100, "the server echoed exactly what was verified");
+    let per_worker: Vec<u64> =
+        stats["workers"].as_array().unwrap().iter().map(|w| w["accepted"].as_u64().unwrap()).collect();
+    assert!(per_worker.iter().all(|&n| n < 20_000), "no worker held more than one process may: {per_worker:?}");
+    assert!(output.contains("source addresses"), "30,000 connections spread over source addresses: {output}");
+}
+
 #[test]
 fn the_hdr_log_is_a_standard_interval_log() {
     use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
@@ -433,4 +456,31 @@ fn merge_refuses_what_does_not_add_up() {
     let out = iomux().arg("merge").arg(&a).output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `iomux limits` names what blocks a run and how to lift it; a load
+/// that one process cannot hold is refused before any connection.
+#[test]
+fn limits_name_the_blocking_setting_and_its_fix() {
+    // More connections than one process may hold, wherever this runs.
+    let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile).maximum.unwrap_or(1 << 20);
+    let too_many = (hard + 1000).to_string();
+    let out = iomux().args(["limits", "--conns", &too_many, "--procs", "1"]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    let line = said.lines().find(|l| l.contains("RLIMIT_NOFILE")).expect("an RLIMIT_NOFILE row");
+    assert!(line.contains("BLOCKS"), "{said}");
+    assert!(said.contains("run more processes (--procs)"), "{said}");
+    let fine = iomux().args(["limits", "--conns", "1000"]).output().unwrap();
+    assert!(fine.status.success(), "{}", String::from_utf8_lossy(&fine.stdout));
+    let sysctl = iomux().args(["limits", "--conns", "1000", "--sysctl"]).output().unwrap();
+    assert!(sysctl.status.success());
+    for line in String::from_utf8_lossy(&sysctl.stdout).lines() {
+        let (key, value) = line.split_once('=').unwrap_or_else(|| panic!("not key=value: {line}"));
+        assert!(!key.is_empty() && !value.is_empty(), "{line}");
+    }
+    let load = iomux().args(["load", "--connect", "127.0.0.1:9", "--conns", &too_many]).output().unwrap();
+    let said = String::from_utf8_lossy(&load.stderr);
+    assert_eq!(load.status.code(), Some(1), "{said}");
+    assert!(said.contains("--procs"), "the refusal says how to run it: {said}");
 }

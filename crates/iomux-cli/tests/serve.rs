@@ -501,4 +501,12 @@ fn procs_refuse_bad_input() {
     let said = String::from_utf8_lossy(&busy.stderr);
     assert_eq!(busy.status.code(), Some(1), "{said}");
     assert!(said.contains("address in use") && !said.contains("[worker"), "{said}");
+    // A server already listening with SO_REUSEPORT would let a second one
+    // join its group and share its connections: refused too.
+    let first = Serve::start("epoll", &["--procs", "2"]);
+    let second = iomux().args(["serve", "--procs", "2", "--listen", &first.addr.to_string()]).output().unwrap();
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{said}");
+    assert!(said.contains("already listens"), "{said}");
+    first.stop();
 }

@@ -162,7 +162,11 @@ impl ServerChild {
     /// in bytes: what their summed peak RSS in the stats compares with.
     pub fn workers_rss(&self) -> u64 {
         let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", self.pid)).unwrap_or_default();
-        children.split_whitespace().filter_map(|p| p.parse::<u32>().ok()).map(|pid| status_kib(pid, "VmRSS:") * 1024).sum()
+        children
+            .split_whitespace()
+            .filter_map(|p| p.parse::<u32>().ok())
+            .map(|pid| status_kib(pid, "VmRSS:") * 1024)
+            .sum()
     }
 
     fn status_kib(&self, field: &str) -> u64 {
@@ -239,14 +243,8 @@ impl Drop for ServerChild {
 
 /// A `kB` field of /proc/PID/status, in KiB (0 when unreadable).
 fn status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix(field))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .unwrap_or(0)
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    crate::os::kib_field(&status, field).unwrap_or(0)
 }
 
 /// The total syscall count in perf's CSV (`count,,event,...`) or strace's

@@ -22,7 +22,7 @@ pub struct Args {
     pub conns: Option<usize>,
     /// Processes each side (server, load) when the connections need
     /// several [default: as few as the descriptor limit allows]
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, hide_default_value = true)]
     pub procs: usize,
     /// Load threads the connections are spread over.
     #[arg(long, default_value_t = 2)]
@@ -71,7 +71,7 @@ struct CrossCheck {
 pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResult<Outcome> {
     let hard = settings.machine.nofile_hard as usize;
     // One server process holds every connection plus a few fds of its own.
-    let server_max = hard.saturating_sub(64);
+    let server_max = hard.saturating_sub(crate::limits::FDS_OVERHEAD as usize);
     let conns = match args.conns {
         Some(0) => return Err("--conns must be at least 1".into()),
         Some(c) => c,
@@ -83,7 +83,10 @@ pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResul
         Some(m) => m,
         None => 100,
     };
-    if conns > server_max || args.procs > 1 {
+    // One process each side, one source address: beyond either limit the
+    // run needs several processes and the load's own choice of sources.
+    let one_source = crate::limits::Kernel::read().ports() as usize * 9 / 10;
+    if conns > server_max.min(one_source) || args.procs > 1 {
         let backends = args.backends.clone().unwrap_or_else(|| FULL_BACKENDS.to_vec());
         if let Some(b) = backends.iter().find(|b| **b == Backend::Select) {
             return Err(format!("{b} cannot hold {conns} connections (FD_SETSIZE is 1024)").into());

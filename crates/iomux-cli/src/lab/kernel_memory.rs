@@ -23,10 +23,7 @@ pub struct Reading {
 }
 
 fn meminfo_kib(text: &str, field: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
+    crate::os::kib_field(text, field).unwrap_or(0)
 }
 
 /// The value after `key` on sockstat's `TCP:` line.

@@ -19,6 +19,8 @@ mod sink;
 mod syscall_rate;
 mod table;
 
+pub use table::thousands;
+
 use crate::CliResult;
 use machine::Machine;
 use serde::Serialize;

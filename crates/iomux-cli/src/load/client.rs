@@ -75,6 +75,8 @@ pub struct Report {
     pub setup: Option<(Instant, Instant)>,
     /// When measuring began (the earliest loop's start, when merged).
     pub measure_start: Option<Instant>,
+    /// When measuring ended (the latest loop's end, when merged).
+    pub measure_end: Option<Instant>,
     /// --hdr-log: the measured latencies second by second.
     pub intervals: Vec<Interval>,
     pub interval_error: Option<String>,
@@ -97,6 +99,7 @@ impl Report {
             first_error: None,
             setup: None,
             measure_start: None,
+            measure_end: None,
             intervals: Vec::new(),
             interval_error: None,
         }
@@ -132,6 +135,7 @@ impl Report {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        self.measure_end = self.measure_end.max(o.measure_end);
         self.intervals.extend(o.intervals.iter().cloned());
         if self.interval_error.is_none() {
             self.interval_error.clone_from(&o.interval_error);
@@ -446,6 +450,7 @@ impl Client {
         self.sending = false;
         if self.measuring && self.report.measured.is_zero() {
             self.report.measured = self.measure_start.elapsed();
+            self.report.measure_end = Some(Instant::now());
         }
         if self.in_flight == 0 {
             self.finish(io);
@@ -461,6 +466,7 @@ impl Client {
         self.finishing = true;
         if self.measuring && self.report.measured.is_zero() {
             self.report.measured = self.measure_start.elapsed();
+            self.report.measure_end = Some(Instant::now());
         }
         self.report.unanswered += self.in_flight as u64;
         self.in_flight = 0;

@@ -263,6 +263,9 @@ impl LoadArgs {
 
 /// How long the run is: a duration, or a number of messages (None).
 fn checked_duration(args: &LoadArgs) -> CliResult<Option<Duration>> {
+    if args.hdr_log.is_some() && args.mode == LoadMode::Sink {
+        return Err("--hdr-log records echo latency, and --mode sink has none".into());
+    }
     if let Some(r) = args.rate {
         if !(r.is_finite() && r > 0.0) {
             return Err(format!("--rate must be a positive number of messages per second, not {r}").into());
@@ -357,7 +360,26 @@ pub fn run(args: LoadArgs) -> CliResult<ExitCode> {
             }
             sources::Choice::Short(why) => eprintln!("iomux load: warning: {why}"),
         }
+        let conns = (args.conns + args.idle) as u64;
+        // A loopback server's sockets are on this machine too.
+        let both_ends = if args.connect.ip().is_loopback() { 2 } else { 1 };
+        crate::limits::require(
+            &format!("iomux load of {conns} connections"),
+            &crate::limits::Need {
+                sockets: both_ends * conns,
+                conns_per_dest: conns,
+                sources: args.bind.as_ref().map_or(1, |b| b.0.len() as u64),
+                fds_per_process: (largest.conns + largest.idle) as u64 + crate::limits::FDS_OVERHEAD,
+                accept_burst: 0,
+            },
+        )?;
     }
+    if args.report_progress {
+        // A --procs child: ends when its parent does, however that dies.
+        let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM));
+    }
+    // Children leave it to the parent, which watches the whole run.
+    let overflows_before = (!args.report_progress).then(crate::os::listen_overflows).flatten();
     let (mut result, failed) = if procs > 1 {
         procs::run(&args)?
     } else {
@@ -368,6 +390,7 @@ pub fn run(args: LoadArgs) -> CliResult<ExitCode> {
         (outcome.result, Vec::new())
     };
     result.shard = shard;
+    result.listen_overflows = overflows_before.and_then(|b| Some(crate::os::listen_overflows()?.saturating_sub(b)));
     summary::conclude("iomux load", &result, args.json.as_deref(), !args.report_progress, &failed)
 }
 

@@ -13,40 +13,12 @@ use crate::CliResult;
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Lines of a failed child's stderr kept for the report.
 const STDERR_TAIL: usize = 10;
-
-/// A folder only this user can read, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> CliResult<TempDir> {
-        use std::os::unix::fs::DirBuilderExt;
-        let base = std::env::temp_dir();
-        for n in 0..100u32 {
-            let path = base.join(format!("iomux-load-{}-{n}", std::process::id()));
-            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => return Ok(TempDir(path)),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => {
-                    return Err(
-                        format!("creating a folder for the processes' results in {}: {e}", base.display()).into()
-                    )
-                }
-            }
-        }
-        Err(format!("no free folder name for the processes' results in {}", base.display()).into())
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// One child process, as its output readers share it.
 struct Proc {
@@ -66,6 +38,19 @@ impl Proc {
     }
 }
 
+/// Removes the hooks once the children are done. signal-hook keeps its
+/// handler installed, so a signal during the short merge that follows is
+/// ignored rather than ending the process.
+struct Unhook(Vec<signal_hook::SigId>);
+
+impl Drop for Unhook {
+    fn drop(&mut self) {
+        for hook in self.0.drain(..) {
+            signal_hook::low_level::unregister(hook);
+        }
+    }
+}
+
 /// A running child, as the waiting loop holds it.
 struct Running {
     child: Child,
@@ -78,7 +63,17 @@ struct Running {
 /// wrong with children that left no result (the run then fails).
 pub fn run(args: &LoadArgs) -> CliResult<(LoadResult, Vec<String>)> {
     let n = usize::from(args.procs);
-    let dir = TempDir::new()?;
+    let dir = crate::os::PrivateDir::new("iomux-load", "the processes' results")?;
+    // SIGINT/SIGTERM stop the children and end the run here, so that the
+    // result folder is removed, instead of ending this process at once.
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let mut hooks = Vec::new();
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let hook = signal_hook::flag::register(signal, interrupted.clone())
+            .map_err(|e| format!("handling signal {signal} while --procs children run: {e}"))?;
+        hooks.push(hook);
+    }
+    let _unhook = Unhook(hooks);
     let exe = std::env::current_exe().map_err(|e| format!("finding this program to start --procs children: {e}"))?;
     let whole = args.share();
     let (mut procs, mut running) = (Vec::with_capacity(n), Vec::with_capacity(n));
@@ -129,7 +124,7 @@ pub fn run(args: &LoadArgs) -> CliResult<(LoadResult, Vec<String>)> {
                 scope.spawn(move || read_stderr(p, err, display));
             }
         }
-        watch(&mut running, &procs, &display)
+        watch(&mut running, &procs, &display, &interrupted)
     });
     display.finish();
     waited?;
@@ -160,8 +155,10 @@ pub fn run(args: &LoadArgs) -> CliResult<(LoadResult, Vec<String>)> {
     merged.procs = summaries;
     if let Some(path) = &args.hdr_log {
         let mut log = Log::default();
-        let succeeded = procs.iter().zip(&running).filter(|(_, r)| r.status.is_some_and(|s| s.success()));
-        for (p, _) in succeeded {
+        // Every child whose result was merged, errors or not: the log adds
+        // up to the JSON.
+        let merged_children = procs.iter().zip(&running).filter(|(_, r)| LoadResult::read(&r.json).is_ok());
+        for (p, _) in merged_children {
             if let Some(child_log) = &p.args.hdr_log {
                 log.absorb(Log::read(child_log).map_err(|e| format!("{}: {e}", p.describe()))?);
             }
@@ -174,8 +171,13 @@ pub fn run(args: &LoadArgs) -> CliResult<(LoadResult, Vec<String>)> {
 /// Waits for every child, showing their summed progress; when one dies
 /// without a result (it could not start its load), stops the others: the
 /// run has failed and they would only keep the machine busy.
-fn watch(running: &mut [Running], procs: &[Proc], display: &Display) -> CliResult<()> {
+fn watch(running: &mut [Running], procs: &[Proc], display: &Display, interrupted: &AtomicBool) -> CliResult<()> {
     loop {
+        if interrupted.load(Ordering::Relaxed) {
+            display.println("iomux load: interrupted; stopping every process");
+            stop_all(running);
+            return Err("interrupted by a signal".into());
+        }
         let mut alive = 0;
         let mut broken = None;
         for (i, r) in running.iter_mut().enumerate().filter(|(_, r)| r.status.is_none()) {

@@ -32,12 +32,23 @@ pub struct LoadResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<ShardOf>,
     pub connected: u64,
-    /// Measured seconds (the longest, when merged).
+    /// Measured seconds: from the first loop's start of measuring to the
+    /// last loop's end (loops and processes start measuring once their own
+    /// connections are up, so one loop's phase would understate the run).
     pub seconds: f64,
+    /// Unix seconds of that start and that end.
+    #[serde(default)]
+    pub measure_window: Option<(f64, f64)>,
     /// Seconds from the first connect to the last connection established or failed.
     pub setup_s: f64,
     /// Unix seconds of that first connect and that last connection.
     pub setup_window: Option<(f64, f64)>,
+    /// Listen-queue overflows (TcpExtListenOverflows) on this machine, all
+    /// listeners, while the load ran: SYNs dropped because a server did
+    /// not accept fast enough (each retried after a second). Summed over
+    /// hosts when shards merge.
+    #[serde(default)]
+    pub listen_overflows: Option<u64>,
     pub echoes: u64,
     pub echo_bytes: u64,
     pub sent_messages: u64,
@@ -113,6 +124,8 @@ impl LoadResult {
         clock: &UnixClock,
     ) -> CliResult<LoadResult> {
         let window = r.setup.map(|(a, b)| (clock.unix(a).as_secs_f64(), clock.unix(b).as_secs_f64()));
+        let measure_window =
+            r.measure_start.zip(r.measure_end).map(|(a, b)| (clock.unix(a).as_secs_f64(), clock.unix(b).as_secs_f64()));
         let mut result = LoadResult {
             kind: KIND.into(),
             connect: args.connect.to_string(),
@@ -126,9 +139,11 @@ impl LoadResult {
             first_conn: u64::from(args.first_conn),
             shard: None,
             connected: r.connected,
-            seconds: r.measured.as_secs_f64(),
+            seconds: measure_window.map_or(r.measured.as_secs_f64(), |(a, b)| b - a),
+            measure_window,
             setup_s: window.map_or(0.0, |(a, b)| b - a),
             setup_window: window,
+            listen_overflows: None,
             echoes: r.echoes,
             echo_bytes: r.echo_bytes,
             sent_messages: r.sent_messages,

@@ -25,7 +25,15 @@ pub fn print(r: &LoadResult) {
         "iomux load: {} connections (+{} idle) to {}, client backend {}, {} thread(s), {loop_kind}, {} B messages{parts}",
         r.conns, r.idle, r.connect, r.backend, r.threads, r.msg_size
     );
-    println!("  {} of {} connected in {:.2} s", thousands(r.connected), thousands(r.conns + r.idle), r.setup_s);
+    let overflows = r
+        .listen_overflows
+        .map_or(String::new(), |n| format!("; {} listen-queue overflows on this machine meanwhile", thousands(n)));
+    println!(
+        "  {} of {} connected in {:.2} s{overflows}",
+        thousands(r.connected),
+        thousands(r.conns + r.idle),
+        r.setup_s
+    );
     let secs = r.seconds;
     if r.mode == "sink" {
         println!(

@@ -19,7 +19,6 @@ use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitCode, ExitStatus, Stdio};
@@ -76,7 +75,7 @@ struct Running {
     /// died), see `stop_when_orphaned`.
     _stdin: ChildStdin,
     /// The threads copying its stdout and stderr.
-    pipes: [JoinHandle<()>; 2],
+    pipes: Vec<JoinHandle<()>>,
     /// Its entry in `Supervisor::runs`.
     run: usize,
 }
@@ -87,7 +86,7 @@ struct Supervisor<'a> {
     /// The concrete address every worker listens on.
     addr: SocketAddr,
     exe: PathBuf,
-    dir: PrivateDir,
+    dir: crate::os::PrivateDir,
     events: Sender<Event>,
     workers: Vec<Worker>,
     runs: Vec<Incarnation>,
@@ -108,7 +107,7 @@ pub(super) fn run(args: &ServeArgs, backend: Backend) -> CliResult<ExitCode> {
     // descriptors. Best effort: with fewer, starting a worker fails clearly.
     let _ = crate::os::raise_nofile_limit();
     let (reservation, addr) = reserve(args.listen)?;
-    let dir = PrivateDir::new()?;
+    let dir = crate::os::PrivateDir::new("iomux-serve", "the workers' stats").map_err(|e| e.to_string())?;
     let (events, rx) = mpsc::channel();
     // Before any worker exists, so that no SIGCHLD is missed.
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGCHLD])
@@ -157,11 +156,10 @@ impl Supervisor<'_> {
     fn supervise(&mut self, rx: &Receiver<Event>) {
         while self.workers.iter().any(|w| w.running.is_some()) {
             match rx.recv_timeout(REAP_EVERY) {
-                Ok(Event::Signal(SIGCHLD)) | Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
-                Ok(Event::Signal(_)) => self.stop(),
-                Ok(Event::Listening { pid }) => self.listening(pid),
+                Ok(event) => self.handle(event),
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
             }
-            self.reap();
+            self.reap(rx);
             if !self.announced && !self.stopping && self.workers.iter().all(|w| w.listening) {
                 self.announced = true;
                 let args = self.args;
@@ -218,7 +216,7 @@ impl Supervisor<'_> {
         };
         self.runs.push(Incarnation { worker: n, pid, stats_file, exit: None });
         let run = self.runs.len() - 1;
-        self.workers[usize::from(n)].running = Some(Running { child, _stdin: stdin, pipes, run });
+        self.workers[usize::from(n)].running = Some(Running { child, _stdin: stdin, pipes: pipes.into(), run });
         Ok(())
     }
 
@@ -250,8 +248,16 @@ impl Supervisor<'_> {
         self.stop();
     }
 
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Signal(SIGCHLD) => {}
+            Event::Signal(_) => self.stop(),
+            Event::Listening { pid } => self.listening(pid),
+        }
+    }
+
     /// Waits for the workers that have ended, and acts on each.
-    fn reap(&mut self) {
+    fn reap(&mut self, rx: &Receiver<Event>) {
         for i in 0..self.workers.len() {
             let Some(running) = &mut self.workers[i].running else { continue };
             let exit = match running.child.try_wait() {
@@ -266,11 +272,18 @@ impl Supervisor<'_> {
                     None
                 }
             };
-            let Some(running) = self.workers[i].running.take() else { continue };
             // Its last words first, then what the parent says of it.
-            for pipe in running.pipes {
+            let pipes = self.workers[i].running.as_mut().map(|r| std::mem::take(&mut r.pipes)).unwrap_or_default();
+            for pipe in pipes {
                 let _ = pipe.join();
             }
+            // Its pipes are closed and read: a banner it printed just before
+            // it died is in the channel now, and must count before `ended`
+            // (while the worker is still found by its pid).
+            while let Ok(event) = rx.try_recv() {
+                self.handle(event);
+            }
+            let Some(running) = self.workers[i].running.take() else { continue };
             self.runs[running.run].exit = exit;
             if let Some(status) = exit {
                 self.ended(i, self.runs[running.run].pid, status);
@@ -429,9 +442,10 @@ fn spawn_thread(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Resul
 }
 
 /// Binds (without listening) a SO_REUSEPORT socket to `addr`: port 0
-/// becomes a concrete port for every worker, and no other program can
-/// take the port while this server runs, even between a worker's death
-/// and its restart. A port some other socket holds is refused here, as
+/// becomes a concrete port for every worker, and no program without
+/// SO_REUSEPORT can take the port while this server runs, even between a
+/// worker's death and its restart. A port some other socket holds, or
+/// one another server listens on with SO_REUSEPORT, is refused here, as
 /// "address in use", before any worker starts. Bound only, the socket
 /// gets no connections.
 fn reserve(addr: SocketAddr) -> CliResult<(OwnedFd, SocketAddr)> {
@@ -448,30 +462,46 @@ fn reserve(addr: SocketAddr) -> CliResult<(OwnedFd, SocketAddr)> {
         .ok()
         .and_then(|a| SocketAddr::try_from(a).ok())
         .ok_or_else(|| format!("cannot read back the address {addr} was bound to"))?;
+    // SO_REUSEPORT would let this server join another one that listens
+    // with it (same user) and silently share its connections: refuse that.
+    if let Some(other) = listener_on(local) {
+        return Err(iomux::Error::Bind {
+            addr: local,
+            source: std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!("another socket already listens on {other} (see ss -ltnp)"),
+            ),
+        }
+        .into());
+    }
     Ok((fd, local))
 }
 
-/// A folder only this user can enter, for the workers' stats files;
-/// removed with what it holds when dropped.
-struct PrivateDir(PathBuf);
-
-impl PrivateDir {
-    fn new() -> CliResult<PrivateDir> {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
-        let path = std::env::temp_dir().join(format!("iomux-serve-{}-{nanos}", std::process::id()));
-        // `create` refuses a path that exists: nobody else's folder is used.
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&path)
-            .map_err(|e| format!("cannot create a folder for the workers' stats, {}: {e}", path.display()))?;
-        Ok(PrivateDir(path))
+/// A socket already listening on `addr`'s port at an address that
+/// overlaps it (the same, or a wildcard on either side), from
+/// /proc/net/tcp and tcp6 (`st` 0A is LISTEN); its local address as the
+/// kernel writes it.
+fn listener_on(addr: SocketAddr) -> Option<String> {
+    let port = format!("{:04X}", addr.port());
+    let ours = match addr {
+        // /proc/net/tcp writes an IPv4 address as the hex of its
+        // in-memory (network order) u32 read as host (little-endian) order.
+        SocketAddr::V4(a) => format!("{:08X}", u32::from_le_bytes(a.ip().octets())),
+        SocketAddr::V6(_) => String::new(),
+    };
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(&"0A")) = (fields.get(1), fields.get(3)) else { continue };
+            let Some((ip, p)) = local.split_once(':') else { continue };
+            let wildcard = |ip: &str| ip.bytes().all(|b| b == b'0');
+            if p == port && (ip == ours || wildcard(ip) || ours.is_empty() || addr.ip().is_unspecified()) {
+                return Some(local.to_string());
+            }
+        }
     }
-}
-
-impl Drop for PrivateDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+    None
 }
 
 fn read_stats(path: &Path) -> Result<Value, String> {

@@ -19,9 +19,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// connects waits in the queue instead of being dropped.
 const BACKLOG: i32 = 4096;
 
-/// Descriptors reserved in the process's table at most (8 bytes of kernel
-/// memory each); beyond this the table grows as connections arrive.
-const RESERVE_FDS_MAX: u64 = 1 << 20;
+/// Descriptors reserved in the process's table when no connection limit
+/// says how many the loops will hold (8 bytes of kernel memory each: 512
+/// KiB); beyond this the table grows as connections arrive.
+const RESERVE_FDS_UNLIMITED: u64 = 1 << 16;
 
 /// Sizes the descriptor table for every connection the loops may hold,
 /// now, before the loop threads exist: growing it later, with threads,
@@ -31,9 +32,9 @@ fn reserve_descriptors(config: &Config, threads: usize) {
     let Some(limit) = sys::nofile_soft_limit() else { return };
     let wanted = match config.max_conns {
         Some(m) => (m as u64).saturating_mul(threads as u64).saturating_add(64),
-        None => limit,
+        None => RESERVE_FDS_UNLIMITED,
     };
-    let _ = sys::reserve_fd_table(wanted.min(limit).min(RESERVE_FDS_MAX));
+    let _ = sys::reserve_fd_table(wanted.min(limit));
 }
 
 /// Runs loops: `threads` of them, each on its own thread with its own
@@ -189,6 +190,13 @@ impl Runtime {
     /// `make_handler(i)` builds loop `i`'s handler on that loop's thread
     /// (so it may pin the thread, for instance). One loop failing stops
     /// the others; the first error is returned.
+    ///
+    /// Before the loops start, the process's descriptor table is grown to
+    /// hold `max_conns` x threads connections (65,536 without a limit, and
+    /// never beyond RLIMIT_NOFILE): growing it later, once the process has
+    /// threads, stalls the loop that opens the descriptor for an RCU grace
+    /// period (8-23 ms each time here), long enough for a burst of
+    /// connects to overflow the listen queue.
     pub fn run<H, F>(self, make_handler: F) -> Result<Finished<H>>
     where
         H: Handler + Send,

@@ -242,7 +242,10 @@ pub(crate) fn reserve_fd_table(n: u64) -> io::Result<()> {
     let probe = eventfd()?;
     count(Syscall::Fcntl);
     let high = rustix::io::fcntl_dupfd_cloexec(&probe, highest)?;
+    count(Syscall::Close);
     drop(high);
+    count(Syscall::Close);
+    drop(probe);
     Ok(())
 }
 
