@@ -267,6 +267,41 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A part as `--procs` writes it: `conns` active connections, `rate`,
+    /// measuring from `window.0` to `window.1` (Unix seconds), one echo.
+    fn part(label: &str, conns: u64, idle: u64, rate: Option<f64>, window: (f64, f64)) -> Part {
+        let mut h = crate::load::hist::latency_histogram();
+        h.record(1_000).unwrap();
+        let v = json!({
+            "kind": crate::load::result::KIND, "connect": "127.0.0.1:1", "conns": conns, "idle": idle,
+            "threads": 1, "msg_size": 100, "mode": "echo", "rate": rate, "backend": "epoll",
+            "first_conn": 0, "connected": conns + idle, "seconds": window.1 - window.0,
+            "setup_s": 0.5, "setup_window": [window.0 - 0.5, window.0], "measure_window": [window.0, window.1],
+            "echoes": 1, "echo_bytes": 100, "sent_messages": 1, "sent_bytes": 100,
+            "echoes_per_sec": 0.0, "mb_per_sec": 0.0, "latency": null,
+            "latency_hdr": crate::load::hist::to_base64(&h).unwrap(), "errors": {"total": 0, "mismatches": 0,
+            "unexpected_closes": 0, "unanswered": 0, "connect": {}, "first": null}, "client": {},
+        });
+        Part { label: label.into(), result: serde_json::from_value(v).unwrap() }
+    }
+
+    #[test]
+    fn idle_only_parts_merge_with_open_loop_ones_and_time_spans_every_part() {
+        let parts = [
+            part("a", 2, 0, Some(100.0), (1000.0, 1010.0)),
+            part("b", 0, 50, None, (1002.0, 1012.0)),
+            part("c", 2, 0, Some(100.0), (1001.0, 1011.0)),
+        ];
+        let m = merge(&parts, Setup::Span).unwrap();
+        assert_eq!(m.rate, Some(200.0), "the idle-only part adds no rate and takes none away");
+        assert_eq!((m.conns, m.idle, m.echoes), (4, 50, 3));
+        assert_eq!(m.seconds, 12.0, "from the first part's start to the last part's end");
+        assert_eq!(m.measure_window, Some((1000.0, 1012.0)));
+        let closed = part("d", 2, 0, None, (1000.0, 1010.0));
+        let open = part("e", 2, 0, Some(100.0), (1000.0, 1010.0));
+        assert!(merge(&[open, closed], Setup::Span).is_err(), "open and closed loops differ");
+    }
+
     #[test]
     fn client_stats_add_and_wall_time_is_the_longest() {
         let mut sum = Value::Null;
