@@ -1,6 +1,7 @@
 //! `iomux`: serve, load and bench, built on the iomux library.
 
 mod apps;
+mod flags;
 mod lab;
 mod limits;
 mod load;

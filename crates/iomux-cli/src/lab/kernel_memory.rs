@@ -22,8 +22,9 @@ pub struct Reading {
     pub tcp_sockets: u64,
 }
 
-fn meminfo_kib(text: &str, field: &str) -> u64 {
-    crate::os::kib_field(text, field).unwrap_or(0)
+/// A `kB` field of /proc/meminfo, in KiB (0 when absent).
+fn kib(meminfo: &str, field: &str) -> u64 {
+    crate::os::kib_field(meminfo, field).unwrap_or(0)
 }
 
 /// The value after `key` on sockstat's `TCP:` line.
@@ -39,9 +40,9 @@ impl Reading {
         let sockstat = std::fs::read_to_string("/proc/net/sockstat").unwrap_or_default();
         let page = rustix::param::page_size() as u64;
         Reading {
-            slab: meminfo_kib(&meminfo, "Slab:") * 1024,
+            slab: kib(&meminfo, "Slab:") * 1024,
             tcp: sockstat_tcp(&sockstat, "mem") * page,
-            used: meminfo_kib(&meminfo, "MemTotal:").saturating_sub(meminfo_kib(&meminfo, "MemAvailable:")) * 1024,
+            used: kib(&meminfo, "MemTotal:").saturating_sub(kib(&meminfo, "MemAvailable:")) * 1024,
             tcp_sockets: sockstat_tcp(&sockstat, "inuse"),
         }
     }
@@ -97,7 +98,7 @@ mod tests {
         assert_eq!(sockstat_tcp(sockstat, "mem"), 273);
         assert_eq!(sockstat_tcp(sockstat, "inuse"), 7);
         let meminfo = "MemTotal:       24522368 kB\nSlab:             123456 kB\n";
-        assert_eq!(meminfo_kib(meminfo, "Slab:"), 123_456);
-        assert_eq!(meminfo_kib(meminfo, "MemAvailable:"), 0);
+        assert_eq!(kib(meminfo, "Slab:"), 123_456);
+        assert_eq!(kib(meminfo, "MemAvailable:"), 0);
     }
 }

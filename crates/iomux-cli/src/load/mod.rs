@@ -17,6 +17,7 @@ mod watch;
 
 pub use client::{LoadMode, Report};
 
+use crate::flags::Flags;
 use crate::CliResult;
 use client::{Client, Plan};
 use hdrlog::{Log, UnixClock};
@@ -215,49 +216,32 @@ impl LoadArgs {
             first_idle,
             report_progress,
         } = self;
-        let mut out: Vec<OsString> = Vec::new();
-        let mut flag = |name: &str, value: String| {
-            out.push(format!("--{name}").into());
-            out.push(value.into());
-        };
-        flag("connect", connect.to_string());
-        flag("conns", conns.to_string());
-        flag("idle", idle.to_string());
-        flag("threads", threads.to_string());
-        flag("msg-size", msg_size.to_string());
-        flag("warmup", warmup.to_string());
-        flag("backend", backend.name().to_string());
-        flag("mode", result::mode_name(*mode));
-        flag("timeout", timeout.to_string());
-        flag("procs", procs.to_string());
-        flag("first-conn", first_conn.to_string());
-        flag("first-idle", first_idle.to_string());
-        let optional = [
-            ("requests", requests.map(|v| v.to_string())),
-            ("duration", duration.map(|v| v.to_string())),
-            ("rate", rate.map(|v| v.to_string())),
-            ("bind", bind.as_ref().map(|v| v.to_string())),
-            ("connect-rate", connect_rate.map(|v| v.to_string())),
-            ("per-conn", per_conn.map(|v| v.to_string())),
-            ("cpu", cpu.map(|v| v.to_string())),
-            ("shard", shard.map(|s| format!("{}/{}", s.index, s.count))),
-            ("shard-count", shard_count.map(|v| v.to_string())),
-        ];
-        for (name, value) in optional {
-            if let Some(value) = value {
-                flag(name, value);
-            }
-        }
-        for (name, path) in [("json", json), ("hdr-log", hdr_log)] {
-            if let Some(path) = path {
-                out.push(format!("--{name}").into());
-                out.push(path.clone().into_os_string());
-            }
-        }
-        if *report_progress {
-            out.push("--report-progress".into());
-        }
-        out
+        let mut f = Flags::default();
+        f.value("connect", connect)
+            .value("conns", conns)
+            .value("idle", idle)
+            .value("threads", threads)
+            .value("msg-size", msg_size)
+            .value("warmup", warmup)
+            .value("backend", backend.name())
+            .value("mode", result::mode_name(*mode))
+            .value("timeout", timeout)
+            .value("procs", procs)
+            .value("first-conn", first_conn)
+            .value("first-idle", first_idle)
+            .optional("requests", *requests)
+            .optional("duration", *duration)
+            .optional("rate", *rate)
+            .optional("bind", bind.as_ref())
+            .optional("connect-rate", *connect_rate)
+            .optional("per-conn", *per_conn)
+            .optional("cpu", *cpu)
+            .optional("shard", shard.map(|s| format!("{}/{}", s.index, s.count)))
+            .optional("shard-count", *shard_count)
+            .path("json", json.as_deref())
+            .path("hdr-log", hdr_log.as_deref())
+            .switch("report-progress", *report_progress);
+        f.into_args()
     }
 }
 

@@ -4,6 +4,7 @@
 mod supervisor;
 
 use crate::apps::{Proto, Server};
+use crate::flags::Flags;
 use crate::stats::{stats_json, summary, write_json};
 use crate::CliResult;
 use iomux::runtime::{Config, Control, Runtime};
@@ -98,31 +99,23 @@ impl ServeArgs {
             Proto::Echo => "echo",
             Proto::Sink => "sink",
         };
-        let mut args: Vec<OsString> = Vec::new();
-        let mut flag = |name: &str, value: String| args.extend([format!("--{name}").into(), value.into()]);
-        flag("backend", backend.name().to_string());
-        flag("proto", proto.to_string());
-        flag("listen", listen.to_string());
-        flag("threads", threads.to_string());
-        flag("procs", "1".to_string());
-        flag("max-output", max_output.to_string());
-        // Rust prints the shortest text that parses back to the same f64.
-        flag("drain-timeout", drain_timeout.to_string());
-        flag("ring-buffers", ring_buffers.to_string());
-        flag("ring-buffer-size", ring_buffer_size.to_string());
-        flag("worker", n.to_string());
-        let optional = [
-            ("max-conns", max_conns.map(|v| v.to_string())),
-            ("nofile", nofile.map(|v| v.to_string())),
-            ("cpu", cpu.map(|v| v.to_string())),
-        ];
-        for (name, value) in optional {
-            if let Some(value) = value {
-                flag(name, value);
-            }
-        }
-        args.extend(["--stats-file".into(), stats_file.into_os_string()]);
-        args
+        let mut f = Flags::default();
+        f.value("backend", backend.name())
+            .value("proto", proto)
+            .value("listen", listen)
+            .value("threads", threads)
+            .value("procs", 1)
+            .value("max-output", max_output)
+            // Rust prints the shortest text that parses back to the same f64.
+            .value("drain-timeout", drain_timeout)
+            .value("ring-buffers", ring_buffers)
+            .value("ring-buffer-size", ring_buffer_size)
+            .value("worker", n)
+            .optional("max-conns", *max_conns)
+            .optional("nofile", *nofile)
+            .optional("cpu", *cpu)
+            .path("stats-file", Some(&stats_file));
+        f.into_args()
     }
 }
 
