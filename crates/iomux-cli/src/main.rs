@@ -6,6 +6,7 @@ mod lab;
 mod limits;
 mod load;
 mod os;
+mod peer;
 mod progress;
 mod serve;
 mod stats;
@@ -48,6 +49,11 @@ enum Command {
         /// A results folder, e.g. results/2026-11-21T12-00-00Z
         dir: std::path::PathBuf,
     },
+    /// Another runtime's echo server, for the lab to measure beside
+    /// iomux's: prints `iomux peer: NAME listening on ADDR (pid PID)`,
+    /// then serves until killed.
+    #[command(hide = true)]
+    Peer(peer::PeerArgs),
 }
 
 /// Parses a backend name; the error lists the valid ones.
@@ -66,6 +72,7 @@ fn main() -> ExitCode {
         Command::Load(args) => load::run(args),
         Command::Limits(args) => limits::run(args),
         Command::Merge(args) => load::merge::run(args),
+        Command::Peer(args) => peer::run(args),
         Command::Report { dir } => lab::report::write(&dir).map(|path| {
             println!("wrote {}", path.display());
             ExitCode::SUCCESS

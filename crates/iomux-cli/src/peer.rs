@@ -1,0 +1,63 @@
+//! `iomux peer` (hidden): another runtime's echo server (crate
+//! iomux-peers), started the way the lab starts `iomux serve`: pinned,
+//! listening, a one-line banner, then serving until killed.
+
+use crate::CliResult;
+use iomux_peers::Peer;
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
+use std::process::ExitCode;
+
+#[derive(clap::Args, Debug)]
+pub struct PeerArgs {
+    /// tokio, monoio-uring, monoio-legacy, compio or c-epoll.
+    #[arg(long, value_parser = parse_peer)]
+    server: Peer,
+    /// Address to listen on (port 0: any free port, printed at start).
+    #[arg(long)]
+    listen: SocketAddr,
+    /// Pin the whole process (every thread it will start) to this CPU.
+    #[arg(long)]
+    cpu: Option<usize>,
+}
+
+fn parse_peer(s: &str) -> Result<Peer, String> {
+    s.parse().map_err(|e: iomux_peers::UnknownPeer| e.to_string())
+}
+
+/// A connection backlog deep enough for the lab's connection bursts
+/// (the kernel caps it at net.core.somaxconn).
+const BACKLOG: i32 = 4096;
+
+pub fn run(args: PeerArgs) -> CliResult<ExitCode> {
+    let peer = args.server;
+    // First, while this is the only thread: threads started later (the
+    // runtime's, io_uring's io-wq workers) inherit the mask.
+    if let Some(cpu) = args.cpu {
+        crate::os::pin_to_cpu(cpu).map_err(|e| format!("peer {peer}: pinning to CPU {cpu}: {e}"))?;
+    }
+    // As `iomux serve` does, so that neither side runs out of descriptors first.
+    crate::os::raise_nofile_limit().map_err(|e| format!("peer {peer}: raising RLIMIT_NOFILE: {e}"))?;
+    let listener = listen(args.listen).map_err(|e| format!("peer {peer}: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| format!("peer {peer}: getsockname: {e}"))?;
+    let banner = format!("iomux peer: {peer} listening on {addr} (pid {})", std::process::id());
+    peer.serve_ready(listener, || {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{banner}")?;
+        out.flush()
+    })
+    .map_err(|e| format!("peer {peer}: {e}"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A blocking listening socket on `addr` with SO_REUSEADDR and a deep
+/// backlog; each peer sets it up further as its runtime needs.
+fn listen(addr: SocketAddr) -> Result<TcpListener, String> {
+    use rustix::net::{bind, listen, socket_with, sockopt, AddressFamily, SocketFlags, SocketType};
+    let family = if addr.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
+    let fd = socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None).map_err(|e| format!("socket: {e}"))?;
+    sockopt::set_socket_reuseaddr(&fd, true).map_err(|e| format!("SO_REUSEADDR: {e}"))?;
+    bind(&fd, &addr).map_err(|e| format!("binding {addr}: {e}"))?;
+    listen(&fd, BACKLOG).map_err(|e| format!("listen on {addr}: {e}"))?;
+    Ok(TcpListener::from(fd))
+}

@@ -1,0 +1,139 @@
+//! The peers' echo servers (`iomux peer`, hidden), from a separate
+//! process as the lab runs them: the banner, bytes echoed intact on many
+//! connections at once, and a 4 MiB stream that the server cannot send
+//! back as fast as it reads it.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+use support::{iomux, Rng};
+
+/// `on_every_peer! { f, g }`: a module per function, with one `#[test]`
+/// per peer calling `f("tokio")`, ...
+macro_rules! on_every_peer {
+    ($($test:ident),+ $(,)?) => {$(
+        mod $test {
+            #[test] fn tokio() { super::$test("tokio") }
+            #[test] fn monoio_uring() { super::$test("monoio-uring") }
+            #[test] fn monoio_legacy() { super::$test("monoio-legacy") }
+            #[test] fn compio() { super::$test("compio") }
+            #[test] fn c_epoll() { super::$test("c-epoll") }
+        }
+    )+};
+}
+
+on_every_peer! { fifty_connections_echo_their_own_bytes, four_mib_echo_while_reading }
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A running `iomux peer`, killed when dropped (a failed test too).
+struct Peer {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Peer {
+    fn start(name: &str) -> Peer {
+        let child = iomux()
+            .args(["peer", "--server", name, "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn iomux peer");
+        // Guarded from here on: a bad or missing banner still kills it.
+        let mut peer = Peer { child, addr: SocketAddr::from(([0, 0, 0, 0], 0)) };
+        let stdout = peer.child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = tx.send(BufReader::new(stdout).read_line(&mut line).map(|_| line));
+        });
+        let line = rx.recv_timeout(TIMEOUT).expect("no banner in time").expect("read banner");
+        let prefix = format!("iomux peer: {name} listening on ");
+        let suffix = format!(" (pid {})\n", peer.child.id());
+        let addr = line
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix(&suffix))
+            .unwrap_or_else(|| panic!("{name}: banner {line:?} is not {prefix}ADDR{suffix:?}"));
+        peer.addr = addr.parse().unwrap_or_else(|e| panic!("{name}: address {addr:?} in banner: {e}"));
+        assert_ne!(peer.addr.port(), 0, "{name}: port 0 not resolved in the banner");
+        peer
+    }
+
+    fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr).expect("connect");
+        s.set_read_timeout(Some(TIMEOUT)).expect("read timeout");
+        s.set_write_timeout(Some(TIMEOUT)).expect("write timeout");
+        s
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Asserts `got == want`, naming the first byte that differs.
+fn assert_same(got: &[u8], want: &[u8], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    if let Some(at) = got.iter().zip(want).position(|(g, w)| g != w) {
+        panic!("{what}: byte {at} is {} instead of {}", got[at], want[at]);
+    }
+}
+
+/// 50 connections open at once; in each round every connection sends a
+/// message (1 B to 4 KiB, bytes drawn from the connection's own seed)
+/// before any echo is read, so the server holds them all together. At
+/// the end each half-closes and the server must close it in turn.
+fn fifty_connections_echo_their_own_bytes(name: &str) {
+    let peer = Peer::start(name);
+    let mut conns: Vec<(TcpStream, Rng)> = (0..50).map(|i| (peer.connect(), Rng::new(i + 1))).collect();
+    for round in 0..5 {
+        let sent: Vec<Vec<u8>> = conns
+            .iter_mut()
+            .map(|(s, rng)| {
+                let n = if round == 0 { 1 } else { rng.size(4096) };
+                let msg = rng.bytes(n);
+                s.write_all(&msg).expect("send");
+                msg
+            })
+            .collect();
+        for (i, ((s, _), want)) in conns.iter_mut().zip(&sent).enumerate() {
+            let mut got = vec![0u8; want.len()];
+            s.read_exact(&mut got).unwrap_or_else(|e| panic!("{name}: connection {i}, round {round}: {e}"));
+            assert_same(&got, want, &format!("{name}: connection {i}, round {round}"));
+        }
+    }
+    for (i, (s, _)) in conns.iter_mut().enumerate() {
+        s.shutdown(Shutdown::Write).expect("shutdown");
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).unwrap_or_else(|e| panic!("{name}: connection {i}: waiting for close: {e}"));
+        assert!(rest.is_empty(), "{name}: connection {i}: {} unexpected bytes before close", rest.len());
+    }
+}
+
+/// One connection sends 4 MiB while another thread reads, starting late:
+/// the socket buffers fill, the server's writes come up short and it must
+/// hold the rest (the C server's EPOLLOUT path) without losing a byte.
+fn four_mib_echo_while_reading(name: &str) {
+    let peer = Peer::start(name);
+    let mut reader = peer.connect();
+    let mut writer = reader.try_clone().expect("clone");
+    let data = Rng::new(7).bytes(4 << 20);
+    let sent = data.clone();
+    let sender = std::thread::spawn(move || {
+        writer.write_all(&sent)?;
+        writer.shutdown(Shutdown::Write)
+    });
+    // Late, so that the echo backs up into the server first.
+    std::thread::sleep(Duration::from_millis(200));
+    let mut got = Vec::with_capacity(data.len());
+    reader.read_to_end(&mut got).unwrap_or_else(|e| panic!("{name}: reading the echo: {e}"));
+    sender.join().expect("sender thread").unwrap_or_else(|e| panic!("{name}: sending: {e}"));
+    assert_same(&got, &data, &format!("{name}: 4 MiB echo"));
+}

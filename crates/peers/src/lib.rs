@@ -1,0 +1,147 @@
+//! Echo servers on other runtimes, each written the way that runtime's own
+//! examples write one, each on one thread: what the lab measures iomux's
+//! echo server against. Bench-only; the iomux library never depends on it.
+
+mod c_epoll;
+mod compio_echo;
+mod monoio_echo;
+mod tokio_echo;
+
+use std::fmt;
+use std::io;
+use std::net::TcpListener;
+use std::str::FromStr;
+
+/// Bytes each Rust peer reads per call: monoio's echo example's 8 KiB,
+/// used by all three so that they differ only in their runtimes.
+/// (tokio's example reads 1 KiB; the lab's messages are far smaller.)
+const BUF_SIZE: usize = 8 * 1024;
+
+/// One peer's echo server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Peer {
+    /// tokio, current-thread runtime (epoll), a task per connection.
+    Tokio,
+    /// monoio on its io_uring driver.
+    MonoioUring,
+    /// monoio on its legacy (epoll, through mio) driver.
+    MonoioLegacy,
+    /// compio on io_uring.
+    Compio,
+    /// Plain C: level-triggered epoll, non-blocking sockets.
+    CEpoll,
+}
+
+impl Peer {
+    pub const ALL: [Peer; 5] = [Peer::Tokio, Peer::MonoioUring, Peer::MonoioLegacy, Peer::Compio, Peer::CEpoll];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Peer::Tokio => "tokio",
+            Peer::MonoioUring => "monoio-uring",
+            Peer::MonoioLegacy => "monoio-legacy",
+            Peer::Compio => "compio",
+            Peer::CEpoll => "c-epoll",
+        }
+    }
+
+    /// Serves echo on `listener` (bound and listening) on this thread until
+    /// the process ends; returns only on an error that stops the server.
+    pub fn serve(self, listener: TcpListener) -> io::Result<()> {
+        self.serve_ready(listener, || Ok(()))
+    }
+
+    /// As [`Peer::serve`], calling `ready` once the runtime is up and the
+    /// listener is registered with it, just before the first accept: a
+    /// server that cannot start fails before `ready`, and a client may
+    /// connect as soon as it is called. An error from `ready` stops the
+    /// server and is returned.
+    pub fn serve_ready(self, listener: TcpListener, ready: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+        match self {
+            Peer::Tokio => tokio_echo::serve(listener, ready),
+            Peer::MonoioUring => monoio_echo::serve_uring(listener, ready),
+            Peer::MonoioLegacy => monoio_echo::serve_legacy(listener, ready),
+            Peer::Compio => compio_echo::serve(listener, ready),
+            Peer::CEpoll => c_epoll::serve(listener, ready),
+        }
+    }
+}
+
+impl fmt::Display for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A name that is no peer's; its message lists the valid names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownPeer(pub String);
+
+impl fmt::Display for UnknownPeer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = Peer::ALL.iter().map(|p| p.name()).collect();
+        write!(f, "unknown peer server {:?} (valid: {})", self.0, names.join(", "))
+    }
+}
+
+impl std::error::Error for UnknownPeer {}
+
+impl FromStr for Peer {
+    type Err = UnknownPeer;
+
+    fn from_str(s: &str) -> Result<Peer, UnknownPeer> {
+        Peer::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| UnknownPeer(s.to_string()))
+    }
+}
+
+/// Prefixes an error with the call that failed, keeping its kind.
+fn context(what: &'static str) -> impl FnOnce(io::Error) -> io::Error {
+    move |e| io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+/// An accept's outcome for the accept loop: a connection to serve, none
+/// (the attempt failed for that connection alone), or the error that
+/// stops the server.
+fn accepted<S, A>(result: io::Result<(S, A)>) -> io::Result<Option<S>> {
+    match result {
+        Ok((stream, _)) => Ok(Some(stream)),
+        Err(e) if accept_error_is_transient(&e) => Ok(None),
+        Err(e) => Err(context("accept")(e)),
+    }
+}
+
+/// Whether a failed accept concerned only that one connection (it was
+/// reset or aborted before it was accepted), so the server goes on.
+/// Anything else (descriptors or memory exhausted) stops the server with
+/// the error, as the runtimes' examples do, rather than spin on it.
+fn accept_error_is_transient(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::Interrupted)
+        || e.raw_os_error() == Some(libc::EPROTO)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_back() {
+        for p in Peer::ALL {
+            assert_eq!(p.name().parse::<Peer>(), Ok(p));
+            assert_eq!(p.to_string(), p.name());
+        }
+    }
+
+    #[test]
+    fn an_unknown_name_lists_the_valid_ones() {
+        let e = "nginx".parse::<Peer>().unwrap_err().to_string();
+        assert!(e.contains("\"nginx\""), "{e}");
+        assert!(e.contains("tokio, monoio-uring, monoio-legacy, compio, c-epoll"), "{e}");
+    }
+
+    #[test]
+    fn resets_are_transient_and_exhaustion_is_not() {
+        assert!(accept_error_is_transient(&io::Error::from(io::ErrorKind::ConnectionAborted)));
+        assert!(accept_error_is_transient(&io::Error::from_raw_os_error(libc::EPROTO)));
+        assert!(!accept_error_is_transient(&io::Error::from_raw_os_error(libc::EMFILE)));
+    }
+}
