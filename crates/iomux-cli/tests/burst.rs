@@ -41,12 +41,33 @@ fn own_network_namespace() -> bool {
     true
 }
 
+/// Bursts a backend may take: the overflows this test guards against
+/// (the loop stalled while the descriptor table grows) come back on every
+/// attempt, while a machine busy with other work can starve the server of
+/// CPU for one burst (seen: 2,490 overflows once on select while two other
+/// builds ran, none on the next attempts).
+const ATTEMPTS: usize = 3;
+
 fn burst_accepted_without_overflow(backend: &str) {
     let _turn = heavy();
     raise_fd_limit();
     if !own_network_namespace() {
         eprintln!("{backend}: no network namespace of its own (needs CAP_SYS_ADMIN): counting the machine's overflows");
     }
+    let mut seen = Vec::new();
+    for _ in 0..ATTEMPTS {
+        let overflows = burst(backend);
+        if overflows == 0 {
+            return;
+        }
+        eprintln!("{backend}: {overflows} listen-queue overflows during a burst of {BURST} connects; again");
+        seen.push(overflows);
+    }
+    panic!("{backend}: listen-queue overflows in each of {ATTEMPTS} bursts of {BURST} connects: {seen:?}");
+}
+
+/// One burst, every byte echoed; the listen-queue overflows meanwhile.
+fn burst(backend: &str) -> u64 {
     let server = Serve::start(backend, &[]);
     let before = listen_overflows();
     // Every connect first, non-blocking, before any is used: the listen
@@ -90,7 +111,7 @@ fn burst_accepted_without_overflow(backend: &str) {
     assert_eq!(stats["accepted"], echoed, "{backend}: {stats}");
     let refused = stats["refused"].as_u64().expect("refused in stats");
     assert_eq!(echoed + refused, BURST as u64, "{backend}: every connect accepted, served or refused: {stats}");
-    assert_eq!(overflows, 0, "{backend}: {overflows} listen-queue overflows during a burst of {BURST} connects");
+    overflows
 }
 
 on_every_backend!(burst_accepted_without_overflow);
