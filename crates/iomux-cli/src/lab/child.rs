@@ -143,13 +143,15 @@ impl ServerChild {
                 c
             }
         };
-        let mut child = cmd
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("cannot start {what}: {e}"))?;
+        // A file, not a pipe nobody reads; unlinked once the banner is in,
+        // as only a failed start needs what it says.
+        let said = temp("stderr.txt");
+        let stderr = std::fs::File::create(&said).map_err(|e| format!("creating {}: {e}", said.display()))?;
+        let spawned = cmd.args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(stderr).spawn();
+        let mut child = spawned.map_err(|e| {
+            let _ = std::fs::remove_file(&said);
+            format!("cannot start {what}: {e}")
+        })?;
         let mut banner = String::new();
         let stdout = child.stdout.take().ok_or_else(|| format!("no stdout from {what}"))?;
         BufReader::new(stdout).read_line(&mut banner).map_err(|e| format!("reading the banner of {what}: {e}"))?;
@@ -160,11 +162,17 @@ impl ServerChild {
             .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
             .and_then(|p| p.parse::<u32>().ok());
         match (addr, pid) {
-            (Some(addr), Some(pid)) => Ok(ServerChild { child, addr, pid, what, stats_path, trace }),
+            (Some(addr), Some(pid)) => {
+                let _ = std::fs::remove_file(&said);
+                Ok(ServerChild { child, addr, pid, what, stats_path, trace })
+            }
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                Err(format!("{what} did not start (it said {banner:?})").into())
+                let error = std::fs::read_to_string(&said).unwrap_or_default();
+                let _ = std::fs::remove_file(&said);
+                let error = error.lines().find(|l| !l.trim().is_empty()).unwrap_or("nothing on stderr").to_string();
+                Err(format!("{what} did not start (it printed {banner:?}; {error})").into())
             }
         }
     }
@@ -278,6 +286,9 @@ impl Drop for ServerChild {
         if let Ok(None) = self.child.try_wait() {
             let _ = self.child.kill();
             let _ = self.child.wait();
+        }
+        if let Some(path) = &self.stats_path {
+            let _ = std::fs::remove_file(path);
         }
     }
 }

@@ -538,6 +538,10 @@ fn svg(rows: &[Row], plan: &Plan) -> CliResult<String> {
         .collect();
     plot::grouped_bars(
         "E5: server CPU per echo (median of the repetitions, whiskers min to max)",
+        &format!(
+            "scenario: closed-N = N connections, closed loop; open-N = N connections at {} msgs/s",
+            thousands(OPEN_RATE)
+        ),
         "server CPU per echo (µs, user + system)",
         &groups,
         &series,

@@ -189,7 +189,13 @@ pub struct BarSeries {
 
 /// Bars grouped along x (one group per name in `groups`), one colour per
 /// series, each bar with a whisker from its min to its max, and a legend.
-pub fn grouped_bars(title: &str, y_label: &str, groups: &[String], series: &[BarSeries]) -> CliResult<String> {
+pub fn grouped_bars(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    groups: &[String],
+    series: &[BarSeries],
+) -> CliResult<String> {
     let k = series.len().max(1);
     // Each group takes k slots for its bars and one empty slot after them.
     let slots = groups.len().max(1) * (k + 1);
@@ -206,12 +212,13 @@ pub fn grouped_bars(title: &str, y_label: &str, groups: &[String], series: &[Bar
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 20))
             .margin(16)
-            .x_label_area_size(40)
+            .x_label_area_size(50)
             .y_label_area_size(80)
             .build_cartesian_2d((0..slots).into_segmented(), 0.0..top)?;
         chart
             .configure_mesh()
             .disable_x_mesh()
+            .x_desc(x_label)
             .y_desc(y_label)
             .y_label_formatter(&|v| short(*v))
             .x_labels(slots)
@@ -325,7 +332,7 @@ mod tests {
             BarSeries { name: "iomux-epoll".into(), values: vec![(2.0, 1.5, 2.5), (f64::NAN, f64::NAN, f64::NAN)] },
             BarSeries { name: "tokio".into(), values: vec![(3.0, 3.0, 3.0), (4.0, 3.5, 4.5)] },
         ];
-        let svg = grouped_bars("t", "us", &["closed-100".into(), "open-1000".into()], &series).unwrap();
+        let svg = grouped_bars("t", "scenario", "us", &["closed-100".into(), "open-1000".into()], &series).unwrap();
         for name in ["iomux-epoll", "tokio", "closed-100", "open-1000"] {
             assert!(svg.contains(name), "{name}");
         }

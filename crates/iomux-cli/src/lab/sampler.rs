@@ -199,15 +199,33 @@ mod tests {
         assert_eq!(t.last_until(9.0), None);
     }
 
+    fn spin(d: Duration) {
+        let start = std::time::Instant::now();
+        while start.elapsed() < d {
+            std::hint::black_box(0);
+        }
+    }
+
+    #[test]
+    fn a_process_clock_counts_every_thread_even_exited_ones() {
+        let pid = std::process::id();
+        let before = crate::os::process_cpu(pid).unwrap();
+        std::thread::spawn(|| spin(Duration::from_millis(40))).join().unwrap();
+        let after = crate::os::process_cpu(pid).unwrap();
+        assert!(after - before >= Duration::from_millis(35), "{before:?} -> {after:?}");
+        // The same total getrusage gives, to its tick.
+        let u = crate::os::usage().unwrap();
+        let rusage = (u.user + u.system).as_secs_f64();
+        assert!((crate::os::process_cpu(pid).unwrap().as_secs_f64() - rusage).abs() < 0.02, "{after:?} vs {rusage}");
+        assert!(crate::os::process_cpu(u32::MAX).is_err());
+    }
+
     #[test]
     fn this_process_is_sampled() {
         let sampler = Sampler::start(None);
         sampler.watch(std::process::id());
         let start = unix_now();
-        let spin = std::time::Instant::now();
-        while spin.elapsed() < Duration::from_millis(30) {
-            std::hint::black_box(0);
-        }
+        spin(Duration::from_millis(30));
         let end = unix_now();
         let procs = sampler.finish();
         let cpu = procs[0].cpu_s.over((start, end)).unwrap();
