@@ -206,7 +206,11 @@ fn wait_sampled(child: &mut Child, sampler: &Sampler, limit: Duration) -> CliRes
                 return Ok(child.wait().map_err(|e| format!("reaping iomux load: {e}"))?);
             }
             Ok(None) => {}
-            Err(e) => return Err(format!("waiting for iomux load: {e}").into()),
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("waiting for iomux load: {e}").into());
+            }
         }
         if Instant::now() > deadline {
             let _ = child.kill();

@@ -221,6 +221,17 @@ mod tests {
     }
 
     #[test]
+    fn an_exited_child_reads_until_it_is_reaped() {
+        use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = Pid::from_raw(child.id() as i32).unwrap();
+        // Blocks until it has exited, and leaves it unreaped.
+        waitid(WaitId::Pid(pid), WaitIdOptions::EXITED | WaitIdOptions::NOWAIT).unwrap();
+        assert!(crate::os::process_cpu(child.id()).is_ok());
+        child.wait().unwrap();
+    }
+
+    #[test]
     fn this_process_is_sampled() {
         let sampler = Sampler::start(None);
         sampler.watch(std::process::id());
