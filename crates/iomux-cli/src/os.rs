@@ -59,6 +59,27 @@ pub fn terminate(pid: u32) -> io::Result<()> {
     Ok(rustix::process::kill_process(pid, rustix::process::Signal::TERM)?)
 }
 
+/// CPU time (user + system, in ns as the scheduler counts it) that
+/// process `pid` has used so far, all its threads, the exited ones too
+/// (CLOCK_PROCESS_CPUTIME_ID of another process; readable until it is
+/// reaped, so also for one that has just exited).
+pub fn process_cpu(pid: u32) -> io::Result<Duration> {
+    let pid = libc::pid_t::try_from(pid)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("no process can have pid {pid}")))?;
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: clock is a live clockid_t the call writes.
+    let err = unsafe { libc::clock_getcpuclockid(pid, &mut clock) };
+    if err != 0 {
+        return Err(io::Error::from_raw_os_error(err));
+    }
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a live timespec the call writes.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+}
+
 /// CPU time and peak memory of this process.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Usage {

@@ -129,3 +129,53 @@ fn report_of_an_empty_folder_says_so() {
     assert!(String::from_utf8_lossy(&r.stderr).contains("no experiment results"));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// E5 with iomux's servers only (the peers' servers are another build's),
+/// at a toy size: every figure measured from outside, and bad flags
+/// refused before any cell runs.
+#[test]
+fn peers_measures_servers_from_outside() {
+    for (flag, value, says) in [
+        ("--servers", "nginx", "unknown server 'nginx'"),
+        ("--scenarios", "closed-0", "at least one connection"),
+        ("--reps", "0", "--reps must be at least 1"),
+        ("--seconds", "0", "--seconds must be more than 0"),
+        ("--servers", "iomux-epoll,iomux-epoll", "names iomux-epoll twice"),
+    ] {
+        let r = iomux().args(["bench", "peers", flag, value, "--out", "/nonexistent/never"]).output().unwrap();
+        assert!(!r.status.success(), "{flag} {value}");
+        assert!(String::from_utf8_lossy(&r.stderr).contains(says), "{flag} {value}: {r:?}");
+    }
+
+    let out = std::env::temp_dir().join(format!("iomux-e5-{}", std::process::id()));
+    let r = iomux()
+        .args(["bench", "peers", "--servers", "iomux-epoll,iomux-uring", "--scenarios", "closed-20,open-50"])
+        .args(["--reps", "2", "--seconds", "0.3", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run iomux bench peers");
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    assert!(r.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&r.stderr));
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("peers.json")).unwrap()).unwrap();
+    let rows = doc["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    for row in rows {
+        assert!(row["error"].is_null(), "{row}");
+        assert_eq!(row["runs"].as_array().unwrap().len(), 2);
+        for figure in ["echoes_per_sec", "cpu_us_per_echo", "load_cpu_us_per_echo", "p50_us", "rss_bytes"] {
+            let (v, lo, hi) = (&row[figure], &row[format!("{figure}_min")], &row[format!("{figure}_max")]);
+            let (v, lo, hi) = (v.as_f64().unwrap(), lo.as_f64().unwrap(), hi.as_f64().unwrap());
+            assert!(v > 0.0 && lo <= v && v <= hi, "{figure}: {row}");
+        }
+        assert!(row["syscalls_per_echo"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(["server", "load", "both", "neither"].contains(&row["bottleneck"].as_str().unwrap()), "{row}");
+    }
+    let open = rows.iter().find(|r| r["scenario"] == "open-50" && r["server"] == "iomux-epoll").unwrap();
+    // 100,000 messages a second for 0.3 s, every one answered.
+    let echoes = open["runs"][0]["echoes"].as_u64().unwrap();
+    assert!((29_000..=31_000).contains(&echoes), "{open}");
+    assert!(stdout.contains("**closed-20**") && stdout.contains("iomux best / this"), "{stdout}");
+    assert!(std::fs::read_to_string(out.join("peers.svg")).unwrap().contains("iomux-uring"));
+    std::fs::remove_dir_all(&out).ok();
+}

@@ -308,6 +308,12 @@ fn shards_merge_into_exactly_the_whole_load() {
         assert_eq!(merged["latency"][key].as_f64().unwrap(), expected, "{key}");
     }
     assert_eq!(merged["merged_files"].as_array().unwrap().len(), 3);
+    // The last answer comes after the last send, and the merge keeps the latest.
+    let drained = |r: &serde_json::Value| r["drained_at"].as_f64().unwrap();
+    for s in &shards {
+        assert!(drained(s) >= s["measure_window"][1].as_f64().unwrap(), "{s}");
+    }
+    assert_eq!(drained(&merged), shards.iter().map(drained).fold(0.0, f64::max));
 }
 
 #[test]

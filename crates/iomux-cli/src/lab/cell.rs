@@ -17,6 +17,22 @@ pub fn cpus() -> (Option<usize>, Option<usize>) {
     }
 }
 
+/// Refuses, before any cell runs, `conns` connections the kernel's limits
+/// would not allow: both ends on this machine, one source address, the
+/// server's and the load's in one process each.
+pub fn require_loopback(what: &str, conns: usize) -> CliResult<()> {
+    crate::limits::require(
+        &format!("{what} with {conns} connections"),
+        &crate::limits::Need {
+            sockets: 2 * conns as u64,
+            conns_per_dest: conns as u64,
+            sources: 1,
+            fds_per_process: conns as u64 + crate::limits::FDS_OVERHEAD,
+            accept_burst: 0,
+        },
+    )
+}
+
 /// The load runs on io_uring: the cheapest client there is, so that the
 /// server, not the load, is what runs out of time.
 pub const LOAD_BACKEND: Backend = Backend::Uring;

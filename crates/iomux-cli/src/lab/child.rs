@@ -1,5 +1,6 @@
-//! The server side of an experiment: `iomux serve` as a child process,
-//! pinned to its own CPU, stopped with SIGTERM, its stats read back.
+//! The server side of an experiment: `iomux serve` (or a peer's server,
+//! `iomux peer`) as a child process, pinned to its own CPU, stopped with
+//! SIGTERM, its stats (iomux's own) read back.
 //! Optionally run under `perf stat` (or `strace -c`) to cross-check the
 //! library's own syscall count.
 
@@ -51,12 +52,16 @@ pub struct ServerChild {
     child: Child,
     pub addr: SocketAddr,
     pub pid: u32,
-    stats_path: PathBuf,
+    /// The command, for messages.
+    what: String,
+    /// Where `iomux serve` writes its stats (a peer writes none).
+    stats_path: Option<PathBuf>,
     trace: Option<(Tracer, PathBuf)>,
 }
 
 /// What the server reported when it stopped.
 pub struct ServerResult {
+    /// `iomux serve`'s stats; null for a peer.
     pub stats: Value,
     /// Syscalls the external tracer counted for the whole process.
     pub traced: Option<u64>,
@@ -82,7 +87,6 @@ impl ServerChild {
         tracer: Option<Tracer>,
         procs: usize,
     ) -> CliResult<ServerChild> {
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find the iomux executable: {e}"))?;
         let stats_path = temp("stats.json");
         let mut serve_args: Vec<String> = vec![
             "serve".into(),
@@ -101,6 +105,30 @@ impl ServerChild {
         if procs > 1 {
             serve_args.extend(["--procs".into(), procs.to_string()]);
         }
+        Self::spawn(format!("iomux serve --backend {backend}"), serve_args, Some(stats_path), tracer)
+    }
+
+    /// Another runtime's echo server (`iomux peer --server NAME`), started
+    /// and measured from outside exactly as `iomux serve` is; it writes no
+    /// stats and dies by the SIGTERM that stops it.
+    pub fn start_peer(name: &str, cpu: Option<usize>) -> CliResult<ServerChild> {
+        let mut args: Vec<String> =
+            vec!["peer".into(), "--server".into(), name.into(), "--listen".into(), "127.0.0.1:0".into()];
+        if let Some(cpu) = cpu {
+            args.extend(["--cpu".into(), cpu.to_string()]);
+        }
+        Self::spawn(format!("iomux peer --server {name}"), args, None, None)
+    }
+
+    /// Runs this program with `args` (under `tracer`) and reads its banner:
+    /// a line with the address it listens on and `pid N`.
+    fn spawn(
+        what: String,
+        args: Vec<String>,
+        stats_path: Option<PathBuf>,
+        tracer: Option<Tracer>,
+    ) -> CliResult<ServerChild> {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find the iomux executable: {e}"))?;
         let trace = tracer.map(|t| (t, temp("trace.txt")));
         let mut cmd = match &trace {
             None => Command::new(&exe),
@@ -115,16 +143,18 @@ impl ServerChild {
                 c
             }
         };
-        let mut child = cmd
-            .args(&serve_args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("cannot start iomux serve: {e}"))?;
+        // A file, not a pipe nobody reads; unlinked once the banner is in,
+        // as only a failed start needs what it says.
+        let said = temp("stderr.txt");
+        let stderr = std::fs::File::create(&said).map_err(|e| format!("creating {}: {e}", said.display()))?;
+        let spawned = cmd.args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(stderr).spawn();
+        let mut child = spawned.map_err(|e| {
+            let _ = std::fs::remove_file(&said);
+            format!("cannot start {what}: {e}")
+        })?;
         let mut banner = String::new();
-        let stdout = child.stdout.take().ok_or("no stdout from iomux serve")?;
-        BufReader::new(stdout).read_line(&mut banner)?;
+        let stdout = child.stdout.take().ok_or_else(|| format!("no stdout from {what}"))?;
+        BufReader::new(stdout).read_line(&mut banner).map_err(|e| format!("reading the banner of {what}: {e}"))?;
         let addr = banner.split_whitespace().find_map(|w| w.parse::<SocketAddr>().ok());
         let pid = banner
             .split("pid ")
@@ -132,11 +162,17 @@ impl ServerChild {
             .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
             .and_then(|p| p.parse::<u32>().ok());
         match (addr, pid) {
-            (Some(addr), Some(pid)) => Ok(ServerChild { child, addr, pid, stats_path, trace }),
+            (Some(addr), Some(pid)) => {
+                let _ = std::fs::remove_file(&said);
+                Ok(ServerChild { child, addr, pid, what, stats_path, trace })
+            }
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                Err(format!("iomux serve --backend {backend} did not start (it said {banner:?})").into())
+                let error = std::fs::read_to_string(&said).unwrap_or_default();
+                let _ = std::fs::remove_file(&said);
+                let error = error.lines().find(|l| !l.trim().is_empty()).unwrap_or("nothing on stderr").to_string();
+                Err(format!("{what} did not start (it printed {banner:?}; {error})").into())
             }
         }
     }
@@ -204,31 +240,44 @@ impl ServerChild {
 
     /// SIGTERM, wait, read the stats (and the tracer's count).
     pub fn stop(mut self) -> CliResult<ServerResult> {
-        crate::os::terminate(self.pid).map_err(|e| format!("SIGTERM to iomux serve: {e}"))?;
+        let what = self.what.clone();
+        crate::os::terminate(self.pid).map_err(|e| format!("SIGTERM to {what}: {e}"))?;
         let deadline = Instant::now() + Duration::from_secs(STOP_WITHIN_S);
         let status = loop {
-            if let Some(st) = self.child.try_wait()? {
+            if let Some(st) = self.child.try_wait().map_err(|e| format!("waiting for {what}: {e}"))? {
                 break st;
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
-                return Err(format!("iomux serve did not stop within {STOP_WITHIN_S} s of SIGTERM").into());
+                return Err(format!("{what} did not stop within {STOP_WITHIN_S} s of SIGTERM").into());
             }
             std::thread::sleep(Duration::from_millis(10));
         };
+        let Some(stats_path) = self.stats_path.take() else {
+            // A peer has no handler: SIGTERM's default action ends it.
+            use std::os::unix::process::ExitStatusExt;
+            if !(status.success() || status.signal() == Some(libc::SIGTERM)) {
+                return Err(format!("{what} exited with {status}").into());
+            }
+            return Ok(ServerResult { stats: Value::Null, traced: self.traced() });
+        };
         if !status.success() {
-            return Err(format!("iomux serve exited with {status}").into());
+            return Err(format!("{what} exited with {status}").into());
         }
-        let text = std::fs::read_to_string(&self.stats_path)
-            .map_err(|e| format!("reading server stats {}: {e}", self.stats_path.display()))?;
-        let _ = std::fs::remove_file(&self.stats_path);
+        let text = std::fs::read_to_string(&stats_path)
+            .map_err(|e| format!("reading server stats {}: {e}", stats_path.display()))?;
+        let _ = std::fs::remove_file(&stats_path);
         let stats: Value = serde_json::from_str(&text)?;
-        let traced = self.trace.as_ref().and_then(|(t, path)| {
+        Ok(ServerResult { stats, traced: self.traced() })
+    }
+
+    /// The tracer's count, once the server has exited.
+    fn traced(&self) -> Option<u64> {
+        self.trace.as_ref().and_then(|(t, path)| {
             let text = std::fs::read_to_string(path).ok()?;
             let _ = std::fs::remove_file(path);
             parse_trace(*t, &text)
-        });
-        Ok(ServerResult { stats, traced })
+        })
     }
 }
 
@@ -237,6 +286,9 @@ impl Drop for ServerChild {
         if let Ok(None) = self.child.try_wait() {
             let _ = self.child.kill();
             let _ = self.child.wait();
+        }
+        if let Some(path) = &self.stats_path {
+            let _ = std::fs::remove_file(path);
         }
     }
 }

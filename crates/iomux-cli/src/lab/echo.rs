@@ -93,16 +93,7 @@ pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResul
         }
         return super::echo_large::report(&backends, conns, messages, args.procs, settings, tracer);
     }
-    crate::limits::require(
-        &format!("E4 with {conns} connections"),
-        &crate::limits::Need {
-            sockets: 2 * conns as u64,
-            conns_per_dest: conns as u64,
-            sources: 1,
-            fds_per_process: conns as u64 + crate::limits::FDS_OVERHEAD,
-            accept_burst: 0,
-        },
-    )?;
+    cell::require_loopback("E4", conns)?;
     let backends = args.backends.clone().unwrap_or_else(|| DEFAULT_BACKENDS.to_vec());
     let reps = if settings.full { 1 } else { 3 };
     let progress = Progress::new(NAME, backends.len() as u64);

@@ -11,13 +11,17 @@ mod kernel_memory;
 mod machine;
 mod measure;
 mod output;
+mod peer_cell;
 mod peers;
 mod plot;
 mod raw;
 pub mod report;
+mod sampler;
 mod sink;
 mod syscall_rate;
+mod syscount;
 mod table;
+mod wait_peers;
 
 pub use table::thousands;
 
@@ -58,6 +62,10 @@ enum Experiment {
     /// E4: many connections echoing 100-byte messages: server syscalls per
     /// echo, throughput, latency, memory per connection.
     Echo(echo::Args),
+    /// E5: iomux's servers beside tokio, monoio, compio and a plain C
+    /// epoll server, one thread on one CPU each: echoes/s, server CPU per
+    /// echo, latency, syscalls, memory, under closed and open loops.
+    Peers(peers::Args),
 }
 
 /// What every experiment is given.
@@ -165,13 +173,15 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
         Some(Experiment::Idle(a)) => vec![idle::run(&a, &settings)?],
         Some(Experiment::Sink(a)) => vec![sink::run(&a, &settings, tracer)?],
         Some(Experiment::Echo(a)) => vec![echo::run(&a, &settings, tracer)?],
+        Some(Experiment::Peers(a)) => vec![peers::run(&a, &settings, tracer)?],
         None => {
-            eprintln!("iomux bench: running E1 syscall-rate, E2 idle, E3 sink, E4 echo");
+            eprintln!("iomux bench: running E1 syscall-rate, E2 idle, E3 sink, E4 echo, E5 peers");
             vec![
                 syscall_rate::run(&syscall_rate::Args::default(), &settings)?,
                 idle::run(&idle::Args::default(), &settings)?,
                 sink::run(&sink::Args::default(), &settings, tracer)?,
                 echo::run(&echo::Args::default(), &settings, tracer)?,
+                peers::run(&peers::Args::default(), &settings, tracer)?,
             ]
         }
     };

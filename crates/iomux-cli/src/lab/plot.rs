@@ -180,6 +180,94 @@ pub fn bar_panels(panels: &[Panel]) -> CliResult<String> {
     Ok(svg)
 }
 
+/// One series of a grouped bar chart: a (value, min, max) per group;
+/// NaN where it was not measured.
+pub struct BarSeries {
+    pub name: String,
+    pub values: Vec<(f64, f64, f64)>,
+}
+
+/// Bars grouped along x (one group per name in `groups`), one colour per
+/// series, each bar with a whisker from its min to its max, and a legend.
+pub fn grouped_bars(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    groups: &[String],
+    series: &[BarSeries],
+) -> CliResult<String> {
+    let k = series.len().max(1);
+    // Each group takes k slots for its bars and one empty slot after them.
+    let slots = groups.len().max(1) * (k + 1);
+    let top = series
+        .iter()
+        .flat_map(|s| s.values.iter().flat_map(|&(v, _, hi)| [v, hi]))
+        .filter(|v| v.is_finite())
+        .fold(0.0f64, f64::max);
+    let top = if top > 0.0 { top * 1.1 } else { 1.0 };
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (1100, 560)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 20))
+            .margin(16)
+            .x_label_area_size(50)
+            .y_label_area_size(80)
+            .build_cartesian_2d((0..slots).into_segmented(), 0.0..top)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_desc(x_label)
+            .y_desc(y_label)
+            .y_label_formatter(&|v| short(*v))
+            .x_labels(slots)
+            .x_label_formatter(&|x| match x {
+                // The group's name under the middle of its bars.
+                SegmentValue::CenterOf(j) if j % (k + 1) == (k - 1) / 2 => {
+                    groups.get(j / (k + 1)).cloned().unwrap_or_default()
+                }
+                _ => String::new(),
+            })
+            .draw()?;
+        for (i, s) in series.iter().enumerate() {
+            let color = PALETTE[i % PALETTE.len()];
+            let bars: Vec<Rectangle<(SegmentValue<usize>, f64)>> = s
+                .values
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v.0.is_finite())
+                .map(|(g, &(v, _, _))| {
+                    let slot = g * (k + 1) + i;
+                    Rectangle::new(
+                        [(SegmentValue::Exact(slot), 0.0), (SegmentValue::Exact(slot + 1), v)],
+                        color.mix(0.85).filled(),
+                    )
+                })
+                .collect();
+            chart
+                .draw_series(bars)?
+                .label(s.name.clone())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled()));
+            let whiskers = s.values.iter().enumerate().filter(|(_, v)| v.1.is_finite() && v.2.is_finite()).map(
+                |(g, &(_, lo, hi))| {
+                    let at = || SegmentValue::CenterOf(g * (k + 1) + i);
+                    PathElement::new(vec![(at(), lo), (at(), hi)], BLACK.stroke_width(1))
+                },
+            );
+            chart.draw_series(whiskers)?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
 /// Axis labels: 1, 10, 1k, 10k, 1M ...
 fn short(v: f64) -> String {
     let a = v.abs();
@@ -236,6 +324,18 @@ mod tests {
         let panels = [Panel { title: "t", y_label: "s", bars: vec![("poll".into(), 2.0), ("epoll".into(), f64::NAN)] }];
         let svg = bar_panels(&panels).unwrap();
         assert!(svg.contains("poll") && svg.contains("epoll"));
+    }
+
+    #[test]
+    fn grouped_bars_name_every_group_and_series() {
+        let series = [
+            BarSeries { name: "iomux-epoll".into(), values: vec![(2.0, 1.5, 2.5), (f64::NAN, f64::NAN, f64::NAN)] },
+            BarSeries { name: "tokio".into(), values: vec![(3.0, 3.0, 3.0), (4.0, 3.5, 4.5)] },
+        ];
+        let svg = grouped_bars("t", "scenario", "us", &["closed-100".into(), "open-1000".into()], &series).unwrap();
+        for name in ["iomux-epoll", "tokio", "closed-100", "open-1000"] {
+            assert!(svg.contains(name), "{name}");
+        }
     }
 
     #[test]

@@ -6,10 +6,10 @@
 //! Each cell counts back-to-back waits with a zero timeout.
 
 use super::measure::{calls_per_sec, median};
-use super::peers::{MioPeer, PollingPeer};
 use super::plot::{self, Axes, Series};
 use super::raw;
 use super::table::{thousands, Table};
+use super::wait_peers::{MioPeer, PollingPeer};
 use super::{Check, Settings};
 use crate::progress::Progress;
 use crate::CliResult;

@@ -77,6 +77,10 @@ pub struct Report {
     pub measure_start: Option<Instant>,
     /// When measuring ended (the latest loop's end, when merged).
     pub measure_end: Option<Instant>,
+    /// When the loop finished: every message sent while measuring was
+    /// answered (or given up on), before any connection closed. A closed
+    /// loop's last round is answered after `measure_end`.
+    pub drained: Option<Instant>,
     /// --hdr-log: the measured latencies second by second.
     pub intervals: Vec<Interval>,
     pub interval_error: Option<String>,
@@ -100,6 +104,7 @@ impl Report {
             setup: None,
             measure_start: None,
             measure_end: None,
+            drained: None,
             intervals: Vec::new(),
             interval_error: None,
         }
@@ -136,6 +141,7 @@ impl Report {
             (a, b) => a.or(b),
         };
         self.measure_end = self.measure_end.max(o.measure_end);
+        self.drained = self.drained.max(o.drained);
         self.intervals.extend(o.intervals.iter().cloned());
         if self.interval_error.is_none() {
             self.interval_error.clone_from(&o.interval_error);
@@ -467,6 +473,9 @@ impl Client {
         if self.measuring && self.report.measured.is_zero() {
             self.report.measured = self.measure_start.elapsed();
             self.report.measure_end = Some(Instant::now());
+        }
+        if self.measuring {
+            self.report.drained = Some(Instant::now());
         }
         self.report.unanswered += self.in_flight as u64;
         self.in_flight = 0;

@@ -130,6 +130,7 @@ pub fn merge(parts: &[Part], setup: Setup) -> CliResult<LoadResult> {
         setup_s: 0.0,
         setup_window: None,
         measure_window: None,
+        drained_at: None,
         listen_overflows: None,
         echoes: 0,
         echo_bytes: 0,
@@ -179,6 +180,10 @@ pub fn merge(parts: &[Part], setup: Setup) -> CliResult<LoadResult> {
         };
         m.setup_window = span(m.setup_window, r.setup_window);
         m.measure_window = span(m.measure_window, r.measure_window);
+        m.drained_at = match (m.drained_at, r.drained_at) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
         m.echoes += r.echoes;
         m.echo_bytes += r.echo_bytes;
         m.sent_messages += r.sent_messages;

@@ -189,7 +189,7 @@ impl LoadArgs {
     /// The command line that parses back into these flags (for a child
     /// process). Every field is named here, so a new flag cannot be
     /// forgotten: the destructuring stops compiling.
-    fn to_cli(&self) -> Vec<OsString> {
+    pub fn to_cli(&self) -> Vec<OsString> {
         let LoadArgs {
             connect,
             conns,

@@ -39,6 +39,11 @@ pub struct LoadResult {
     /// Unix seconds of that start and that end.
     #[serde(default)]
     pub measure_window: Option<(f64, f64)>,
+    /// Unix seconds when every message sent in the measure window had been
+    /// answered (or given up on), before any connection closed: the end of
+    /// the time the window's echoes took (the latest loop's, when merged).
+    #[serde(default)]
+    pub drained_at: Option<f64>,
     /// Seconds from the first connect to the last connection established or failed.
     pub setup_s: f64,
     /// Unix seconds of that first connect and that last connection.
@@ -141,6 +146,7 @@ impl LoadResult {
             connected: r.connected,
             seconds: measure_window.map_or(r.measured.as_secs_f64(), |(a, b)| b - a),
             measure_window,
+            drained_at: r.drained.map(|t| clock.unix(t).as_secs_f64()),
             setup_s: window.map_or(0.0, |(a, b)| b - a),
             setup_window: window,
             listen_overflows: None,
