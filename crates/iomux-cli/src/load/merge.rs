@@ -131,6 +131,7 @@ pub fn merge(parts: &[Part], setup: Setup) -> CliResult<LoadResult> {
         setup_window: None,
         measure_window: None,
         listen_overflows: None,
+        cpu_s: Some(0.0),
         echoes: 0,
         echo_bytes: 0,
         sent_messages: 0,
@@ -179,6 +180,8 @@ pub fn merge(parts: &[Part], setup: Setup) -> CliResult<LoadResult> {
         };
         m.setup_window = span(m.setup_window, r.setup_window);
         m.measure_window = span(m.measure_window, r.measure_window);
+        // A part that did not measure its CPU leaves the sum unknown.
+        m.cpu_s = m.cpu_s.zip(r.cpu_s).map(|(a, b)| a + b);
         m.echoes += r.echoes;
         m.echo_bytes += r.echo_bytes;
         m.sent_messages += r.sent_messages;
