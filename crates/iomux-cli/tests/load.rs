@@ -106,6 +106,12 @@ fn echo_counts_match_iomux_serve() {
     assert!(echoes > 0);
     // Nothing is measured during warm-up here, so every echo was counted.
     assert_eq!(stats["bytes_out"].as_u64().unwrap(), echoes * 64, "{report}");
+    // The load's own CPU over the measured second, per echo (what the
+    // load must keep below the server's).
+    let cpu = report["cpu_s"].as_f64().unwrap();
+    assert!(cpu > 0.0 && cpu < 5.0, "{report}");
+    let per_echo = report["cpu_us_per_echo"].as_f64().unwrap();
+    assert!((per_echo - cpu * 1e6 / echoes as f64).abs() < 1e-6, "{report}");
 }
 
 #[test]
@@ -134,6 +140,7 @@ fn open_loop_latency_includes_a_server_stall() {
     // The schedule was kept: about rate x duration messages went out.
     let sent = report["sent_messages"].as_u64().unwrap();
     assert!((5400..=6100).contains(&sent), "{sent} messages sent for 2000/s over 3 s");
+    assert_eq!(report["tick_us"], 100, "the schedule's grid is in the result");
 }
 
 #[test]

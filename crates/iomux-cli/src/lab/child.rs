@@ -222,6 +222,7 @@ impl ServerChild {
             backend,
             mode: crate::load::LoadMode::Echo,
             rate: None,
+            tick_us: crate::load::DEFAULT_TICK_US,
             bind: None,
             connect_rate: None,
             per_conn: None,

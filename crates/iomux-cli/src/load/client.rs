@@ -7,7 +7,7 @@ use super::pattern::Pattern;
 use super::watch::Counters;
 use hdrhistogram::Histogram;
 use iomux::runtime::{CloseReason, ConnId, Handler, Io, TimerId};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -54,6 +54,8 @@ pub struct Plan {
     pub grace: Duration,
     /// Give up when echoes are awaited and none arrives for this long.
     pub stall_timeout: Duration,
+    /// Open loop: the grid the schedule is rounded up to (--tick-us).
+    pub tick: Duration,
 }
 
 /// What one loop measured (merged across loops at the end).
@@ -84,6 +86,11 @@ pub struct Report {
     /// --hdr-log: the measured latencies second by second.
     pub intervals: Vec<Interval>,
     pub interval_error: Option<String>,
+    /// The process's CPU time (user + system, every thread: io_uring's
+    /// SQPOLL and worker threads are the load's work too) when measuring
+    /// began and when the last echo was in (the earliest and the latest
+    /// of the loops, when merged).
+    pub cpu: Option<(Duration, Duration)>,
 }
 
 impl Report {
@@ -107,6 +114,7 @@ impl Report {
             drained: None,
             intervals: Vec::new(),
             interval_error: None,
+            cpu: None,
         }
     }
 
@@ -146,6 +154,10 @@ impl Report {
         if self.interval_error.is_none() {
             self.interval_error.clone_from(&o.interval_error);
         }
+        self.cpu = match (self.cpu, o.cpu) {
+            (Some((a0, a1)), Some((b0, b1))) => Some((a0.min(b0), a1.max(b1))),
+            (a, b) => a.or(b),
+        };
     }
 }
 
@@ -155,7 +167,9 @@ impl Default for Report {
     }
 }
 
-struct Conn {
+/// One connection's state, kept by the loop beside the connection (the
+/// handler's `Conn`), so that an echo costs no lookup.
+pub struct Conn {
     number: u32,
     active: bool,
     next_seq: u64,
@@ -164,7 +178,6 @@ struct Conn {
     outstanding: VecDeque<(u64, Instant)>,
     /// Bytes of the oldest outstanding message already echoed.
     received: usize,
-    next_due: Instant,
 }
 
 const CONNECT_TICK: u64 = 1;
@@ -172,32 +185,71 @@ const WARMUP_END: u64 = 2;
 const END: u64 = 3;
 const GRACE_END: u64 = 4;
 const WATCHDOG: u64 = 5;
-/// Open-loop send timers carry the connection id with this bit set.
-const SEND_TIMER: u64 = 1 << 63;
+const PACE: u64 = 6;
+const START: u64 = 7;
 const SINK_BATCH: usize = 64 << 10;
+
+/// Open loop: when each of the loop's messages is due. They go
+/// round-robin over its active connections (so each connection keeps its
+/// own rate, the connections staggered evenly over one interval), message
+/// `k` at `start + k * gap` rounded up to the tick grid: the messages due
+/// within one tick go out together, stamped with the same due time, and
+/// the loop wakes once per tick, not once per message.
+struct Pacer {
+    start: Instant,
+    /// Nanoseconds between two messages of this loop.
+    gap_ns: f64,
+    tick_ns: u64,
+    /// Messages scheduled so far (sent, or skipped for a closed connection).
+    next: u64,
+}
+
+impl Pacer {
+    fn due(&self, k: u64) -> Instant {
+        let exact = (k as f64 * self.gap_ns).ceil() as u64;
+        self.start + Duration::from_nanos(exact.div_ceil(self.tick_ns) * self.tick_ns)
+    }
+}
 
 pub struct Client {
     plan: Plan,
-    conns: HashMap<u64, Conn>,
+    /// Every connection opened, active ones first (closing them all at the
+    /// end; a closed one's id is dead, and closing it does nothing).
+    ids: Vec<ConnId>,
+    /// The active connections, in the order they take messages (open loop).
+    active: Vec<ConnId>,
+    /// Connections opened and not closed yet, and how many are active.
+    open: usize,
+    open_active: usize,
     next_active: usize,
     next_idle: usize,
     opening: usize,
     /// --connect-rate: when the first connect was due.
     connecting_since: Option<Instant>,
+    /// The START timer is set.
+    start_pending: bool,
     started: bool,
     sending: bool,
     finishing: bool,
     measuring: bool,
     measure_start: Instant,
+    /// The process's CPU time when measuring began.
+    cpu_start: Option<Duration>,
     quota_left: Option<u64>,
     /// Messages sent and not yet fully echoed, over all connections.
     in_flight: usize,
     last_progress: Instant,
+    pacer: Option<Pacer>,
     message: Vec<u8>,
     batch: Vec<u8>,
     pattern: Pattern,
     intervals: Option<IntervalRecorder>,
     pub report: Report,
+}
+
+/// User + system CPU time of the whole process so far.
+fn process_cpu() -> Option<Duration> {
+    crate::os::usage().ok().map(|u| u.user + u.system)
 }
 
 fn errno_name(e: &std::io::Error) -> String {
@@ -223,19 +275,25 @@ impl Client {
         let intervals = plan.intervals.map(IntervalRecorder::new);
         Client {
             plan,
-            conns: HashMap::new(),
+            ids: Vec::new(),
+            active: Vec::new(),
+            open: 0,
+            open_active: 0,
             next_active: 0,
             next_idle: 0,
             opening: 0,
             connecting_since: None,
+            start_pending: false,
             started: false,
             sending: false,
             finishing: false,
             measuring: false,
             measure_start: Instant::now(),
+            cpu_start: None,
             quota_left,
             in_flight: 0,
             last_progress: Instant::now(),
+            pacer: None,
             message,
             batch: Vec::new(),
             pattern,
@@ -249,7 +307,7 @@ impl Client {
     }
 
     /// Opens up to `n` more connections (active ones first).
-    fn open_some(&mut self, io: &mut Io<()>, n: usize) {
+    fn open_some(&mut self, io: &mut Io<Conn>, n: usize) {
         for _ in 0..n {
             let (active, number, global) = if self.next_active < self.plan.conns {
                 self.next_active += 1;
@@ -265,18 +323,16 @@ impl Client {
             self.report.setup.get_or_insert((now, now));
             let sources = &self.plan.sources;
             let source = (!sources.is_empty()).then(|| sources[(global % sources.len() as u64) as usize]);
-            match io.connect(self.plan.addr, source, ()) {
+            let conn = Conn { number, active, next_seq: 0, outstanding: VecDeque::new(), received: 0 };
+            match io.connect(self.plan.addr, source, conn) {
                 Ok(id) => {
                     self.opening += 1;
-                    let conn = Conn {
-                        number,
-                        active,
-                        next_seq: 0,
-                        outstanding: VecDeque::new(),
-                        received: 0,
-                        next_due: io.now(),
-                    };
-                    self.conns.insert(id.as_u64(), conn);
+                    self.open += 1;
+                    self.ids.push(id);
+                    if active {
+                        self.open_active += 1;
+                        self.active.push(id);
+                    }
                 }
                 Err(e) => self.connect_failed(&e.into()),
             }
@@ -301,12 +357,20 @@ impl Client {
         }
     }
 
-    /// Starts the clock once every connection is open (or has failed).
-    fn maybe_start(&mut self, io: &mut Io<()>) {
+    /// Once every connection is open (or has failed), starts the load from
+    /// a timer due now: outside any connection's callback, so that every
+    /// connection's state is at hand.
+    fn maybe_start(&mut self, io: &mut Io<Conn>) {
         let all_tried = self.next_active + self.next_idle == self.total();
-        if self.started || !all_tried || self.opening > 0 {
+        if self.start_pending || !all_tried || self.opening > 0 {
             return;
         }
+        self.start_pending = true;
+        io.set_timer(Instant::now(), START);
+    }
+
+    /// Starts the clock and the sending.
+    fn start(&mut self, io: &mut Io<Conn>) {
         self.started = true;
         let now = Instant::now();
         if self.plan.warmup.is_zero() {
@@ -322,8 +386,9 @@ impl Client {
         if self.plan.mode == LoadMode::Echo {
             io.set_timer(now + Duration::from_secs(1), WATCHDOG);
         }
-        let active: Vec<u64> = self.conns.iter().filter(|(_, c)| c.active).map(|(k, _)| *k).collect();
-        if active.is_empty() {
+        // Only the connections that opened take messages.
+        self.active.retain(|&id| io.state(id).is_some());
+        if self.active.is_empty() {
             // Idle connections only: hold them for the duration (or until
             // stopped); with nothing to count down, finish now.
             if self.plan.duration.is_none() {
@@ -331,20 +396,23 @@ impl Client {
             }
             return;
         }
-        let count = active.len();
-        for (i, key) in active.into_iter().enumerate() {
-            let id = ConnId::from_u64(key);
-            match (self.plan.mode, self.plan.rate_per_conn) {
-                (LoadMode::Sink, None) => self.sink_more(io, id),
-                (_, Some(rate)) => {
-                    // Stagger the connections over one interval.
-                    let phase = Duration::from_secs_f64(i as f64 / count as f64 / rate);
-                    if let Some(c) = self.conns.get_mut(&key) {
-                        c.next_due = now + phase;
-                        io.set_timer(c.next_due, SEND_TIMER | key);
+        if let Some(rate) = self.plan.rate_per_conn {
+            let gap_ns = 1e9 / rate / self.active.len() as f64;
+            self.pacer = Some(Pacer { start: now, gap_ns, tick_ns: self.plan.tick.as_nanos().max(1) as u64, next: 0 });
+            return self.pace(io, now);
+        }
+        for i in 0..self.active.len() {
+            let id = self.active[i];
+            match self.plan.mode {
+                // Its output is empty: on_drained comes next turn and fills it.
+                LoadMode::Sink => io.notify_drained(id),
+                LoadMode::Echo => {
+                    if let Some(c) = io.state(id) {
+                        if self.stage(c, now) {
+                            io.write(id, &self.message);
+                        }
                     }
                 }
-                (LoadMode::Echo, None) => self.send(io, id, now),
             }
         }
     }
@@ -352,6 +420,7 @@ impl Client {
     fn begin_measuring(&mut self, now: Instant) {
         self.measuring = true;
         self.measure_start = now;
+        self.cpu_start = process_cpu();
         // What connecting found stays; the warm-up's echoes go.
         let fresh = Report {
             connected: self.report.connected,
@@ -364,38 +433,23 @@ impl Client {
         self.report = fresh;
     }
 
-    /// Sends the connection's next message, stamped `at` (now, or, open
-    /// loop, when it was due: latency then includes any delay in sending).
-    fn send(&mut self, io: &mut Io<()>, id: ConnId, at: Instant) {
+    /// Puts connection `c`'s next message in `self.message`, stamped `at`
+    /// (now, or, open loop, when it was due: latency then includes any
+    /// delay in sending), and counts it; false if nothing is to be sent.
+    fn stage(&mut self, c: &mut Conn, at: Instant) -> bool {
         if !self.sending {
-            return;
+            return false;
         }
-        let Some(c) = self.conns.get_mut(&id.as_u64()) else { return };
-        if self.plan.per_conn.is_some_and(|k| c.next_seq >= k) {
-            return;
+        let echo = self.plan.mode == LoadMode::Echo;
+        if echo && self.plan.per_conn.is_some_and(|k| c.next_seq >= k) {
+            return false;
         }
         self.pattern.fill(&mut self.message, c.number, c.next_seq);
-        c.outstanding.push_back((c.next_seq, at));
-        c.next_seq += 1;
-        self.in_flight += 1;
-        io.write(id, &self.message);
-        self.report.sent_messages += 1;
-        self.report.sent_bytes += self.message.len() as u64;
-        if let Some(q) = &mut self.quota_left {
-            *q -= 1;
-            if *q == 0 {
-                self.sending = false;
-            }
+        if echo {
+            c.outstanding.push_back((c.next_seq, at));
+            self.in_flight += 1;
         }
-    }
-
-    /// Appends connection `key`'s next message to the sink batch and counts
-    /// it against the quota; false if the connection is gone.
-    fn batch_next(&mut self, key: u64) -> bool {
-        let Some(c) = self.conns.get_mut(&key) else { return false };
-        self.pattern.fill(&mut self.message, c.number, c.next_seq);
         c.next_seq += 1;
-        self.batch.extend_from_slice(&self.message);
         self.report.sent_messages += 1;
         self.report.sent_bytes += self.message.len() as u64;
         if let Some(q) = &mut self.quota_left {
@@ -409,13 +463,15 @@ impl Client {
 
     /// Sink mode: queues about 64 KiB of messages in one write, then asks
     /// to hear when they are sent.
-    fn sink_more(&mut self, io: &mut Io<()>, id: ConnId) {
+    fn sink_more(&mut self, io: &mut Io<Conn>, id: ConnId, c: &mut Conn) {
         let per_batch = (SINK_BATCH / self.message.len()).max(1);
         self.batch.clear();
+        let now = io.now();
         for _ in 0..per_batch {
-            if !self.sending || !self.batch_next(id.as_u64()) {
+            if !self.stage(c, now) {
                 break;
             }
+            self.batch.extend_from_slice(&self.message);
         }
         if !self.batch.is_empty() {
             io.write(id, &self.batch);
@@ -427,32 +483,38 @@ impl Client {
         }
     }
 
-    /// Paced sink: every message due by `now` for connection `key`, in one write.
-    fn sink_due(&mut self, io: &mut Io<()>, key: u64, interval: Duration, now: Instant) {
-        self.batch.clear();
+    /// Open loop: sends every message due by `now` (the loop writes each
+    /// connection's messages of a turn in one send), then wakes at the
+    /// next tick that has one.
+    fn pace(&mut self, io: &mut Io<Conn>, now: Instant) {
+        // Out of self while messages are staged (put back below).
+        let Some(mut pacer) = self.pacer.take() else { return };
+        let n = self.active.len() as u64;
         while self.sending {
-            let Some(c) = self.conns.get_mut(&key) else { return };
-            if c.next_due > now {
+            let due = pacer.due(pacer.next);
+            if due > now {
                 break;
             }
-            c.next_due += interval;
-            self.batch_next(key);
-        }
-        let id = ConnId::from_u64(key);
-        if !self.batch.is_empty() {
-            io.write(id, &self.batch);
-        }
-        match (self.sending, self.conns.get(&key)) {
-            (true, Some(c)) => {
-                io.set_timer(c.next_due, SEND_TIMER | key);
+            let id = self.active[(pacer.next % n) as usize];
+            pacer.next += 1;
+            // A closed connection's turn passes: it sends no more.
+            let Some(c) = io.state(id) else { continue };
+            if !self.stage(c, due) {
+                continue;
             }
-            _ if self.plan.duration.is_none() => self.end(io),
-            _ => {}
+            io.write(id, &self.message);
+        }
+        let next = pacer.due(pacer.next);
+        self.pacer = Some(pacer);
+        if self.sending {
+            io.set_timer(next, PACE);
+        } else if self.plan.mode == LoadMode::Sink && self.plan.duration.is_none() {
+            self.end(io);
         }
     }
 
     /// Stops sending; finishes when every echo is in (or after the grace).
-    fn end(&mut self, io: &mut Io<()>) {
+    fn end(&mut self, io: &mut Io<Conn>) {
         self.sending = false;
         if self.measuring && self.report.measured.is_zero() {
             self.report.measured = self.measure_start.elapsed();
@@ -465,7 +527,7 @@ impl Client {
         }
     }
 
-    fn finish(&mut self, io: &mut Io<()>) {
+    fn finish(&mut self, io: &mut Io<Conn>) {
         if self.finishing {
             return;
         }
@@ -477,6 +539,7 @@ impl Client {
         if self.measuring {
             self.report.drained = Some(Instant::now());
         }
+        self.report.cpu = self.cpu_start.zip(process_cpu());
         self.report.unanswered += self.in_flight as u64;
         self.in_flight = 0;
         if let Some(recorder) = &mut self.intervals {
@@ -484,33 +547,30 @@ impl Client {
             self.report.intervals = std::mem::take(&mut recorder.done);
             self.report.interval_error = recorder.error.take();
         }
-        let ids: Vec<u64> = self.conns.keys().copied().collect();
-        for key in ids {
-            io.close(ConnId::from_u64(key));
+        for &id in &self.ids {
+            io.close(id);
         }
         io.stop();
     }
 
-    fn mismatch(&mut self, io: &mut Io<()>, id: ConnId, what: String) {
+    fn mismatch(&mut self, io: &mut Io<Conn>, id: ConnId, c: &mut Conn, what: String) {
         self.report.mismatches += 1;
         self.plan.progress.error("mismatched");
         if self.report.first_error.is_none() {
             self.report.first_error = Some(what);
         }
-        if let Some(c) = self.conns.get_mut(&id.as_u64()) {
-            // Its messages will never be answered correctly: count them once.
-            self.report.unanswered += c.outstanding.len() as u64;
-            self.in_flight -= c.outstanding.len();
-            c.outstanding.clear();
-        }
+        // Its messages will never be answered correctly: count them once.
+        self.report.unanswered += c.outstanding.len() as u64;
+        self.in_flight -= c.outstanding.len();
+        c.outstanding.clear();
         io.close(id);
     }
 }
 
 impl Handler for Client {
-    type Conn = ();
+    type Conn = Conn;
 
-    fn on_start(&mut self, io: &mut Io<()>) {
+    fn on_start(&mut self, io: &mut Io<Conn>) {
         match self.plan.connect_rate {
             Some(_) => {
                 io.set_timer(Instant::now(), CONNECT_TICK);
@@ -522,10 +582,12 @@ impl Handler for Client {
         }
     }
 
-    /// The load only connects; it never listens.
-    fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
+    /// The load only connects; it never listens (so this is never called).
+    fn on_accept(&mut self, _io: &mut Io<Conn>, _conn: ConnId) -> Conn {
+        Conn { number: u32::MAX, active: false, next_seq: 0, outstanding: VecDeque::new(), received: 0 }
+    }
 
-    fn on_connect(&mut self, io: &mut Io<()>, _conn: ConnId, _state: &mut ()) {
+    fn on_connect(&mut self, io: &mut Io<Conn>, _conn: ConnId, _state: &mut Conn) {
         self.opening -= 1;
         self.report.connected += 1;
         self.connection_settled();
@@ -533,22 +595,23 @@ impl Handler for Client {
         self.maybe_start(io);
     }
 
-    fn on_data(&mut self, io: &mut Io<()>, id: ConnId, _state: &mut (), mut data: &[u8]) -> usize {
+    fn on_data(&mut self, io: &mut Io<Conn>, id: ConnId, c: &mut Conn, mut data: &[u8]) -> usize {
         let consumed = data.len();
         let size = self.message.len();
-        let now = Instant::now();
+        // The loop's clock, read once per turn as the wait returned: when
+        // the echoes of this turn were known to have arrived.
+        let now = io.now();
         let mut completed = 0;
         while !data.is_empty() {
-            let Some(c) = self.conns.get_mut(&id.as_u64()) else { break };
             let Some(&(seq, sent_at)) = c.outstanding.front() else {
                 let what = format!("connection {}: {} bytes arrived that were never sent", c.number, data.len());
-                self.mismatch(io, id, what);
+                self.mismatch(io, id, c, what);
                 break;
             };
             let n = data.len().min(size - c.received);
             if let Some(bad) = self.pattern.check(&data[..n], c.number, seq, c.received) {
                 let what = format!("connection {}: byte {bad} of message {seq} differs from what was sent", c.number);
-                self.mismatch(io, id, what);
+                self.mismatch(io, id, c, what);
                 break;
             }
             c.received += n;
@@ -567,8 +630,8 @@ impl Handler for Client {
                     self.report.echoes += 1;
                     self.report.echo_bytes += size as u64;
                 }
-                if self.plan.rate_per_conn.is_none() {
-                    self.send(io, id, now);
+                if self.pacer.is_none() && self.stage(c, now) {
+                    io.write(id, &self.message);
                 }
             }
         }
@@ -582,14 +645,17 @@ impl Handler for Client {
         consumed
     }
 
-    fn on_drained(&mut self, io: &mut Io<()>, id: ConnId, _state: &mut ()) {
-        if self.plan.mode == LoadMode::Sink {
-            self.sink_more(io, id);
+    fn on_drained(&mut self, io: &mut Io<Conn>, id: ConnId, c: &mut Conn) {
+        if self.plan.mode == LoadMode::Sink && self.pacer.is_none() {
+            self.sink_more(io, id, c);
         }
     }
 
-    fn on_close(&mut self, io: &mut Io<()>, id: ConnId, _state: (), reason: &CloseReason) {
-        let Some(c) = self.conns.remove(&id.as_u64()) else { return };
+    fn on_close(&mut self, io: &mut Io<Conn>, _id: ConnId, c: Conn, reason: &CloseReason) {
+        self.open -= 1;
+        if c.active {
+            self.open_active -= 1;
+        }
         match reason {
             CloseReason::ConnectFailed(e) => {
                 self.opening -= 1;
@@ -609,19 +675,19 @@ impl Handler for Client {
                 if self.report.first_error.is_none() {
                     self.report.first_error = Some(format!("connection {} closed by the server: {reason:?}", c.number));
                 }
-                if self.started && !self.conns.values().any(|c| c.active) {
+                if self.started && self.open_active == 0 {
                     // No active connection left: nothing more will be sent
                     // or answered, whatever idle ones remain.
                     self.end(io);
                 }
             }
         }
-        if self.conns.is_empty() && self.started && !self.finishing {
+        if self.open == 0 && self.started && !self.finishing {
             self.finish(io);
         }
     }
 
-    fn on_timer(&mut self, io: &mut Io<()>, _timer: TimerId, token: u64) {
+    fn on_timer(&mut self, io: &mut Io<Conn>, _timer: TimerId, token: u64) {
         match token {
             CONNECT_TICK => {
                 // On a schedule from the first connect: connection k is due
@@ -656,30 +722,28 @@ impl Handler for Client {
                 }
                 io.set_timer(now + Duration::from_secs(1), WATCHDOG);
             }
-            t if t & SEND_TIMER != 0 => {
-                let key = t & !SEND_TIMER;
-                let Some(rate) = self.plan.rate_per_conn else { return };
-                let interval = Duration::from_secs_f64(1.0 / rate);
-                let now = Instant::now();
-                if self.plan.mode == LoadMode::Sink {
-                    return self.sink_due(io, key, interval, now);
-                }
-                // Send every message that is due, each stamped with the
-                // time it was due: a stalled server is charged for the stall.
-                while self.sending {
-                    let Some(c) = self.conns.get_mut(&key) else { return };
-                    if c.next_due > now {
-                        break;
-                    }
-                    let due = c.next_due;
-                    c.next_due += interval;
-                    self.send(io, ConnId::from_u64(key), due);
-                }
-                if let (true, Some(c)) = (self.sending, self.conns.get(&key)) {
-                    io.set_timer(c.next_due, t);
-                }
-            }
+            PACE => self.pace(io, io.now()),
+            START => self.start(io),
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schedule_keeps_the_rate_on_the_tick_grid() {
+        let start = Instant::now();
+        // 30 us between messages, on a 100 us grid.
+        let p = Pacer { start, gap_ns: 30_000.0, tick_ns: 100_000, next: 0 };
+        let at = |k| p.due(k).duration_since(start).as_micros();
+        assert_eq!([at(0), at(1), at(3), at(4), at(7), at(10)], [0, 100, 100, 200, 300, 300]);
+        // Over any whole number of ticks, the rate is the rate asked for.
+        assert_eq!((0..1000).filter(|&k| at(k) <= 3_000).count(), 101);
+        // Without a grid (1 ns), each message is due at its own time.
+        let exact = Pacer { start, gap_ns: 30_000.0, tick_ns: 1, next: 0 };
+        assert_eq!(exact.due(7).duration_since(start).as_nanos(), 210_000);
     }
 }

@@ -132,6 +132,7 @@ pub fn merge(parts: &[Part], setup: Setup) -> CliResult<LoadResult> {
         measure_window: None,
         drained_at: None,
         listen_overflows: None,
+        cpu_s: Some(0.0),
         echoes: 0,
         echo_bytes: 0,
         sent_messages: 0,
@@ -184,6 +185,8 @@ pub fn merge(parts: &[Part], setup: Setup) -> CliResult<LoadResult> {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         };
+        // A part that did not measure its CPU leaves the sum unknown.
+        m.cpu_s = m.cpu_s.zip(r.cpu_s).map(|(a, b)| a + b);
         m.echoes += r.echoes;
         m.echo_bytes += r.echo_bytes;
         m.sent_messages += r.sent_messages;

@@ -35,6 +35,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use watch::{Counters, Display};
 
+/// `--tick-us` unless told.
+pub const DEFAULT_TICK_US: u32 = 100;
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct LoadArgs {
     /// The server's address.
@@ -72,6 +75,12 @@ pub struct LoadArgs {
     /// corrected, as wrk2 does). With --mode sink: the sending pace.
     #[arg(long)]
     pub rate: Option<f64>,
+    /// Open loop: the schedule's grid, in microseconds. Each message's due
+    /// time is rounded up to it, so the messages due within one tick go
+    /// out together (latency still counts from that due time) and the load
+    /// wakes once per tick rather than once per message. 0: no rounding.
+    #[arg(long, default_value_t = DEFAULT_TICK_US)]
+    pub tick_us: u32,
     /// Source addresses, one or a range (127.0.0.1-127.0.0.50): more than
     /// one multiplies the ports available towards one server address.
     /// Without it, a loopback load too big for one address's ephemeral
@@ -202,6 +211,7 @@ impl LoadArgs {
             backend,
             mode,
             rate,
+            tick_us,
             bind,
             connect_rate,
             per_conn,
@@ -226,6 +236,7 @@ impl LoadArgs {
             .value("backend", backend.name())
             .value("mode", result::mode_name(*mode))
             .value("timeout", timeout)
+            .value("tick-us", tick_us)
             .value("procs", procs)
             .value("first-conn", first_conn)
             .value("first-idle", first_idle)
@@ -433,6 +444,7 @@ pub fn execute_with(args: &LoadArgs, show_progress: bool, control: &Control) -> 
                 intervals: args.hdr_log.as_ref().map(|_| clock),
                 grace: Duration::from_secs(5),
                 stall_timeout: Duration::from_secs_f64(args.timeout),
+                tick: Duration::from_micros(u64::from(args.tick_us)),
             }
         })
         .collect();
@@ -552,6 +564,8 @@ mod tests {
             "uring",
             "--rate",
             "12.5",
+            "--tick-us",
+            "250",
             "--bind",
             "127.0.0.2-127.0.0.4",
             "--connect-rate",

@@ -3,7 +3,8 @@
 //! XORed with a byte of the connection's. Reordered, duplicated or lost
 //! messages show in the sequence number, misrouted ones in the connection
 //! number, corrupted bytes anywhere. Filling and checking are plain loops
-//! over a precomputed body, so the client stays cheaper than the server.
+//! over a precomputed body, eight bytes at a time, so the client stays
+//! cheaper than the server.
 
 pub struct Pattern {
     body: Vec<u8>,
@@ -30,46 +31,64 @@ impl Pattern {
         Pattern { body }
     }
 
+    /// Message `seq` of `conn`'s header.
     #[inline]
-    fn header_byte(conn: u32, seq: u64, j: usize) -> u8 {
-        if j < 8 {
-            seq.to_le_bytes()[j]
-        } else {
-            conn.to_le_bytes()[j - 8]
-        }
+    fn header(conn: u32, seq: u64) -> [u8; HEADER] {
+        let mut h = [0; HEADER];
+        h[..8].copy_from_slice(&seq.to_le_bytes());
+        h[8..].copy_from_slice(&conn.to_le_bytes());
+        h
     }
 
     /// Fills `buf` (the message size) with message `seq` of `conn`.
     pub fn fill(&self, buf: &mut [u8], conn: u32, seq: u64) {
-        let key = conn_key(conn);
         let head = HEADER.min(buf.len());
-        for (j, b) in buf[..head].iter_mut().enumerate() {
-            *b = Self::header_byte(conn, seq, j);
+        buf[..head].copy_from_slice(&Self::header(conn, seq)[..head]);
+        let key = conn_key(conn);
+        let wide = u64::from_ne_bytes([key; 8]);
+        let (out, body) = (&mut buf[head..], &self.body[head..]);
+        // Eight bytes at a time: the load must stay cheaper than the server.
+        let mut out8 = out.chunks_exact_mut(8);
+        let mut body8 = body.chunks_exact(8);
+        for (o, b) in (&mut out8).zip(&mut body8) {
+            o.copy_from_slice(&(word(b) ^ wide).to_ne_bytes());
         }
-        for (b, &p) in buf[head..].iter_mut().zip(&self.body[head..]) {
-            *b = p ^ key;
+        for (o, &b) in out8.into_remainder().iter_mut().zip(body8.remainder()) {
+            *o = b ^ key;
         }
     }
 
     /// Checks `data`, which should be message `seq` from offset `at`;
     /// returns the offset of the first wrong byte.
     pub fn check(&self, data: &[u8], conn: u32, seq: u64, at: usize) -> Option<usize> {
-        let key = conn_key(conn);
-        let mut i = 0;
-        while i < data.len() && at + i < HEADER {
-            if data[i] != Self::header_byte(conn, seq, at + i) {
-                return Some(at + i);
+        let head = HEADER.saturating_sub(at).min(data.len());
+        if head > 0 {
+            let header = Self::header(conn, seq);
+            if data[..head] != header[at..at + head] {
+                return data[..head].iter().zip(&header[at..]).position(|(d, h)| d != h).map(|k| at + k);
             }
-            i += 1;
         }
-        let body = &self.body[at + i..at + data.len()];
-        // Compare without branching per byte; find the culprit only on failure.
-        let diff = data[i..].iter().zip(body).fold(0u8, |acc, (&d, &p)| acc | (d ^ p ^ key));
+        let key = conn_key(conn);
+        let wide = u64::from_ne_bytes([key; 8]);
+        let (data, body) = (&data[head..], &self.body[at + head..at + data.len()]);
+        // Compare without branching per word; find the culprit only on failure.
+        let (data8, body8) = (data.chunks_exact(8), body.chunks_exact(8));
+        let rest = data8.remainder().iter().zip(body8.remainder());
+        let diff = data8.zip(body8).fold(0, |acc, (d, b)| acc | (word(d) ^ word(b) ^ wide))
+            | rest.fold(0, |acc, (&d, &b)| acc | u64::from(d ^ b ^ key));
         if diff == 0 {
             return None;
         }
-        data[i..].iter().zip(body).position(|(&d, &p)| d != p ^ key).map(|k| at + i + k)
+        data.iter().zip(body).position(|(&d, &p)| d != p ^ key).map(|k| at + head + k)
     }
+}
+
+/// Eight bytes (a chunk of exactly eight) as one word.
+#[inline]
+fn word(b: &[u8]) -> u64 {
+    let mut w = [0; 8];
+    w.copy_from_slice(b);
+    u64::from_ne_bytes(w)
 }
 
 #[cfg(test)]
@@ -95,6 +114,36 @@ mod tests {
         a[57] ^= 1;
         assert_eq!(p.check(&a, 1, 5, 0), Some(57));
         assert_eq!(p.check(&a[50..], 1, 5, 50), Some(57));
+        a[57] ^= 1;
+        a[10] ^= 4;
+        assert_eq!(p.check(&a, 1, 5, 0), Some(10), "in the header");
+        assert_eq!(p.check(&a[7..], 1, 5, 7), Some(10), "in the header, from within it");
+    }
+
+    #[test]
+    fn every_byte_of_every_split_is_checked() {
+        // Odd sizes and offsets: the eight-byte steps and their remainders.
+        for size in [1, 7, 12, 13, 20, 21, 100, 1001] {
+            let p = Pattern::new(size);
+            let mut m = vec![0; size];
+            p.fill(&mut m, 77, 123_456);
+            for at in 0..size {
+                for end in at + 1..=size.min(at + 19) {
+                    assert_eq!(p.check(&m[at..end], 77, 123_456, at), None, "size {size} {at}..{end}");
+                }
+            }
+            for bad in 0..size {
+                m[bad] ^= 0x80;
+                assert_eq!(p.check(&m, 77, 123_456, 0), Some(bad), "size {size}, byte {bad}");
+                let from = bad.saturating_sub(3);
+                assert_eq!(p.check(&m[from..], 77, 123_456, from), Some(bad), "size {size}, byte {bad} from {from}");
+                m[bad] ^= 0x80;
+            }
+            if size > 8 {
+                // (Shorter messages hold only part of the sequence number.)
+                assert_ne!(p.check(&m, 78, 123_456, 0), None, "another connection");
+            }
+        }
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub struct LoadResult {
     pub msg_size: u64,
     pub mode: String,
     pub rate: Option<f64>,
+    /// Open loop: the schedule's grid (--tick-us).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tick_us: Option<u64>,
     pub backend: String,
     /// Global number of the first active connection (of this shard or process).
     pub first_conn: u64,
@@ -63,6 +66,13 @@ pub struct LoadResult {
     pub latency: Option<Latency>,
     /// The latency histogram (ns): HdrHistogram V2 + deflate, base64.
     pub latency_hdr: String,
+    /// CPU time (user + system) of the load's process from the start of
+    /// measuring to the last echo (summed over processes and merged parts).
+    #[serde(default)]
+    pub cpu_s: Option<f64>,
+    /// That CPU time per echo, in microseconds (echo mode).
+    #[serde(default)]
+    pub cpu_us_per_echo: Option<f64>,
     pub errors: Errors,
     /// Client loop stats, as `iomux serve` writes its own (summed when merged).
     pub client: Value,
@@ -140,6 +150,7 @@ impl LoadResult {
             msg_size: u64::from(args.msg_size),
             mode: mode_name(args.mode),
             rate: args.rate,
+            tick_us: args.rate.map(|_| u64::from(args.tick_us)),
             backend: args.backend.name().into(),
             first_conn: u64::from(args.first_conn),
             shard: None,
@@ -158,6 +169,8 @@ impl LoadResult {
             mb_per_sec: 0.0,
             latency: None,
             latency_hdr: String::new(),
+            cpu_s: r.cpu.map(|(start, end)| end.saturating_sub(start).as_secs_f64()),
+            cpu_us_per_echo: None,
             errors: Errors {
                 total: 0,
                 mismatches: r.mismatches,
@@ -191,6 +204,8 @@ impl LoadResult {
         self.echoes_per_sec = per_sec(self.echoes, self.seconds);
         let bytes = if self.mode == mode_name(LoadMode::Sink) { self.sent_bytes } else { self.echo_bytes };
         self.mb_per_sec = per_sec(bytes, self.seconds) / 1e6;
+        let echo = self.mode == mode_name(LoadMode::Echo);
+        self.cpu_us_per_echo = self.cpu_s.filter(|_| echo && self.echoes > 0).map(|s| s * 1e6 / self.echoes as f64);
         Ok(())
     }
 

@@ -54,6 +54,10 @@ pub fn print(r: &LoadResult) {
             );
         }
     }
+    if let Some(cpu) = r.cpu_s {
+        let per_echo = r.cpu_us_per_echo.map_or(String::new(), |us| format!(", {us:.3} us per echo"));
+        println!("  load CPU: {cpu:.3} s while measuring ({:.0}% of one core){per_echo}", 100.0 * cpu / secs.max(1e-9));
+    }
     let e = &r.errors;
     let connect: Vec<String> = e.connect.iter().map(|(k, v)| format!("{k} x{v}")).collect();
     println!(
