@@ -40,6 +40,16 @@ pub fn run(
     run_with_idle(backend, proto, tracer, 0, configure)
 }
 
+/// As [`run`], the server started with more `iomux serve` flags.
+pub fn run_with_flags(
+    backend: Backend,
+    proto: &str,
+    serve_flags: &[String],
+    configure: impl FnOnce(&mut LoadArgs),
+) -> CliResult<Cell> {
+    run_cell(backend, proto, None, 0, serve_flags, configure)
+}
+
 /// As [`run`], with `idle` connections opened first by a separate load and
 /// held while the measured one runs: the clock starts only once the server
 /// has accepted every idle connection.
@@ -50,8 +60,19 @@ pub fn run_with_idle(
     idle: usize,
     configure: impl FnOnce(&mut LoadArgs),
 ) -> CliResult<Cell> {
+    run_cell(backend, proto, tracer, idle, &[], configure)
+}
+
+fn run_cell(
+    backend: Backend,
+    proto: &str,
+    tracer: Option<Tracer>,
+    idle: usize,
+    serve_flags: &[String],
+    configure: impl FnOnce(&mut LoadArgs),
+) -> CliResult<Cell> {
     let (server_cpu, load_cpu) = cpus();
-    let server = ServerChild::start(backend, proto, server_cpu, tracer)?;
+    let server = ServerChild::start_with(backend, proto, server_cpu, tracer, 1, serve_flags)?;
     let rss_before = server.rss();
     let mut args = server.load_args(LOAD_BACKEND, load_cpu);
     configure(&mut args);

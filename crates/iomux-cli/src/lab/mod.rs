@@ -18,6 +18,7 @@ pub mod report;
 mod sink;
 mod syscall_rate;
 mod table;
+mod uring_features;
 
 pub use table::thousands;
 
@@ -58,6 +59,9 @@ enum Experiment {
     /// E4: many connections echoing 100-byte messages: server syscalls per
     /// echo, throughput, latency, memory per connection.
     Echo(echo::Args),
+    /// io_uring's optional features, each off and on: server CPU and
+    /// syscalls per echo, E3 loopback CPU per GB.
+    UringFeatures(uring_features::Args),
 }
 
 /// What every experiment is given.
@@ -165,13 +169,15 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
         Some(Experiment::Idle(a)) => vec![idle::run(&a, &settings)?],
         Some(Experiment::Sink(a)) => vec![sink::run(&a, &settings, tracer)?],
         Some(Experiment::Echo(a)) => vec![echo::run(&a, &settings, tracer)?],
+        Some(Experiment::UringFeatures(a)) => vec![uring_features::run(&a, &settings)?],
         None => {
-            eprintln!("iomux bench: running E1 syscall-rate, E2 idle, E3 sink, E4 echo");
+            eprintln!("iomux bench: running E1 syscall-rate, E2 idle, E3 sink, E4 echo, uring-features");
             vec![
                 syscall_rate::run(&syscall_rate::Args::default(), &settings)?,
                 idle::run(&idle::Args::default(), &settings)?,
                 sink::run(&sink::Args::default(), &settings, tracer)?,
                 echo::run(&echo::Args::default(), &settings, tracer)?,
+                uring_features::run(&uring_features::Args::default(), &settings)?,
             ]
         }
     };

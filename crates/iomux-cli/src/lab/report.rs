@@ -5,7 +5,7 @@ use crate::CliResult;
 use std::path::{Path, PathBuf};
 
 /// The experiments in the order the report shows them.
-pub const ORDER: [&str; 4] = ["syscall-rate", "idle", "sink", "echo"];
+pub const ORDER: [&str; 5] = ["syscall-rate", "idle", "sink", "echo", "uring-features"];
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
