@@ -262,42 +262,35 @@ impl Ring {
         }
         // offset u32::MAX: any free slot; the kernel writes back which.
         let mut update = RsrcUpdate { offset: u32::MAX, resv: 0, data: self.ring.as_raw_fd() as u64 };
-        count(Syscall::IoUringRegister);
-        // SAFETY: the argument is one io_uring_rsrc_update, as nr_args (1)
-        // says, alive and writable for the call.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_io_uring_register,
-                self.ring.as_raw_fd(),
-                IORING_REGISTER_RING_FDS,
-                &mut update as *mut RsrcUpdate,
-                1u32,
-            )
-        };
-        match r {
+        match self.ring_fds(IORING_REGISTER_RING_FDS, &mut update)? {
             1 => {
                 self.registered = Some(update.offset);
                 Ok(())
             }
-            r if r < 0 => Err(io::Error::last_os_error()),
             _ => Err(io::Error::other("IORING_REGISTER_RING_FDS registered nothing")),
         }
     }
 
     fn unregister_ring_fd(&mut self) {
-        let Some(offset) = self.registered.take() else { return };
-        let update = RsrcUpdate { offset, resv: 0, data: 0 };
+        if let Some(offset) = self.registered.take() {
+            let _ = self.ring_fds(IORING_UNREGISTER_RING_FDS, &mut RsrcUpdate { offset, resv: 0, data: 0 });
+        }
+    }
+
+    /// `io_uring_register` of one ring descriptor (`op`: register or
+    /// unregister), counted; the kernel's result.
+    fn ring_fds(&self, op: libc::c_uint, update: &mut RsrcUpdate) -> io::Result<libc::c_long> {
         count(Syscall::IoUringRegister);
-        // SAFETY: the argument is one io_uring_rsrc_update, alive for the call.
-        let _ = unsafe {
-            libc::syscall(
-                libc::SYS_io_uring_register,
-                self.ring.as_raw_fd(),
-                IORING_UNREGISTER_RING_FDS,
-                &update as *const RsrcUpdate,
-                1u32,
-            )
+        // SAFETY: the argument is one io_uring_rsrc_update, as nr_args (1)
+        // says, alive and writable for the call.
+        let r = unsafe {
+            libc::syscall(libc::SYS_io_uring_register, self.ring.as_raw_fd(), op, update as *mut RsrcUpdate, 1u32)
         };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r)
+        }
     }
 
     /// Zero-copy sends made so far, and how many the kernel copied anyway.
