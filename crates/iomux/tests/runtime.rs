@@ -1465,6 +1465,17 @@ fn run_plans(
     outcomes
 }
 
+/// 1 to 5 connections' plans, and the server's read size (io_uring: ring
+/// buffer size), ring buffer count and output bound.
+fn traffic() -> impl Strategy<Value = (Vec<Plan>, usize, u16, usize)> {
+    (
+        proptest::collection::vec(plan(), 1..6),
+        prop_oneof![Just(512usize), Just(4096), Just(65536)],
+        prop_oneof![Just(2u16), Just(1024)],
+        prop_oneof![Just(16usize << 10), Just(4 << 20)],
+    )
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 32,
@@ -1476,12 +1487,7 @@ proptest! {
     /// Random traffic on 1 to 3 connections at once, run on every backend:
     /// each matches the model, so all give the same outcome.
     #[test]
-    fn every_backend_matches_the_model(
-        plans in proptest::collection::vec(plan(), 1..6),
-        read_size in prop_oneof![Just(512usize), Just(4096), Just(65536)],
-        ring in prop_oneof![Just(2u16), Just(1024)],
-        max_output in prop_oneof![Just(16usize << 10), Just(4 << 20)],
-    ) {
+    fn every_backend_matches_the_model((plans, read_size, ring, max_output) in traffic()) {
         let want: Vec<Outcome> = plans.iter().map(Plan::expected).collect();
         for &backend in Backend::ALL {
             let got = run_plans(backend, &plans, read_size, ring, max_output, false);
@@ -1493,12 +1499,7 @@ proptest! {
     /// incremental buffers, zero-copy sends, batched waits, registered
     /// ring): the same outcomes.
     #[test]
-    fn uring_features_match_the_model(
-        plans in proptest::collection::vec(plan(), 1..6),
-        read_size in prop_oneof![Just(512usize), Just(4096), Just(65536)],
-        ring in prop_oneof![Just(2u16), Just(1024)],
-        max_output in prop_oneof![Just(16usize << 10), Just(4 << 20)],
-    ) {
+    fn uring_features_match_the_model((plans, read_size, ring, max_output) in traffic()) {
         let want: Vec<Outcome> = plans.iter().map(Plan::expected).collect();
         for backend in [Backend::Uring, Backend::UringSqpoll] {
             let got = run_plans(backend, &plans, read_size, ring, max_output, true);

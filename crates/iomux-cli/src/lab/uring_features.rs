@@ -182,7 +182,8 @@ pub fn run(args: &Args, settings: &Settings) -> CliResult<Outcome> {
         }));
     }
 
-    let md = render(&rows, &checks, settings, seconds, reps, conns, (load_before, load_after), enter_ns);
+    let run = Run { seconds, reps, conns, load: (load_before, load_after), enter_ns };
+    let md = render(&rows, &checks, settings, &run);
     println!("{md}");
     let doc = json!({
         "experiment": NAME,
@@ -282,16 +283,20 @@ fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
 }
 
-fn render(
-    rows: &[Value],
-    checks: &[Check],
-    settings: &Settings,
+/// How the run went, for its text.
+#[derive(Clone, Copy)]
+struct Run {
     seconds: f64,
     reps: usize,
     conns: usize,
+    /// The 1-minute load average before and after.
     load: (Option<f64>, Option<f64>),
+    /// An empty enter's cost, plain and registered.
     enter_ns: (f64, f64),
-) -> String {
+}
+
+fn render(rows: &[Value], checks: &[Check], settings: &Settings, run: &Run) -> String {
+    let Run { seconds, reps, conns, load, enter_ns } = *run;
     let f3 = |v: &Value| format!("{:.3}", f64_of(v));
     let f4 = |v: &Value| format!("{:.4}", f64_of(v));
     let ratio = |v: &Value| format!("{:.2}", f64_of(&v["on"]) / f64_of(&v["off"]));
