@@ -40,14 +40,15 @@ pub fn run(
     run_with_idle(backend, proto, tracer, 0, configure)
 }
 
-/// As [`run`], the server started with more `iomux serve` flags.
+/// As [`run_with_idle`], the server started with more `iomux serve` flags.
 pub fn run_with_flags(
     backend: Backend,
     proto: &str,
+    idle: usize,
     serve_flags: &[String],
     configure: impl FnOnce(&mut LoadArgs),
 ) -> CliResult<Cell> {
-    run_cell(backend, proto, None, 0, serve_flags, configure)
+    run_cell(backend, proto, None, idle, serve_flags, configure)
 }
 
 /// As [`run`], with `idle` connections opened first by a separate load and

@@ -43,7 +43,7 @@ pub struct Row {
 /// One cell: SENDERS senders for `seconds` (paced or not) against a
 /// `backend` sink started with `serve_flags`.
 pub fn cell(backend: Backend, paced: bool, seconds: f64, serve_flags: &[String]) -> CliResult<Row> {
-    let c = cell::run_with_flags(backend, "sink", serve_flags, |a| {
+    let c = cell::run_with_flags(backend, "sink", 0, serve_flags, |a| {
         a.conns = SENDERS;
         a.mode = LoadMode::Sink;
         a.duration = Some(seconds);
