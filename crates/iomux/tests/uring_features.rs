@@ -182,8 +182,8 @@ fn check_reported(stats: &LoopStats, f: Features, backend: Backend) {
 
 fn every_variant(backend: Backend) {
     for f in variants() {
-        // The default-sized ring, and a tiny one (4 x 1 KiB).
-        let stats = echoes_intact(backend, f, 64, 64 << 10);
+        // The default incremental ring (16 x 64 KiB), and a tiny one (4 x 1 KiB).
+        let stats = echoes_intact(backend, f, 16, 64 << 10);
         check_reported(&stats, f, backend);
         let stats = echoes_intact(backend, f, 4, 1024);
         check_reported(&stats, f, backend);

@@ -60,7 +60,8 @@ pub struct ServeArgs {
     #[arg(long)]
     cpu: Option<usize>,
     /// io_uring: buffers in each loop's provided-buffer ring (rounded up
-    /// to a power of two, at most 32768) [default: as many as make 4 MiB]
+    /// to a power of two, at most 32768) [default: as many as make 1 MiB
+    /// with --uring-buf-inc on, else 4 MiB]
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=32768))]
     ring_buffers: Option<u16>,
     /// io_uring: bytes per ring buffer. Bigger buffers receive bulk data

@@ -63,7 +63,6 @@ struct Uring {
     accept_cancelled: bool,
     /// A receive was cancelled during this batch of completions.
     cancelled: bool,
-
     /// Declared after `ring`, so it outlives the ring's poll on it.
     _waker: Waker,
     waker_fd: i32,

@@ -87,21 +87,22 @@ impl Config {
     /// it is known whether they are consumed incrementally: what was set,
     /// else 64 KiB buffers when incremental (one serves many small
     /// receives) or 4 KiB ones when not (each receive takes a whole
-    /// buffer), and as many as make [`RING_BYTES`].
+    /// buffer), and as many as make 1 MiB or 4 MiB respectively.
     pub(crate) fn ring_geometry(&self, incremental: bool) -> (u16, usize) {
-        let size = self.ring_buffer_size.unwrap_or(if incremental { 64 << 10 } else { 4 << 10 });
+        // Incremental buffers hold receives densely, so a smaller ring
+        // holds as many; and one the CPU's caches keep cost less per byte
+        // on E3's loopback sink (here, medians of 7 rotating 3 s runs:
+        // 0.1245 CPU s per GB with 16 x 64 KiB, 0.1379 with 64 x 64 KiB).
+        let (ring_bytes, default_size) = if incremental { (1 << 20, 64 << 10) } else { (4 << 20, 4 << 10) };
+        let size = self.ring_buffer_size.unwrap_or(default_size);
         let count = self.ring_buffers.unwrap_or_else(|| {
-            let fit = (RING_BYTES / size).clamp(1, 32768);
+            let fit = (ring_bytes / size).clamp(1, 32768);
             // The largest power of two that fits.
             1 << (usize::BITS - 1 - fit.leading_zeros())
         });
         (count, size)
     }
 }
-
-/// io_uring: the provided-buffer ring's size when only the buffer size
-/// (or nothing) is set: the loop's whole receive memory.
-const RING_BYTES: usize = 4 << 20;
 
 /// Builds a [`Config`]; [`build`](ConfigBuilder::build) says which value is
 /// wrong and why.
@@ -146,8 +147,9 @@ impl ConfigBuilder {
         self
     }
     /// io_uring: buffers in the provided-buffer ring, a power of two up
-    /// to 32768 (default: as many as make 4 MiB). The ring is the loop's
-    /// whole receive memory.
+    /// to 32768 (default: as many as make 1 MiB when consumed
+    /// incrementally, else 4 MiB). The ring is the loop's whole receive
+    /// memory.
     pub fn ring_buffers(mut self, count: u16) -> Self {
         self.config.ring_buffers = Some(count);
         self
