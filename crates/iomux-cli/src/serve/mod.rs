@@ -77,8 +77,9 @@ pub struct ServeArgs {
     uring_register_ring: Option<bool>,
     /// io_uring: batched waits: a loop with nothing to do waits up to this
     /// many microseconds for every request in flight, then returns at the
-    /// first completion (IORING_ENTER_EXT_ARG min_wait, Linux 6.12); 0:
-    /// off [default: 0]
+    /// first completion (IORING_ENTER_EXT_ARG min_wait, Linux 6.12). Fewer
+    /// enters with many busy connections; up to this much more latency
+    /// when few of many connections are active. 0: off [default: 0]
     #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
     uring_min_wait_us: Option<u32>,
     /// io_uring: receive bundles: one completion fills several ring

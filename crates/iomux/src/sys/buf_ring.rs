@@ -77,16 +77,21 @@ impl BufRing {
             // before freeing: Ring's Drop) for as long as the group is registered.
             unsafe { ring.submitter().register_buf_ring_with_flags(addr, n, group, flags) }
         };
-        b.incremental = false;
-        if incremental {
-            match register(IOU_PBUF_RING_INC as u16) {
-                Ok(()) => b.incremental = true,
+        let registered = match incremental {
+            true => match register(IOU_PBUF_RING_INC as u16) {
+                Ok(()) => Ok(true),
                 // EINVAL: a kernel before 6.12 does not know the flag.
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => register(0)?,
-                Err(e) => return Err(e),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => register(0).map(|()| false),
+                Err(e) => Err(e),
+            },
+            false => register(0).map(|()| false),
+        };
+        match registered {
+            Ok(inc) => b.incremental = inc,
+            Err(e) => {
+                b.free();
+                return Err(e);
             }
-        } else {
-            register(0)?;
         }
         for bid in 0..n {
             b.provide(bid);
@@ -228,10 +233,16 @@ impl BufRing {
     pub(crate) fn release(self, ring: &IoUring) {
         count(Syscall::IoUringRegister);
         let _ = ring.submitter().unregister_buf_ring(self.group);
+        self.free();
+    }
+
+    /// Frees the memory of a ring the kernel does not know (never
+    /// registered, or unregistered with nothing in flight).
+    fn free(self) {
         count(Syscall::Munmap);
-        // SAFETY: allocated and mapped in `allocate` with these sizes; the
-        // caller guarantees no request is in flight and the group is now
-        // unregistered, so neither we nor the kernel use them again.
+        // SAFETY: allocated and mapped in `allocate` with these sizes;
+        // callers guarantee the kernel no longer uses them, and `self` is
+        // consumed, so we do not either.
         unsafe {
             dealloc(self.entries.as_ptr().cast(), self.entries_layout);
             let _ = mm::munmap(self.data.as_ptr().cast(), self.data_len);
