@@ -35,6 +35,18 @@ pub fn stats_json(stats: &LoopStats, backend: Backend, extra: &[(&str, String)])
         "wall_s": stats.wall.as_secs_f64(),
         "uring_setup": stats.uring_setup,
     });
+    if !stats.uring_features.is_empty() {
+        let mut features = Map::new();
+        for f in &stats.uring_features {
+            features.insert(
+                f.name.to_string(),
+                json!({"requested": f.requested, "active": f.active, "why_not": f.why_not}),
+            );
+        }
+        v["uring_features"] = Value::Object(features);
+        v["zero_copy_sends"] = json!(stats.zero_copy_sends);
+        v["zero_copy_copied"] = json!(stats.zero_copy_copied);
+    }
     for (k, val) in extra {
         v[*k] = json!(val);
     }

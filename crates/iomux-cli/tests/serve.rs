@@ -510,3 +510,60 @@ fn procs_refuse_bad_input() {
     assert!(said.contains("already listens"), "{said}");
     first.stop();
 }
+
+/// The io_uring feature flags reach the loops, and the stats say, per
+/// feature, what was asked for and what the kernel gave; with
+/// `--procs`, the workers' report is merged.
+fn uring_feature_flags_reach_the_stats(backend: &str, procs: &str) {
+    let server = Serve::start(
+        backend,
+        &[
+            "--procs",
+            procs,
+            "--uring-register-ring",
+            "off",
+            "--uring-min-wait-us",
+            "100",
+            "--uring-bundle",
+            "on",
+            "--uring-buf-inc",
+            "off",
+            "--uring-send-zc-min",
+            "4096",
+        ],
+    );
+    let mut s = server.connect();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    round_trip(&mut s, &data);
+    drop(s);
+    let (stats, _) = server.stop();
+    let f = &stats["uring_features"];
+    for (name, requested) in
+        [("register_ring", false), ("min_wait", true), ("bundle", true), ("buf_inc", false), ("send_zc", true)]
+    {
+        assert_eq!(f[name]["requested"], requested, "{backend} {name}: {stats}");
+        // This kernel (6.18) has every feature.
+        assert_eq!(f[name]["active"], requested, "{backend} {name}: {stats}");
+        assert!(f[name]["why_not"].is_null(), "{backend} {name}: {stats}");
+    }
+    assert!(stats["zero_copy_sends"].as_u64().unwrap() > 0, "{backend}: a 300 KB echo makes large writes: {stats}");
+    assert_eq!(stats["bytes_out"], data.len() as u64, "{backend}: {stats}");
+}
+
+#[test]
+fn uring_feature_flags_reach_the_stats_uring() {
+    uring_feature_flags_reach_the_stats("uring", "1");
+}
+
+#[test]
+fn uring_feature_flags_reach_the_stats_uring_sqpoll() {
+    uring_feature_flags_reach_the_stats("uring-sqpoll", "2");
+}
+
+/// Readiness backends have no io_uring features to report.
+#[test]
+fn readiness_backends_report_no_uring_features() {
+    let server = Serve::start("epoll", &[]);
+    let (stats, _) = server.stop();
+    assert!(stats["uring_features"].is_null(), "{stats}");
+}

@@ -4,8 +4,10 @@
 //! E1 (syscall-rate) compares the library's waits with what one
 //! `io_uring_enter` costs on a ring with many polls armed. The poller API
 //! never makes that call when nothing is pending (it reads the shared
-//! completion ring instead), so the experiment reaches the ring here.
-//! Nothing else of the library's private syscall layer is exposed.
+//! completion ring instead), so the experiment reaches the ring here; the
+//! uring-features experiment times the same enter with the ring's
+//! descriptor registered. Nothing else of the library's private syscall
+//! layer is exposed.
 
 use crate::sys::uring::Ring;
 use std::io;
@@ -29,6 +31,14 @@ impl PollRing {
         }
         ring.enter(0, None)?;
         Ok(PollRing { ring })
+    }
+
+    /// Registers the ring's descriptor with the calling thread
+    /// (IORING_REGISTER_RING_FDS), as a loop with the `uring_register_ring`
+    /// feature does: later enters from this thread pass its index instead
+    /// of the descriptor, which the kernel then need not look up.
+    pub fn register_ring_fd(&mut self) -> io::Result<()> {
+        self.ring.register_ring_fd()
     }
 
     /// One `io_uring_enter(GETEVENTS)` that waits for nothing, counted

@@ -34,7 +34,10 @@
 //!   (2,000 connections; 0.03 against 2.06 at 19,000), because receives are multishot into a
 //!   shared buffer ring and one `io_uring_enter` submits and waits for a
 //!   whole turn. **uring-sqpoll** moves submission to a kernel thread,
-//!   which costs a CPU of its own while busy.
+//!   which costs a CPU of its own while busy. io_uring's newer features
+//!   are [`runtime::Config`] switches, each probed at start and reported
+//!   in [`runtime::LoopStats::uring_features`]; `iomux bench
+//!   uring-features` measures what each buys on your kernel.
 //! - **poll** and **select** for portability and small counts only: their
 //!   cost grows with every registered descriptor (poll: about 2,300 empty
 //!   waits/s at 19,979 descriptors; 80x slower with 10,240 idle

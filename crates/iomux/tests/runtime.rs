@@ -1401,9 +1401,26 @@ fn drive(addr: SocketAddr, tag: u32, plan: Plan, through: Arc<AtomicUsize>, go: 
 
 /// Runs every plan at once, one connection each, against one server on
 /// `backend` whose reads come in `read_size` pieces (io_uring: `ring`
-/// buffers of that size) and whose output bound is `max_output`.
-fn run_plans(backend: Backend, plans: &[Plan], read_size: usize, ring: u16, max_output: usize) -> Vec<Outcome> {
-    let config = config(backend)
+/// buffers of that size) and whose output bound is `max_output`; with
+/// `every_uring_feature`, every optional io_uring feature on.
+fn run_plans(
+    backend: Backend,
+    plans: &[Plan],
+    read_size: usize,
+    ring: u16,
+    max_output: usize,
+    every_uring_feature: bool,
+) -> Vec<Outcome> {
+    let mut config = config(backend);
+    if every_uring_feature {
+        config = config
+            .uring_register_ring(true)
+            .uring_min_wait(Duration::from_micros(100))
+            .uring_bundle(true)
+            .uring_buf_inc(true)
+            .uring_send_zc_min(4096);
+    }
+    let config = config
         .read_buffer(read_size)
         .ring_buffer_size(read_size)
         .ring_buffers(ring)
@@ -1448,6 +1465,17 @@ fn run_plans(backend: Backend, plans: &[Plan], read_size: usize, ring: u16, max_
     outcomes
 }
 
+/// 1 to 5 connections' plans, and the server's read size (io_uring: ring
+/// buffer size), ring buffer count and output bound.
+fn traffic() -> impl Strategy<Value = (Vec<Plan>, usize, u16, usize)> {
+    (
+        proptest::collection::vec(plan(), 1..6),
+        prop_oneof![Just(512usize), Just(4096), Just(65536)],
+        prop_oneof![Just(2u16), Just(1024)],
+        prop_oneof![Just(16usize << 10), Just(4 << 20)],
+    )
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 32,
@@ -1459,16 +1487,23 @@ proptest! {
     /// Random traffic on 1 to 3 connections at once, run on every backend:
     /// each matches the model, so all give the same outcome.
     #[test]
-    fn every_backend_matches_the_model(
-        plans in proptest::collection::vec(plan(), 1..6),
-        read_size in prop_oneof![Just(512usize), Just(4096), Just(65536)],
-        ring in prop_oneof![Just(2u16), Just(1024)],
-        max_output in prop_oneof![Just(16usize << 10), Just(4 << 20)],
-    ) {
+    fn every_backend_matches_the_model((plans, read_size, ring, max_output) in traffic()) {
         let want: Vec<Outcome> = plans.iter().map(Plan::expected).collect();
         for &backend in Backend::ALL {
-            let got = run_plans(backend, &plans, read_size, ring, max_output);
+            let got = run_plans(backend, &plans, read_size, ring, max_output, false);
             prop_assert_eq!(&got, &want, "{}: plans {:?}", backend, plans);
+        }
+    }
+
+    /// The same with every optional io_uring feature on (bundles,
+    /// incremental buffers, zero-copy sends, batched waits, registered
+    /// ring): the same outcomes.
+    #[test]
+    fn uring_features_match_the_model((plans, read_size, ring, max_output) in traffic()) {
+        let want: Vec<Outcome> = plans.iter().map(Plan::expected).collect();
+        for backend in [Backend::Uring, Backend::UringSqpoll] {
+            let got = run_plans(backend, &plans, read_size, ring, max_output, true);
+            prop_assert_eq!(&got, &want, "{} with every feature: plans {:?}", backend, plans);
         }
     }
 }

@@ -56,6 +56,17 @@ pub fn run(
     run_with_idle(backend, proto, tracer, 0, configure)
 }
 
+/// As [`run_with_idle`], the server started with more `iomux serve` flags.
+pub fn run_with_flags(
+    backend: Backend,
+    proto: &str,
+    idle: usize,
+    serve_flags: &[String],
+    configure: impl FnOnce(&mut LoadArgs),
+) -> CliResult<Cell> {
+    run_cell(backend, proto, None, idle, serve_flags, configure)
+}
+
 /// As [`run`], with `idle` connections opened first by a separate load and
 /// held while the measured one runs: the clock starts only once the server
 /// has accepted every idle connection.
@@ -66,8 +77,19 @@ pub fn run_with_idle(
     idle: usize,
     configure: impl FnOnce(&mut LoadArgs),
 ) -> CliResult<Cell> {
+    run_cell(backend, proto, tracer, idle, &[], configure)
+}
+
+fn run_cell(
+    backend: Backend,
+    proto: &str,
+    tracer: Option<Tracer>,
+    idle: usize,
+    serve_flags: &[String],
+    configure: impl FnOnce(&mut LoadArgs),
+) -> CliResult<Cell> {
     let (server_cpu, load_cpu) = cpus();
-    let server = ServerChild::start(backend, proto, server_cpu, tracer)?;
+    let server = ServerChild::start_with(backend, proto, server_cpu, tracer, 1, serve_flags)?;
     let rss_before = server.rss();
     let mut args = server.load_args(LOAD_BACKEND, load_cpu);
     configure(&mut args);

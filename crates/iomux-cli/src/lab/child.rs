@@ -74,18 +74,27 @@ fn temp(name: &str) -> PathBuf {
 }
 
 impl ServerChild {
-    pub fn start(backend: Backend, proto: &str, cpu: Option<usize>, tracer: Option<Tracer>) -> CliResult<ServerChild> {
-        Self::start_procs(backend, proto, cpu, tracer, 1)
-    }
-
-    /// As [`ServerChild::start`], as `procs` worker processes on one port
-    /// (`iomux serve --procs`); the tracer, if any, counts them all.
+    /// `iomux serve` as `procs` worker processes on one port (`--procs`;
+    /// 1: one process), pinned to `cpu`; the tracer, if any, counts them all.
     pub fn start_procs(
         backend: Backend,
         proto: &str,
         cpu: Option<usize>,
         tracer: Option<Tracer>,
         procs: usize,
+    ) -> CliResult<ServerChild> {
+        Self::start_with(backend, proto, cpu, tracer, procs, &[])
+    }
+
+    /// As [`ServerChild::start_procs`], with more `iomux serve` flags
+    /// (`--uring-bundle on`, say).
+    pub fn start_with(
+        backend: Backend,
+        proto: &str,
+        cpu: Option<usize>,
+        tracer: Option<Tracer>,
+        procs: usize,
+        serve_flags: &[String],
     ) -> CliResult<ServerChild> {
         let stats_path = temp("stats.json");
         let mut serve_args: Vec<String> = vec![
@@ -105,6 +114,7 @@ impl ServerChild {
         if procs > 1 {
             serve_args.extend(["--procs".into(), procs.to_string()]);
         }
+        serve_args.extend(serve_flags.iter().cloned());
         Self::spawn(format!("iomux serve --backend {backend}"), serve_args, Some(stats_path), tracer)
     }
 

@@ -21,6 +21,7 @@ mod sink;
 mod syscall_rate;
 mod syscount;
 mod table;
+mod uring_features;
 mod wait_peers;
 
 pub use table::thousands;
@@ -66,6 +67,9 @@ enum Experiment {
     /// epoll server, one thread on one CPU each: echoes/s, server CPU per
     /// echo, latency, syscalls, memory, under closed and open loops.
     Peers(peers::Args),
+    /// io_uring's optional features, each off and on: server CPU and
+    /// syscalls per echo, E3 loopback CPU per GB.
+    UringFeatures(uring_features::Args),
 }
 
 /// What every experiment is given.
@@ -174,14 +178,16 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
         Some(Experiment::Sink(a)) => vec![sink::run(&a, &settings, tracer)?],
         Some(Experiment::Echo(a)) => vec![echo::run(&a, &settings, tracer)?],
         Some(Experiment::Peers(a)) => vec![peers::run(&a, &settings, tracer)?],
+        Some(Experiment::UringFeatures(a)) => vec![uring_features::run(&a, &settings)?],
         None => {
-            eprintln!("iomux bench: running E1 syscall-rate, E2 idle, E3 sink, E4 echo, E5 peers");
+            eprintln!("iomux bench: running E1 syscall-rate, E2 idle, E3 sink, E4 echo, E5 peers, uring-features");
             vec![
                 syscall_rate::run(&syscall_rate::Args::default(), &settings)?,
                 idle::run(&idle::Args::default(), &settings)?,
                 sink::run(&sink::Args::default(), &settings, tracer)?,
                 echo::run(&echo::Args::default(), &settings, tracer)?,
                 peers::run(&peers::Args::default(), &settings, tracer)?,
+                uring_features::run(&uring_features::Args::default(), &settings)?,
             ]
         }
     };

@@ -47,7 +47,7 @@ impl Server {
 
     fn start(&self, cpu: Option<usize>) -> CliResult<ServerChild> {
         match self {
-            Server::Iomux(b) => ServerChild::start(*b, "echo", cpu, None),
+            Server::Iomux(b) => ServerChild::start_procs(*b, "echo", cpu, None, 1),
             Server::Peer(p) => ServerChild::start_peer(p, cpu),
         }
     }

@@ -5,7 +5,7 @@ use crate::CliResult;
 use std::path::{Path, PathBuf};
 
 /// The experiments in the order the report shows them.
-pub const ORDER: [&str; 5] = ["syscall-rate", "idle", "sink", "echo", "peers"];
+pub const ORDER: [&str; 6] = ["syscall-rate", "idle", "sink", "echo", "peers", "uring-features"];
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")

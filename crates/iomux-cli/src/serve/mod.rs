@@ -60,14 +60,42 @@ pub struct ServeArgs {
     #[arg(long)]
     cpu: Option<usize>,
     /// io_uring: buffers in each loop's provided-buffer ring (rounded up
-    /// to a power of two, at most 32768).
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u16).range(1..=32768))]
-    ring_buffers: u16,
+    /// to a power of two, at most 32768) [default: as many as make 1 MiB
+    /// with --uring-buf-inc on, else 4 MiB]
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=32768))]
+    ring_buffers: Option<u16>,
     /// io_uring: bytes per ring buffer. Bigger buffers receive bulk data
     /// with fewer completions; a paused connection can overshoot its
-    /// output bound by what the ring holds.
-    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(64..=(1 << 20)))]
-    ring_buffer_size: u32,
+    /// output bound by what the ring holds [default: 65536 with
+    /// --uring-buf-inc on, else 4096]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(64..=(1 << 20)))]
+    ring_buffer_size: Option<u32>,
+    /// io_uring: register the ring's descriptor with each loop's thread
+    /// (IORING_REGISTER_RING_FDS), so that enters skip looking it up
+    /// [default: on]
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    uring_register_ring: Option<bool>,
+    /// io_uring: batched waits: a loop with nothing to do waits up to this
+    /// many microseconds for every request in flight, then returns at the
+    /// first completion (IORING_ENTER_EXT_ARG min_wait, Linux 6.12). Fewer
+    /// enters with many busy connections; up to this much more latency
+    /// when few of many connections are active. 0: off [default: 0]
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    uring_min_wait_us: Option<u32>,
+    /// io_uring: receive bundles: one completion fills several ring
+    /// buffers (IORING_RECVSEND_BUNDLE, Linux 6.10) [default: off]
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    uring_bundle: Option<bool>,
+    /// io_uring: incremental buffer consumption: a receive takes only the
+    /// bytes it needs of a ring buffer, so one big buffer serves many small
+    /// receives (IOU_PBUF_RING_INC, Linux 6.12) [default: on]
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    uring_buf_inc: Option<bool>,
+    /// io_uring: writes of at least this many bytes go out as zero-copy
+    /// sends (IORING_OP_SEND_ZC); over loopback the kernel copies anyway.
+    /// 0: off [default: 0]
+    #[arg(long, value_name = "BYTES")]
+    uring_send_zc_min: Option<usize>,
     /// Worker N of a --procs parent: listen with SO_REUSEPORT, stop when
     /// the parent's end of stdin closes, leave the summary to the parent.
     #[arg(long, hide = true)]
@@ -93,6 +121,11 @@ impl ServeArgs {
             cpu,
             ring_buffers,
             ring_buffer_size,
+            uring_register_ring,
+            uring_min_wait_us,
+            uring_bundle,
+            uring_buf_inc,
+            uring_send_zc_min,
             worker: _,
         } = self;
         let proto = match proto {
@@ -108,14 +141,36 @@ impl ServeArgs {
             .value("max-output", max_output)
             // Rust prints the shortest text that parses back to the same f64.
             .value("drain-timeout", drain_timeout)
-            .value("ring-buffers", ring_buffers)
-            .value("ring-buffer-size", ring_buffer_size)
             .value("worker", n)
+            .optional("ring-buffers", *ring_buffers)
+            .optional("ring-buffer-size", *ring_buffer_size)
+            .optional("uring-register-ring", uring_register_ring.map(on_off_name))
+            .optional("uring-min-wait-us", *uring_min_wait_us)
+            .optional("uring-bundle", uring_bundle.map(on_off_name))
+            .optional("uring-buf-inc", uring_buf_inc.map(on_off_name))
+            .optional("uring-send-zc-min", *uring_send_zc_min)
             .optional("max-conns", *max_conns)
             .optional("nofile", *nofile)
             .optional("cpu", *cpu)
             .path("stats-file", Some(&stats_file));
         f.into_args()
+    }
+}
+
+/// A switch: `on` or `off`.
+fn on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{s:?} is neither on nor off")),
+    }
+}
+
+fn on_off_name(on: bool) -> &'static str {
+    if on {
+        "on"
+    } else {
+        "off"
     }
 }
 
@@ -158,11 +213,30 @@ fn check(args: &ServeArgs) -> CliResult<(Backend, Config)> {
     let mut config = Config::builder()
         .backend(backend)
         .max_output(args.max_output.max(1))
-        .drain_timeout(Duration::from_secs_f64(args.drain_timeout))
-        .ring_buffers(args.ring_buffers.next_power_of_two())
-        .ring_buffer_size(args.ring_buffer_size as usize);
+        .drain_timeout(Duration::from_secs_f64(args.drain_timeout));
     if let Some(max) = args.max_conns {
         config = config.max_conns(max);
+    }
+    if let Some(n) = args.ring_buffers {
+        config = config.ring_buffers(n.next_power_of_two());
+    }
+    if let Some(size) = args.ring_buffer_size {
+        config = config.ring_buffer_size(size as usize);
+    }
+    if let Some(on) = args.uring_register_ring {
+        config = config.uring_register_ring(on);
+    }
+    if let Some(us) = args.uring_min_wait_us {
+        config = config.uring_min_wait(Duration::from_micros(u64::from(us)));
+    }
+    if let Some(on) = args.uring_bundle {
+        config = config.uring_bundle(on);
+    }
+    if let Some(on) = args.uring_buf_inc {
+        config = config.uring_buf_inc(on);
+    }
+    if let Some(bytes) = args.uring_send_zc_min {
+        config = config.uring_send_zc_min(bytes);
     }
     Ok((backend, config.build()?))
 }
@@ -268,6 +342,11 @@ mod tests {
             "--cpu=1",
             "--ring-buffers=8",
             "--ring-buffer-size=128",
+            "--uring-register-ring=off",
+            "--uring-min-wait-us=50",
+            "--uring-bundle=on",
+            "--uring-buf-inc=off",
+            "--uring-send-zc-min=65536",
         ]);
         let addr: SocketAddr = "[::1]:4321".parse().unwrap();
         let stats = std::env::temp_dir().join("iomux-worker-args-test.json");
@@ -286,6 +365,9 @@ mod tests {
         assert!(check(&worker).is_ok());
         let plain = parse(&[]).worker_args(0, Backend::Epoll, addr, "/tmp/0.json".into());
         assert!(!plain.iter().any(|a| a == "--max-conns" || a == "--nofile" || a == "--cpu"));
+        assert!(!plain
+            .iter()
+            .any(|a| a.to_str().is_some_and(|a| a.starts_with("--uring-") || a.starts_with("--ring-"))));
     }
 
     #[test]

@@ -569,6 +569,13 @@ fn merge(workers: &[Value], backend: Backend, proto: &str) -> Value {
         syscalls.insert(kind.clone(), json!(sum));
     }
     merged["syscalls"] = Value::Object(syscalls);
+    // io_uring workers: the same configuration, so the first one's features.
+    if let Some(features) = workers.iter().map(|w| &w["uring_features"]).find(|v| !v.is_null()) {
+        merged["uring_features"] = features.clone();
+        for key in ["zero_copy_sends", "zero_copy_copied"] {
+            merged[key] = json!(u64s(key).sum::<u64>());
+        }
+    }
     merged
 }
 

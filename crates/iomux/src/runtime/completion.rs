@@ -5,16 +5,19 @@
 //! - One multishot receive per connection into a provided-buffer ring, so
 //!   no connection owns a receive buffer and no read is a syscall; when
 //!   the core stops reading a connection, its receive is cancelled at once.
+//!   Optionally (see [`Config`](super::Config)) buffers are consumed
+//!   incrementally and receives fill bundles of them.
 //! - One send in flight per connection, so sends stay in order; a short
-//!   send resubmits the rest.
+//!   send resubmits the rest. Large writes may go out zero-copy.
 //! - Each loop turn makes at most one `io_uring_enter`, which submits
 //!   everything queued and waits for the next completions together (with
-//!   SQPOLL, often none at all).
+//!   SQPOLL, often none at all); with a minimum wait, for a batch of them.
 
 use super::core::{Core, Driver, Setup};
 use super::io::{io_reason, Accept, Io};
 use super::slab::Slab;
 use super::stats::LoopStats;
+use super::uring_features::{self, Active};
 use super::{CloseReason, ConnId, Handler};
 use crate::error::{Error, Result};
 use crate::poller::{Backend, UringPoller, Waker};
@@ -26,6 +29,9 @@ use std::net::SocketAddr;
 const NAME: &str = "uring";
 const RING_ENTRIES: u32 = 4096;
 const BUFFER_GROUP: u16 = 0;
+/// A batched wait asks for at most this many completions (the completion
+/// ring holds 8 x RING_ENTRIES).
+const MAX_BATCH: usize = 4 * RING_ENTRIES as usize;
 
 // user_data: kind in the top 4 bits, then the connection id (28 bits of
 // generation, 32 of slab index).
@@ -50,6 +56,7 @@ const SEND_IN_FLIGHT: u16 = 8;
 
 struct Uring {
     ring: Ring,
+    features: Active,
     listener: Option<Fd>,
     /// An accept (multishot or single) is in flight.
     accept_armed: bool,
@@ -70,12 +77,13 @@ pub fn run<H: Handler>(setup: Setup<'_>, handler: &mut H) -> Result<LoopStats> {
     let mut core = Core::new(cfg, listener.is_some(), handler, control);
     let sqpoll = (cfg.backend == Backend::UringSqpoll).then_some(UringPoller::SQPOLL_IDLE);
     let mut ring = Ring::for_loop(RING_ENTRIES, sqpoll).map_err(crate::poller::uring_unavailable)?;
-    ring.setup_buffers(BUFFER_GROUP, cfg.ring_buffers, cfg.ring_buffer_size)
+    let (features, feature_report) = uring_features::enable(&mut ring, cfg, BUFFER_GROUP)
         .map_err(|e| Error::sys(NAME, "io_uring_register(PBUF_RING)", None, e))?;
     let (waker, waker_fd) = Waker::new()?;
     control.register(waker.clone());
     let mut k = Uring {
         ring,
+        features,
         listener,
         accept_armed: false,
         accept_cancelled: false,
@@ -92,6 +100,9 @@ pub fn run<H: Handler>(setup: Setup<'_>, handler: &mut H) -> Result<LoopStats> {
         let entered = if immediate && k.ring.setup().defer_taskrun {
             // Not waiting, but completions still have to be asked for.
             k.ring.enter_getevents()
+        } else if wait && !k.features.min_wait.is_zero() {
+            // A batch: up to min_wait for every request that may complete.
+            k.ring.wait(k.batch(), core.timeout(false), k.features.min_wait)
         } else {
             k.ring.enter(u32::from(wait), core.timeout(false).filter(|_| wait))
         };
@@ -119,8 +130,13 @@ pub fn run<H: Handler>(setup: Setup<'_>, handler: &mut H) -> Result<LoopStats> {
         (false, false, true) => "coop_taskrun",
         _ => "plain",
     };
+    let zero_copy = k.ring.zero_copy_counts();
     drop(k); // the ring's last syscalls count too
-    Ok(core.finish(Some(setup)))
+    let mut stats = core.finish(Some(setup));
+    stats.uring_features = feature_report;
+    stats.zero_copy_sends = zero_copy.sent;
+    stats.zero_copy_copied = zero_copy.copied;
+    Ok(stats)
 }
 
 fn set_bit<S>(io: &mut Io<S>, id: ConnId, bit: u16) {
@@ -137,6 +153,17 @@ fn conn_of<S>(conns: &Slab<S>, user_data: u64) -> Option<ConnId> {
 }
 
 impl Uring {
+    /// Completions a batched wait asks for: every request in flight that
+    /// may complete (not the waker's poll, not an armed accept). With many
+    /// busy connections the loop then sleeps the whole minimum wait and
+    /// wakes to a large batch; the cost is up to the minimum wait of
+    /// latency whenever fewer complete, as when a few active connections
+    /// sit among idle ones (whose armed receives count too).
+    fn batch(&self) -> u32 {
+        let idle = 1 + usize::from(self.accept_armed);
+        self.ring.in_flight().saturating_sub(idle).clamp(1, MAX_BATCH) as u32
+    }
+
     fn arm_waker(&mut self) -> Result<()> {
         self.ring.push_poll_add(self.waker_fd, libc::POLLIN as u32, true, WAKER << KIND_SHIFT).map_err(ring_err)
     }
@@ -144,6 +171,12 @@ impl Uring {
     fn complete<H: Handler>(&mut self, core: &mut Core<H>, c: Completion) {
         let id = conn_of(&core.io.conns, c.user_data);
         match (c.user_data >> KIND_SHIFT, id) {
+            (SEND, _) if c.is_notification() => {
+                // A zero-copy send's buffer, free at last.
+                if let Some(buf) = c.returned {
+                    core.io.recycle(buf);
+                }
+            }
             (ACCEPT, _) => self.on_accept(core, &c),
             (RECV, Some(id)) => self.on_recv(core, id, &c),
             (SEND, Some(id)) => self.on_send(&mut core.io, id, c),
@@ -155,10 +188,8 @@ impl Uring {
                 }
             }
             (RECV, None) => {
-                // A closed connection's late receive: give its buffer back.
-                if let Some(bid) = c.buffer_id() {
-                    self.ring.recycle_buffer(bid);
-                }
+                // A closed connection's late receive: give its buffers back.
+                self.ring.consume_received(&c, |_| {});
             }
             (SEND, None) => {
                 if let Some(buf) = c.returned {
@@ -188,10 +219,7 @@ impl Uring {
             core.io.mark_dirty(id); // to arm it again if still reading
         }
         match (c.result, c.buffer_id()) {
-            (n, Some(bid)) if n > 0 => {
-                core.received(id, self.ring.buffer(bid, n as usize));
-                self.ring.recycle_buffer(bid);
-            }
+            (n, Some(_)) if n > 0 => self.ring.consume_received(c, |bytes| core.received(id, bytes)),
             (0, _) => core.io.peer_eof(id),
             // Out of ring buffers, or our own cancel: armed again if wanted.
             (e, _) if e == -libc::ENOBUFS || e == -libc::ECANCELED => {}
@@ -200,12 +228,13 @@ impl Uring {
     }
 
     fn on_send<S>(&mut self, io: &mut Io<S>, id: ConnId, c: Completion) {
-        let Some(buf) = c.returned else { return };
         if let Some(conn) = io.conn_mut(id) {
             conn.driver &= !SEND_IN_FLIGHT; // set again below for the rest of a short send
         }
         if c.result <= 0 {
-            io.recycle(buf);
+            if let Some(buf) = c.returned {
+                io.recycle(buf);
+            }
             let reason = match c.result {
                 0 => CloseReason::Reset, // a send that took nothing
                 e => io_reason("send", io::Error::from_raw_os_error(-e)),
@@ -213,20 +242,28 @@ impl Uring {
             return io.send_aborted(id, reason);
         }
         io.sent(id, c.result as usize);
-        let Some(conn) = io.conn(id) else { return io.recycle(buf) };
-        let remaining = conn.in_flight();
-        if remaining == 0 {
-            io.recycle(buf);
-            return io.mark_dirty(id); // staged output, if any, goes next
+        let (fd, remaining) = io.conn(id).map_or((-1, 0), |conn| (conn.fd.raw(), conn.in_flight()));
+        match c.returned {
+            // A short send: the rest goes next, before anything staged.
+            Some(buf) if remaining > 0 => {
+                let offset = buf.len().saturating_sub(remaining);
+                self.send(io, id, fd, buf, offset);
+            }
+            Some(buf) => {
+                io.recycle(buf);
+                io.mark_dirty(id); // staged output, if any, goes next
+            }
+            // A whole zero-copy send: the buffer comes with its notification.
+            None => io.mark_dirty(id),
         }
-        // A short send: the rest goes next, before anything staged.
-        let (fd, offset) = (conn.fd.raw(), buf.len() - remaining);
-        self.send(io, id, fd, buf, offset);
     }
 
-    /// Hands `buf[offset..]` to the ring as the connection's one send in flight.
+    /// Hands `buf[offset..]` to the ring as the connection's one send in
+    /// flight: zero-copy when it is large enough and the feature is on.
     fn send<S>(&mut self, io: &mut Io<S>, id: ConnId, fd: i32, buf: Vec<u8>, offset: usize) {
-        match self.ring.push_send(fd, buf, offset, ud(SEND, id)) {
+        let zc = self.features.send_zc_min;
+        let zero_copy = zc > 0 && buf.len().saturating_sub(offset) >= zc;
+        match self.ring.push_send(fd, buf, offset, ud(SEND, id), zero_copy) {
             Ok(()) => set_bit(io, id, SEND_IN_FLIGHT),
             Err(e) => io.send_aborted(id, io_reason("send", e)),
         }
@@ -254,7 +291,7 @@ impl Driver for Uring {
         let Some(c) = io.conn_mut(id) else { return };
         let fd = c.fd.raw();
         if c.reading() && c.driver & RECV_ARMED == 0 {
-            if let Err(e) = self.ring.push_recv_multi(fd, ud(RECV, id)) {
+            if let Err(e) = self.ring.push_recv_multi(fd, ud(RECV, id), self.features.bundle) {
                 return io.failed(id, "recv", e);
             }
             c.driver |= RECV_ARMED;

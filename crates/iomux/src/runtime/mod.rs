@@ -39,12 +39,13 @@ mod readiness;
 mod slab;
 mod stats;
 mod timers;
+mod uring_features;
 
 pub use config::{Config, ConfigBuilder};
 pub use handler::Handler;
 pub use io::Io;
 pub use launch::{Finished, Runtime};
-pub use stats::LoopStats;
+pub use stats::{LoopStats, UringFeature};
 pub use timers::TimerId;
 
 use crate::poller::Waker;

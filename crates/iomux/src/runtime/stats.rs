@@ -40,6 +40,32 @@ pub struct LoopStats {
     pub wall: Duration,
     /// io_uring: the setup the kernel accepted (e.g. "single_issuer+defer_taskrun").
     pub uring_setup: Option<&'static str>,
+    /// io_uring: each optional feature of the configuration, whether it
+    /// was asked for and whether the loop uses it (or why not).
+    pub uring_features: Vec<UringFeature>,
+    /// io_uring: zero-copy sends made.
+    pub zero_copy_sends: u64,
+    /// io_uring: zero-copy sends the kernel copied anyway
+    /// (IORING_NOTIF_USAGE_ZC_COPIED; loopback always does).
+    pub zero_copy_copied: u64,
+}
+
+/// One optional io_uring feature of a loop's [`Config`](super::Config),
+/// as the kernel allowed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UringFeature {
+    /// Its name: `register_ring`, `min_wait`, `bundle`, `buf_inc` or
+    /// `send_zc` (the [`ConfigBuilder`](super::ConfigBuilder) method
+    /// without `uring_`, and `iomux serve`'s flag).
+    pub name: &'static str,
+    /// The configuration asked for it.
+    pub requested: bool,
+    /// The loop uses it.
+    pub active: bool,
+    /// Why a requested feature is not active (the kernel lacks it, or
+    /// another feature excludes it).
+    pub why_not: Option<String>,
 }
 
 impl LoopStats {
@@ -63,5 +89,10 @@ impl LoopStats {
         self.syscalls.merge(&o.syscalls);
         self.wall = self.wall.max(o.wall);
         self.uring_setup = self.uring_setup.or(o.uring_setup);
+        if self.uring_features.is_empty() {
+            self.uring_features = o.uring_features.clone();
+        }
+        self.zero_copy_sends += o.zero_copy_sends;
+        self.zero_copy_copied += o.zero_copy_copied;
     }
 }

@@ -13,6 +13,7 @@
 //! `epoll_pwait`, `ppoll` and `pselect6` (each with no signal mask).
 #![allow(unsafe_code)]
 
+mod buf_ring;
 pub(crate) mod net;
 pub(crate) mod uring;
 

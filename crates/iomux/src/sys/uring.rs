@@ -1,34 +1,62 @@
 //! io_uring: the ring, and a safe, counted interface to it.
 //!
-//! The io-uring crate does the work: setup, the mapped rings, entries,
-//! `io_uring_enter` (with [`SubmitArgs`] for a timed wait) and buffer-ring
-//! registration. This module adds what the crate leaves to its users: a
-//! counter bump for every enter and register the crate makes on our
-//! behalf, the decision (as liburing makes it) whether an enter is needed
-//! at all, memory that must outlive requests in flight, and the
-//! provided-buffer ring's data block and held-buffer tracking.
+//! The io-uring crate does most of the work: setup, the mapped rings,
+//! entries, registration. This module adds what the crate leaves to its
+//! users: a counter bump for every enter and register made on our behalf,
+//! the decision (as liburing makes it) whether an enter is needed at all,
+//! `io_uring_enter` itself (so that one path serves a registered ring fd
+//! and a batched wait alike), memory that must outlive requests in flight
+//! (send buffers until their zero-copy notification, connect addresses,
+//! the provided-buffer ring of [`super::buf_ring`]), and probes of what
+//! the kernel offers.
 //!
 //! Every operation offered here is safe whatever the caller does next:
 //! entries point at no user memory (poll, accept, cancel), or at memory the
-//! ring itself owns until the completion arrives (send buffers, connect
-//! addresses, the provided-buffer ring).
+//! ring itself owns until the kernel is done with it.
 #![allow(unsafe_code)]
 
+use super::buf_ring::BufRing;
 use super::net::Fd;
 use crate::syscalls::{count, Syscall};
-use io_uring::types::{BufRingEntry, SubmitArgs, Timespec};
-use io_uring::{opcode, squeue, types, EnterFlags, IoUring};
-use rustix::mm::{self, MapFlags, ProtFlags};
+use io_uring::types::{SubmitArgs, Timespec};
+use io_uring::{cqueue, opcode, squeue, types, EnterFlags, IoUring};
 use rustix::net::SocketAddrAny;
-use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::HashMap;
 use std::io;
 use std::mem::size_of;
 use std::net::SocketAddr;
-use std::os::fd::RawFd;
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
+
+// From the kernel's uapi io_uring.h (the crate does not export them).
+/// io_uring_register opcodes: (un)register the ring's own descriptor.
+const IORING_REGISTER_RING_FDS: libc::c_uint = 20;
+const IORING_UNREGISTER_RING_FDS: libc::c_uint = 21;
+/// SEND_ZC: report in the notification whether the kernel copied anyway.
+const IORING_SEND_ZC_REPORT_USAGE: u16 = 8;
+/// In a zero-copy notification's result: the data was copied.
+const IORING_NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
+/// A completion's IORING_CQE_F_MORE bit.
+const IORING_CQE_F_MORE: u32 = 1 << 1;
+
+/// `struct io_uring_rsrc_update`, IORING_REGISTER_RING_FDS's argument.
+#[repr(C)]
+struct RsrcUpdate {
+    offset: u32,
+    resv: u32,
+    data: u64,
+}
+
+/// user_data whose top four bits are 0xE belongs to the ring itself
+/// (zero-copy sends); callers' user_data must not use that pattern.
+const OWN_TAG: u64 = 0xE << 60;
+const TAG_MASK: u64 = 0xF << 60;
+
+/// How long a batched wait (a minimum wait) may sleep when the caller
+/// gave no timeout: the kernel ends such a wait at the minimum wait even
+/// with nothing completed, so an idle loop would wake every few
+/// microseconds without this bound.
+const BATCHED_WAIT_LIMIT: Duration = Duration::from_secs(60);
 
 /// How a ring was set up, after falling back from what was asked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -56,15 +84,38 @@ pub(crate) struct Ring {
     setup: RingSetup,
     buffers: Option<BufRing>,
     /// Memory the kernel reads or writes for requests in flight, keyed by
-    /// their user_data; freed only when their completion arrives.
+    /// their user_data; freed only when their final completion arrives.
     owned: HashMap<u64, Owned>,
     /// Requests pushed whose final completion has not arrived.
     in_flight: usize,
+    /// The ring's index among this thread's registered ring descriptors
+    /// (IORING_REGISTER_RING_FDS): enters pass it instead of the fd.
+    registered: Option<u32>,
+    /// Zero-copy sends whose result has not arrived: the caller's
+    /// user_data, and the ring's own one the request carries.
+    zero_copy_live: HashMap<u64, u64>,
+    zero_copy_serial: u64,
+    zero_copy: ZeroCopyCounts,
+}
+
+/// Zero-copy sends made, and how many of them the kernel copied anyway
+/// (IORING_NOTIF_USAGE_ZC_COPIED: loopback always does).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ZeroCopyCounts {
+    pub(crate) sent: u64,
+    pub(crate) copied: u64,
 }
 
 /// What an in-flight request owns.
 enum Owned {
     Send(Vec<u8>),
+    /// A zero-copy send's buffer: the kernel may read it until the
+    /// notification, after the send's own result.
+    ZeroCopy {
+        user_data: u64,
+        buf: Vec<u8>,
+        len: usize,
+    },
     /// Held only so the address outlives the connect.
     Addr(#[allow(dead_code)] Box<SocketAddrAny>),
 }
@@ -75,19 +126,30 @@ pub(crate) struct Completion {
     pub(crate) user_data: u64,
     pub(crate) result: i32,
     pub(crate) flags: u32,
-    /// A send's buffer, handed back once the kernel is done with it.
+    /// A send's buffer, handed back once the kernel is done with it: at a
+    /// plain send's completion; for a zero-copy send, at its notification
+    /// (or with the result when no notification follows; or a copy of it,
+    /// when the send was short and the rest must go out of a buffer the
+    /// kernel still holds).
     pub(crate) returned: Option<Vec<u8>>,
 }
 
 impl Completion {
     /// IORING_CQE_F_MORE: a multishot request stays armed.
     pub(crate) fn more(&self) -> bool {
-        io_uring::cqueue::more(self.flags)
+        cqueue::more(self.flags)
     }
 
     /// The provided buffer this completion filled (IORING_CQE_F_BUFFER).
     pub(crate) fn buffer_id(&self) -> Option<u16> {
-        io_uring::cqueue::buffer_select(self.flags)
+        cqueue::buffer_select(self.flags)
+    }
+
+    /// A zero-copy send's notification (IORING_CQE_F_NOTIF): the kernel
+    /// no longer reads the buffer, handed back in `returned`. The send's
+    /// own result came in an earlier completion.
+    pub(crate) fn is_notification(&self) -> bool {
+        cqueue::notif(self.flags)
     }
 }
 
@@ -140,7 +202,17 @@ impl Ring {
                         defer_taskrun: flavour == Flavour::DeferTaskrun,
                         sqpoll: sqpoll_idle.is_some(),
                     };
-                    return Ok(Ring { ring, setup, buffers: None, owned: HashMap::new(), in_flight: 0 });
+                    return Ok(Ring {
+                        ring,
+                        setup,
+                        buffers: None,
+                        owned: HashMap::new(),
+                        in_flight: 0,
+                        registered: None,
+                        zero_copy_live: HashMap::new(),
+                        zero_copy_serial: 0,
+                        zero_copy: ZeroCopyCounts::default(),
+                    });
                 }
                 // EINVAL: this kernel does not know a flag; try with fewer.
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => last_err = Some(e),
@@ -157,6 +229,73 @@ impl Ring {
     /// Whether `io_uring_enter` can take a timeout (IORING_FEAT_EXT_ARG, 5.11).
     pub(crate) fn has_ext_arg(&self) -> bool {
         self.ring.params().is_feature_ext_arg()
+    }
+
+    /// Whether a wait can take a minimum wait (IORING_FEAT_MIN_TIMEOUT, 6.12).
+    pub(crate) fn has_min_wait(&self) -> bool {
+        self.ring.params().is_feature_min_timeout()
+    }
+
+    /// Whether receives can fill several buffers at once
+    /// (IORING_FEAT_RECVSEND_BUNDLE, 6.10).
+    pub(crate) fn has_bundles(&self) -> bool {
+        self.ring.params().is_feature_recvsend_bundle()
+    }
+
+    /// Whether the kernel knows IORING_OP_SEND_ZC (6.0), by asking it
+    /// (IORING_REGISTER_PROBE: one register call).
+    pub(crate) fn has_send_zc(&self) -> io::Result<bool> {
+        let mut probe = io_uring::Probe::new();
+        count(Syscall::IoUringRegister);
+        self.ring.submitter().register_probe(&mut probe)?;
+        Ok(probe.is_supported(opcode::SendZc::CODE))
+    }
+
+    /// Registers the ring's descriptor with this thread
+    /// (IORING_REGISTER_RING_FDS, 5.18), so that each enter skips the
+    /// descriptor lookup. The registration belongs to the calling thread:
+    /// only enters from it use it, so a ring registered here must be
+    /// entered (and dropped) on this thread.
+    pub(crate) fn register_ring_fd(&mut self) -> io::Result<()> {
+        if self.registered.is_some() {
+            return Ok(());
+        }
+        // offset u32::MAX: any free slot; the kernel writes back which.
+        let mut update = RsrcUpdate { offset: u32::MAX, resv: 0, data: self.ring.as_raw_fd() as u64 };
+        match self.ring_fds(IORING_REGISTER_RING_FDS, &mut update)? {
+            1 => {
+                self.registered = Some(update.offset);
+                Ok(())
+            }
+            _ => Err(io::Error::other("IORING_REGISTER_RING_FDS registered nothing")),
+        }
+    }
+
+    fn unregister_ring_fd(&mut self) {
+        if let Some(offset) = self.registered.take() {
+            let _ = self.ring_fds(IORING_UNREGISTER_RING_FDS, &mut RsrcUpdate { offset, resv: 0, data: 0 });
+        }
+    }
+
+    /// `io_uring_register` of one ring descriptor (`op`: register or
+    /// unregister), counted; the kernel's result.
+    fn ring_fds(&self, op: libc::c_uint, update: &mut RsrcUpdate) -> io::Result<libc::c_long> {
+        count(Syscall::IoUringRegister);
+        // SAFETY: the argument is one io_uring_rsrc_update, as nr_args (1)
+        // says, alive and writable for the call.
+        let r = unsafe {
+            libc::syscall(libc::SYS_io_uring_register, self.ring.as_raw_fd(), op, update as *mut RsrcUpdate, 1u32)
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r)
+        }
+    }
+
+    /// Zero-copy sends made so far, and how many the kernel copied anyway.
+    pub(crate) fn zero_copy_counts(&self) -> ZeroCopyCounts {
+        self.zero_copy
     }
 
     /// Queues IORING_OP_POLL_ADD for `fd` with `mask` (poll(2) bits);
@@ -190,28 +329,68 @@ impl Ring {
     }
 
     /// Queues a multishot receive into the provided-buffer ring: one
-    /// completion per arrival, naming the buffer it filled.
-    pub(crate) fn push_recv_multi(&mut self, fd: RawFd, user_data: u64) -> io::Result<()> {
+    /// completion per arrival, naming the buffer it filled; with `bundle`
+    /// (IORING_RECVSEND_BUNDLE), one completion may fill several.
+    pub(crate) fn push_recv_multi(&mut self, fd: RawFd, user_data: u64, bundle: bool) -> io::Result<()> {
         let group = self.buffers.as_ref().map(|b| b.group).ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "multishot receive needs setup_buffers first")
         })?;
-        self.push(opcode::RecvMulti::new(types::Fd(fd), group).build().user_data(user_data))
+        let entry = if bundle {
+            opcode::RecvMultiBundle::new(types::Fd(fd), group).build()
+        } else {
+            opcode::RecvMulti::new(types::Fd(fd), group).build()
+        };
+        self.push(entry.user_data(user_data))
     }
 
     /// Queues a send of `buf[offset..]`; the ring keeps `buf` until the
-    /// completion, which hands it back ([`Completion::returned`]).
-    pub(crate) fn push_send(&mut self, fd: RawFd, buf: Vec<u8>, offset: usize, user_data: u64) -> io::Result<()> {
-        if self.owned.contains_key(&user_data) {
+    /// kernel is done with it, then hands it back ([`Completion::returned`]).
+    ///
+    /// `zero_copy` sends with IORING_OP_SEND_ZC (the kernel pins the pages
+    /// instead of copying them) and MSG_WAITALL, so that the result is the
+    /// whole length unless the connection fails: the rest of a short send
+    /// could not go out of a buffer the kernel still holds. Its result
+    /// completion carries `user_data`, and a later notification (also with
+    /// `user_data`, [`Completion::is_notification`]) hands the buffer back.
+    pub(crate) fn push_send(
+        &mut self,
+        fd: RawFd,
+        buf: Vec<u8>,
+        offset: usize,
+        user_data: u64,
+        zero_copy: bool,
+    ) -> io::Result<()> {
+        if self.owned.contains_key(&user_data) || self.zero_copy_live.contains_key(&user_data) {
             return Err(io::Error::new(io::ErrorKind::AlreadyExists, "a request with this user_data is in flight"));
         }
-        let len = buf.len().saturating_sub(offset).min(u32::MAX as usize) as u32;
+        let len = buf.len().saturating_sub(offset).min(u32::MAX as usize);
         // The Vec's heap block does not move when the Vec is moved into the map.
         let ptr = buf[offset.min(buf.len())..].as_ptr();
-        self.owned.insert(user_data, Owned::Send(buf));
-        let entry = opcode::Send::new(types::Fd(fd), ptr, len).flags(libc::MSG_NOSIGNAL).build().user_data(user_data);
-        self.push(entry).inspect_err(|_| {
-            self.owned.remove(&user_data);
-        })
+        let (key, owned, entry) = if zero_copy {
+            self.zero_copy_serial += 1;
+            let key = OWN_TAG | (self.zero_copy_serial & !TAG_MASK);
+            let entry = opcode::SendZc::new(types::Fd(fd), ptr, len as u32)
+                .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
+                .zc_flags(IORING_SEND_ZC_REPORT_USAGE)
+                .build();
+            (key, Owned::ZeroCopy { user_data, buf, len }, entry)
+        } else {
+            let entry = opcode::Send::new(types::Fd(fd), ptr, len as u32).flags(libc::MSG_NOSIGNAL).build();
+            (user_data, Owned::Send(buf), entry)
+        };
+        self.owned.insert(key, owned);
+        match self.push(entry.user_data(key)) {
+            Ok(()) if zero_copy => {
+                self.zero_copy_live.insert(user_data, key);
+                self.zero_copy.sent += 1;
+                Ok(())
+            }
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.owned.remove(&key);
+                Err(e)
+            }
+        }
     }
 
     /// Queues a connect to `addr`; the ring keeps the address until done.
@@ -242,53 +421,39 @@ impl Ring {
         }
     }
 
-    /// Queues IORING_OP_ASYNC_CANCEL of the request whose user_data is `target`.
+    /// Queues IORING_OP_ASYNC_CANCEL of the request whose user_data is
+    /// `target` (a zero-copy send is found under the ring's own user_data).
     pub(crate) fn push_cancel(&mut self, target: u64, user_data: u64) -> io::Result<()> {
+        let target = self.zero_copy_live.get(&target).copied().unwrap_or(target);
         self.push(opcode::AsyncCancel::new(target).build().user_data(user_data))
     }
 
-    /// Registers a provided-buffer ring of `buffers` buffers (a power of two,
-    /// at most 32768) of `size` bytes each, as buffer group `group`.
-    pub(crate) fn setup_buffers(&mut self, group: u16, buffers: u16, size: usize) -> io::Result<()> {
-        if !buffers.is_power_of_two() || buffers > 32768 || size == 0 || size > u32::MAX as usize {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "buffer ring: count must be a power of two <= 32768",
-            ));
+    /// Registers a provided-buffer ring of `buffers` buffers (a power of
+    /// two, at most 32768) of `size` bytes each, as buffer group `group`,
+    /// consumed incrementally if asked and the kernel can (6.12). Returns
+    /// whether it is.
+    pub(crate) fn setup_buffers(
+        &mut self,
+        group: u16,
+        buffers: u16,
+        size: usize,
+        incremental: bool,
+    ) -> io::Result<bool> {
+        let b = BufRing::register(&self.ring, group, buffers, size, incremental)?;
+        let incremental = b.incremental;
+        if let Some(old) = self.buffers.replace(b) {
+            old.release(&self.ring);
         }
-        let mut b = BufRing::allocate(group, buffers, size)?;
-        count(Syscall::IoUringRegister);
-        // SAFETY: b.entries points at `buffers` entries of zeroed, page-aligned
-        // memory that lives in self.buffers until unregistered (Drop).
-        unsafe { self.ring.submitter().register_buf_ring_with_flags(b.entries.as_ptr() as u64, buffers, group, 0) }?;
-        for bid in 0..buffers {
-            b.provide(bid);
-        }
-        b.publish();
-        self.buffers = Some(b);
-        Ok(())
+        Ok(incremental)
     }
 
-    /// The bytes a receive completion put in buffer `bid` (empty unless a
-    /// completion handed that buffer over and it was not recycled yet).
-    pub(crate) fn buffer(&self, bid: u16, len: usize) -> &[u8] {
-        match &self.buffers {
-            Some(b) if b.held.get(usize::from(bid)) == Some(&true) => b.slice(bid, len),
-            _ => &[],
-        }
-    }
-
-    /// Gives buffer `bid` back to the kernel for later receives; a buffer
-    /// not held (already recycled, or never handed over) is left alone.
-    pub(crate) fn recycle_buffer(&mut self, bid: u16) {
-        if let Some(b) = &mut self.buffers {
-            if let Some(h) = b.held.get_mut(usize::from(bid)) {
-                if *h {
-                    *h = false;
-                    b.provide(bid);
-                    b.publish();
-                }
-            }
+    /// Hands the bytes receive completion `c` put in the buffer ring to
+    /// `deliver` (one call per buffer they span) and gives the buffers it
+    /// filled up back to the kernel. Call it for every receive completion
+    /// that names a buffer, even one whose connection is gone.
+    pub(crate) fn consume_received(&mut self, c: &Completion, deliver: impl FnMut(&[u8])) {
+        if let (Some(bid), Some(b)) = (c.buffer_id(), &mut self.buffers) {
+            b.consume(bid, c.result.max(0) as usize, deliver);
         }
     }
 
@@ -296,7 +461,7 @@ impl Ring {
         loop {
             // SAFETY: the entries built by this module reference no user
             // memory, or memory in `self.owned`/`self.buffers`, which stays
-            // allocated until the request's final completion (or, in Drop,
+            // allocated until the kernel is done with it (or, in Drop,
             // until every request in flight has completed).
             let pushed = unsafe { self.ring.submission().push(&entry) };
             if pushed.is_ok() {
@@ -312,9 +477,7 @@ impl Ring {
     /// free a slot (IORING_ENTER_SQ_WAIT) instead of spinning.
     fn make_room(&mut self) -> io::Result<()> {
         if self.setup.sqpoll && !self.ring.submission().need_wakeup() {
-            count(Syscall::IoUringEnter);
-            self.ring.submitter().squeue_wait()?;
-            return Ok(());
+            return self.sys_enter(0, 0, EnterFlags::SQ_WAIT, None).map(drop);
         }
         self.enter(0, None).map(drop)
     }
@@ -322,6 +485,13 @@ impl Ring {
     /// Submissions queued and not yet handed to the kernel.
     pub(crate) fn pending_submissions(&mut self) -> usize {
         self.ring.submission().len()
+    }
+
+    /// Requests pushed whose final completion has not arrived: at most
+    /// how many completions a wait could be worth waiting for (multishot
+    /// requests aside).
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight
     }
 
     /// Whether the kernel holds completions or task work that only an
@@ -338,15 +508,27 @@ impl Ring {
     /// took. ETIME (timeout) and EINTR are errors here; callers decide what
     /// they mean.
     pub(crate) fn enter(&mut self, min_complete: u32, timeout: Option<Duration>) -> io::Result<usize> {
+        self.wait(min_complete, timeout, Duration::ZERO)
+    }
+
+    /// As [`Ring::enter`], with a minimum wait (IORING_ENTER_EXT_ARG's
+    /// min_wait_usec, when [`Ring::has_min_wait`]): the kernel waits up to
+    /// `min_wait` for `min_complete` completions, then returns as soon as
+    /// there is one. So a loop can ask for a whole batch without waiting
+    /// longer than `min_wait` for it. Zero: no minimum wait.
+    pub(crate) fn wait(
+        &mut self,
+        min_complete: u32,
+        timeout: Option<Duration>,
+        min_wait: Duration,
+    ) -> io::Result<usize> {
         let (to_submit, flush, need_wakeup) = {
             let mut sq = self.ring.submission();
             sq.sync();
             (sq.len(), sq.taskrun() || sq.cq_overflow(), self.setup.sqpoll && sq.need_wakeup())
         };
-        // The crate's submit_and_wait/submit_with_args make the same
-        // decision for an SQPOLL ring (no enter when the thread is awake
-        // and no event is wanted), but enter unconditionally otherwise:
-        // decide here, so that every enter the crate makes is one counted.
+        // As liburing decides: an SQPOLL ring needs an enter only to wake
+        // its thread or to wait; another ring only to submit or to wait.
         let needed = if self.setup.sqpoll {
             need_wakeup || min_complete > 0 || flush
         } else {
@@ -355,17 +537,22 @@ impl Ring {
         if !needed {
             return Ok(if self.setup.sqpoll { to_submit } else { 0 });
         }
-        count(Syscall::IoUringEnter);
-        let submitter = self.ring.submitter();
-        let want = min_complete as usize;
-        match timeout {
-            Some(t) if min_complete > 0 => {
-                // IORING_ENTER_EXT_ARG with the timeout (needs IORING_FEAT_EXT_ARG).
-                let ts = Timespec::from(t);
-                submitter.submit_with_args(want, &SubmitArgs::new().timespec(&ts))
-            }
-            _ => submitter.submit_and_wait(want),
+        let mut flags = EnterFlags::empty();
+        if min_complete > 0 || flush {
+            // Also what runs deferred task work (DEFER_TASKRUN).
+            flags |= EnterFlags::GETEVENTS;
         }
+        if need_wakeup {
+            flags |= EnterFlags::SQ_WAKEUP;
+        }
+        let min_wait_us = min_wait.as_micros().min(u128::from(u32::MAX)) as u32;
+        if min_complete == 0 || (timeout.is_none() && min_wait_us == 0) {
+            return self.sys_enter(to_submit, min_complete, flags, None);
+        }
+        // IORING_ENTER_EXT_ARG (needs IORING_FEAT_EXT_ARG).
+        let ts = Timespec::from(timeout.unwrap_or(BATCHED_WAIT_LIMIT));
+        let args = SubmitArgs::new().timespec(&ts).min_wait_usec(min_wait_us);
+        self.sys_enter(to_submit, min_complete, flags | EnterFlags::EXT_ARG, Some(&args))
     }
 
     /// One `io_uring_enter(GETEVENTS)` that waits for nothing: what an
@@ -378,118 +565,116 @@ impl Ring {
         let to_submit = {
             let mut sq = self.ring.submission();
             sq.sync();
-            sq.len() as u32
+            sq.len()
+        };
+        self.sys_enter(to_submit, 0, EnterFlags::GETEVENTS, None)
+    }
+
+    /// `io_uring_enter`, counted; through the registered ring index when
+    /// there is one.
+    fn sys_enter(
+        &self,
+        to_submit: usize,
+        min_complete: u32,
+        flags: EnterFlags,
+        args: Option<&SubmitArgs<'_, '_>>,
+    ) -> io::Result<usize> {
+        let (fd, flags) = match self.registered {
+            Some(index) => (index as libc::c_int, flags | EnterFlags::REGISTERED_RING),
+            None => (self.ring.as_raw_fd(), flags),
+        };
+        let (arg, size) = match args {
+            Some(a) => ((a as *const SubmitArgs<'_, '_>).cast::<libc::c_void>(), size_of::<SubmitArgs<'_, '_>>()),
+            None => (std::ptr::null(), 0),
         };
         count(Syscall::IoUringEnter);
-        // SAFETY: no argument pointer is passed (None), so the kernel reads
-        // no user memory beyond the mapped rings; the entries it consumes
-        // were pushed under `push`'s guarantees.
-        unsafe { self.ring.submitter().enter::<libc::sigset_t>(to_submit, 0, EnterFlags::GETEVENTS.bits(), None) }
+        // SAFETY: `fd` is this ring's descriptor, or its index registered
+        // by this thread (REGISTERED_RING says which). `arg` is null, or
+        // (with EXT_ARG, which `wait` sets whenever it passes one) an
+        // io_uring_getevents_arg (SubmitArgs is its transparent wrapper)
+        // of `size` bytes whose timespec outlives the call. The entries the
+        // kernel consumes were pushed under `push`'s guarantees.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_io_uring_enter,
+                fd,
+                to_submit.min(u32::MAX as usize) as u32,
+                min_complete,
+                flags.bits(),
+                arg,
+                size,
+            )
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
     }
 
     /// Takes the next completion off the completion ring (no syscall).
     pub(crate) fn pop_completion(&mut self) -> Option<Completion> {
-        let cqe = self.ring.completion().next()?;
-        let (user_data, flags) = (cqe.user_data(), cqe.flags());
-        let done = !io_uring::cqueue::more(flags);
-        if done {
-            self.in_flight = self.in_flight.saturating_sub(1);
-        }
-        if let (Some(bid), Some(b)) = (io_uring::cqueue::buffer_select(flags), &mut self.buffers) {
-            if let Some(h) = b.held.get_mut(usize::from(bid)) {
-                *h = true;
+        loop {
+            let cqe = self.ring.completion().next()?;
+            let (user_data, flags, result) = (cqe.user_data(), cqe.flags(), cqe.result());
+            let done = !cqueue::more(flags);
+            if done {
+                self.in_flight = self.in_flight.saturating_sub(1);
             }
+            if user_data & TAG_MASK == OWN_TAG {
+                match self.zero_copy_completion(user_data, result, flags) {
+                    Some(c) => return Some(c),
+                    None => continue,
+                }
+            }
+            let returned = match done.then(|| self.owned.remove(&user_data)).flatten() {
+                Some(Owned::Send(buf)) => Some(buf),
+                Some(Owned::ZeroCopy { .. } | Owned::Addr(_)) | None => None,
+            };
+            return Some(Completion { user_data, result, flags, returned });
         }
-        let returned = match done.then(|| self.owned.remove(&user_data)).flatten() {
-            Some(Owned::Send(buf)) => Some(buf),
-            Some(Owned::Addr(_)) | None => None,
-        };
-        Some(Completion { user_data, result: cqe.result(), flags, returned })
     }
+
+    /// A zero-copy send's result or notification, under the caller's
+    /// user_data; None for one this ring no longer tracks.
+    fn zero_copy_completion(&mut self, key: u64, result: i32, flags: u32) -> Option<Completion> {
+        if cqueue::notif(flags) {
+            if result as u32 & IORING_NOTIF_USAGE_ZC_COPIED != 0 {
+                self.zero_copy.copied += 1;
+            }
+            return match self.owned.remove(&key) {
+                Some(Owned::ZeroCopy { user_data, buf, .. }) => {
+                    Some(Completion { user_data, result: 0, flags, returned: Some(buf) })
+                }
+                _ => None,
+            };
+        }
+        let notification_follows = cqueue::more(flags);
+        let (user_data, returned) = match self.owned.get(&key) {
+            Some(Owned::ZeroCopy { user_data, buf, len }) => {
+                let short = result > 0 && (result as usize) < *len;
+                // The kernel still reads `buf` until the notification: the
+                // rest of a short send goes out of a copy.
+                (*user_data, (notification_follows && short).then(|| buf.clone()))
+            }
+            _ => return None,
+        };
+        self.zero_copy_live.remove(&user_data);
+        let returned = match notification_follows {
+            true => returned,
+            false => match self.owned.remove(&key) {
+                Some(Owned::ZeroCopy { buf, .. }) => Some(buf),
+                _ => None,
+            },
+        };
+        // F_MORE here only announces the notification: not a multishot.
+        let flags = flags & !IORING_CQE_F_MORE;
+        Some(Completion { user_data, result, flags, returned })
+    }
+
     /// Whether the completion ring is empty (no syscall).
     pub(crate) fn completions_empty(&mut self) -> bool {
         self.ring.completion().is_empty()
-    }
-}
-
-/// A provided-buffer ring (IORING_REGISTER_PBUF_RING): the ring of
-/// `io_uring_buf` entries (the crate's [`BufRingEntry`]) and the block of
-/// buffers they point at, both allocated here and never moved.
-struct BufRing {
-    entries: NonNull<BufRingEntry>,
-    entries_layout: Layout,
-    data: NonNull<u8>,
-    data_len: usize,
-    group: u16,
-    count: u16,
-    size: usize,
-    tail: u16,
-    /// Buffers a completion handed to us and not yet recycled: only these
-    /// may be read or given back.
-    held: Vec<bool>,
-}
-
-impl BufRing {
-    fn allocate(group: u16, n: u16, size: usize) -> io::Result<BufRing> {
-        let oom = || io::Error::from_raw_os_error(libc::ENOMEM);
-        // The kernel wants the entries page-aligned.
-        let page = rustix::param::page_size();
-        let entries_layout =
-            Layout::from_size_align(usize::from(n) * size_of::<BufRingEntry>(), page).map_err(|_| oom())?;
-        let data_len = usize::from(n).checked_mul(size).ok_or_else(oom)?;
-        // SAFETY: the layout has non-zero size (n > 0).
-        let entries = NonNull::new(unsafe { alloc_zeroed(entries_layout) }.cast::<BufRingEntry>()).ok_or_else(oom)?;
-        // The buffers come from an anonymous mapping: zero-filled (no
-        // uninitialised byte is ever exposed) and resident only once the
-        // kernel writes into them, so unused buffers cost no memory.
-        count(Syscall::Mmap);
-        let prot = ProtFlags::READ | ProtFlags::WRITE;
-        // SAFETY: an anonymous private mapping at an address of the kernel's
-        // choice (null hint): it replaces nothing of ours.
-        let mapped = unsafe { mm::mmap_anonymous(std::ptr::null_mut(), data_len, prot, MapFlags::PRIVATE) };
-        let data = match mapped.ok().and_then(|p| NonNull::new(p.cast::<u8>())) {
-            Some(d) => d,
-            None => {
-                // SAFETY: allocated just above with this layout.
-                unsafe { dealloc(entries.as_ptr().cast(), entries_layout) };
-                return Err(oom());
-            }
-        };
-        let held = vec![false; usize::from(n)];
-        Ok(BufRing { entries, entries_layout, data, data_len, group, count: n, size, tail: 0, held })
-    }
-
-    /// Writes the entry for buffer `bid` at the local tail.
-    fn provide(&mut self, bid: u16) {
-        let index = usize::from(self.tail & (self.count - 1));
-        // SAFETY: index < count, so the entry lies inside the entries block,
-        // which we own and which the kernel only reads. The setters write
-        // addr, len and bid and leave `resv` alone: in entry 0 that field
-        // is the shared tail.
-        let entry = unsafe { &mut *self.entries.as_ptr().add(index) };
-        entry.set_addr((self.data.as_ptr() as usize + usize::from(bid) * self.size) as u64);
-        entry.set_len(self.size as u32);
-        entry.set_bid(bid);
-        self.tail = self.tail.wrapping_add(1);
-    }
-
-    /// Makes provided entries visible to the kernel (release store).
-    fn publish(&self) {
-        // SAFETY: `entries` is entry 0 of the initialised ring, so
-        // BufRingEntry::tail gives its `resv` field, the shared u16 tail
-        // (2-aligned), which the kernel reads concurrently: hence an atomic
-        // view of it, and no other reference to it is alive.
-        let tail = unsafe { AtomicU16::from_ptr(BufRingEntry::tail(self.entries.as_ptr()).cast_mut()) };
-        tail.store(self.tail, Ordering::Release);
-    }
-
-    fn slice(&self, bid: u16, len: usize) -> &[u8] {
-        // SAFETY: bid < count and len is clamped to the buffer size, so the
-        // slice stays inside buffer `bid`, whose bytes are initialised
-        // (zeroed by mmap, then written by the kernel). The kernel does not
-        // write to it again until recycle_buffer hands it back, which takes
-        // &mut self while this slice borrows &self.
-        unsafe { std::slice::from_raw_parts(self.data.as_ptr().add(usize::from(bid) * self.size), len.min(self.size)) }
     }
 }
 
@@ -509,32 +694,19 @@ impl Drop for Ring {
                 while self.pop_completion().is_some() {}
             }
         }
+        self.unregister_ring_fd();
         if self.in_flight > 0 {
             // Still in use after the deadline: leak rather than free memory
             // the kernel may write.
-            // (BufRing has no Drop of its own: dropping it frees nothing.)
             std::mem::forget(std::mem::take(&mut self.owned));
-            self.buffers = None;
+            std::mem::forget(self.buffers.take());
             return;
         }
         if let Some(b) = self.buffers.take() {
-            count(Syscall::IoUringRegister);
-            let _ = self.ring.submitter().unregister_buf_ring(b.group);
-            count(Syscall::Munmap);
-            // SAFETY: allocated and mapped in BufRing::allocate with these
-            // sizes; no request is in flight and the group is unregistered,
-            // so neither we nor the kernel use them again.
-            unsafe {
-                dealloc(b.entries.as_ptr().cast(), b.entries_layout);
-                let _ = mm::munmap(b.data.as_ptr().cast(), b.data_len);
-            }
+            b.release(&self.ring);
         }
     }
 }
-
-// SAFETY: BufRing's pointers are to memory it owns exclusively; moving it
-// to another thread moves that ownership.
-unsafe impl Send for BufRing {}
 
 #[cfg(test)]
 mod tests {
