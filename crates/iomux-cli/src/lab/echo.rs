@@ -56,6 +56,10 @@ struct Row {
     p50_us: f64,
     p99_us: f64,
     rss_bytes_per_conn: f64,
+    /// CPU per echo of the server (its whole run) and of the load (while
+    /// measuring): the load must stay the cheaper side.
+    server_cpu_us_per_echo: f64,
+    load_cpu_us_per_echo: f64,
     syscalls: Value,
     note: Option<String>,
 }
@@ -135,6 +139,9 @@ pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResul
                 p50_us: f64_of(&c.load["latency"]["p50_us"]),
                 p99_us: f64_of(&c.load["latency"]["p99_us"]),
                 rss_bytes_per_conn: c.rss_peak.saturating_sub(c.rss_before) as f64 / n as f64,
+                server_cpu_us_per_echo: (f64_of(&s["user_cpu_s"]) + f64_of(&s["sys_cpu_s"])) * 1e6
+                    / echoes.max(1) as f64,
+                load_cpu_us_per_echo: f64_of(&c.load["cpu_us_per_echo"]),
                 syscalls: s["syscalls"].clone(),
                 note: (n < conns).then(|| {
                     format!("select: capped at {n} connections, its fd numbers must stay below FD_SETSIZE (1024)")
@@ -262,6 +269,7 @@ pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResul
                 "echoes_per_sec": r.echoes_per_sec, "syscalls_per_echo": r.syscalls_per_echo,
                 "syscalls_total": r.syscalls_total, "p50_us": r.p50_us, "p99_us": r.p99_us,
                 "rss_bytes_per_conn": r.rss_bytes_per_conn, "syscalls": r.syscalls,
+                "server_cpu_us_per_echo": r.server_cpu_us_per_echo, "load_cpu_us_per_echo": r.load_cpu_us_per_echo,
             });
             if let Some(n) = &r.note {
                 v["note"] = json!(n);

@@ -421,11 +421,14 @@ impl Client {
         self.measuring = true;
         self.measure_start = now;
         self.cpu_start = process_cpu();
-        // What connecting found stays; the warm-up's echoes go.
+        // What connecting found and every error stay; the warm-up's echoes go.
         let fresh = Report {
             connected: self.report.connected,
             connect_errors: std::mem::take(&mut self.report.connect_errors),
             first_error: self.report.first_error.take(),
+            mismatches: self.report.mismatches,
+            unexpected_closes: self.report.unexpected_closes,
+            unanswered: self.report.unanswered,
             setup: self.report.setup,
             measure_start: Some(now),
             ..Report::new()
