@@ -20,8 +20,8 @@ use super::net::Fd;
 use crate::syscalls::{count, Syscall};
 use io_uring::types::{SubmitArgs, Timespec};
 use io_uring::{cqueue, opcode, squeue, types, EnterFlags, IoUring};
+use rustc_hash::FxHashMap;
 use rustix::net::SocketAddrAny;
-use std::collections::HashMap;
 use std::io;
 use std::mem::size_of;
 use std::net::SocketAddr;
@@ -85,7 +85,7 @@ pub(crate) struct Ring {
     buffers: Option<BufRing>,
     /// Memory the kernel reads or writes for requests in flight, keyed by
     /// their user_data; freed only when their final completion arrives.
-    owned: HashMap<u64, Owned>,
+    owned: FxHashMap<u64, Owned>,
     /// Requests pushed whose final completion has not arrived.
     in_flight: usize,
     /// The ring's index among this thread's registered ring descriptors
@@ -93,7 +93,7 @@ pub(crate) struct Ring {
     registered: Option<u32>,
     /// Zero-copy sends whose result has not arrived: the caller's
     /// user_data, and the ring's own one the request carries.
-    zero_copy_live: HashMap<u64, u64>,
+    zero_copy_live: FxHashMap<u64, u64>,
     zero_copy_serial: u64,
     zero_copy: ZeroCopyCounts,
 }
@@ -206,10 +206,10 @@ impl Ring {
                         ring,
                         setup,
                         buffers: None,
-                        owned: HashMap::new(),
+                        owned: FxHashMap::default(),
                         in_flight: 0,
                         registered: None,
-                        zero_copy_live: HashMap::new(),
+                        zero_copy_live: FxHashMap::default(),
                         zero_copy_serial: 0,
                         zero_copy: ZeroCopyCounts::default(),
                     });
