@@ -50,13 +50,18 @@ pub fn run(args: PeerArgs) -> CliResult<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A blocking listening socket on `addr` with SO_REUSEADDR and a deep
-/// backlog; each peer sets it up further as its runtime needs.
+/// A blocking listening socket on `addr` with SO_REUSEADDR, TCP_NODELAY
+/// and a deep backlog; each peer sets it up further as its runtime needs.
+/// TCP_NODELAY as `iomux serve` sets it: on the listener, so that every
+/// accepted connection inherits it (Linux clones the listener's setting),
+/// whichever way the peer accepts (accept4, io_uring), and the C server
+/// as well as the runtimes answers without Nagle's delay.
 fn listen(addr: SocketAddr) -> Result<TcpListener, String> {
     use rustix::net::{bind, listen, socket_with, sockopt, AddressFamily, SocketFlags, SocketType};
     let family = if addr.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
     let fd = socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None).map_err(|e| format!("socket: {e}"))?;
     sockopt::set_socket_reuseaddr(&fd, true).map_err(|e| format!("SO_REUSEADDR: {e}"))?;
+    sockopt::set_tcp_nodelay(&fd, true).map_err(|e| format!("TCP_NODELAY: {e}"))?;
     bind(&fd, &addr).map_err(|e| format!("binding {addr}: {e}"))?;
     listen(&fd, BACKLOG).map_err(|e| format!("listen on {addr}: {e}"))?;
     Ok(TcpListener::from(fd))

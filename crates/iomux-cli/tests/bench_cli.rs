@@ -130,9 +130,9 @@ fn report_of_an_empty_folder_says_so() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// E5 with iomux's servers only (the peers' servers are another build's),
-/// at a toy size: every figure measured from outside, and bad flags
-/// refused before any cell runs.
+/// E5 at a toy size, iomux's epoll server beside two peers (the C server
+/// and tokio, built into this same binary): every figure measured from
+/// outside, and bad flags refused before any cell runs.
 #[test]
 fn peers_measures_servers_from_outside() {
     for (flag, value, says) in [
@@ -149,7 +149,7 @@ fn peers_measures_servers_from_outside() {
 
     let out = std::env::temp_dir().join(format!("iomux-e5-{}", std::process::id()));
     let r = iomux()
-        .args(["bench", "peers", "--servers", "iomux-epoll,iomux-uring", "--scenarios", "closed-20,open-50"])
+        .args(["bench", "peers", "--servers", "iomux-epoll,c-epoll,tokio", "--scenarios", "closed-20,open-50"])
         .args(["--reps", "2", "--seconds", "0.3", "--out"])
         .arg(&out)
         .output()
@@ -159,7 +159,9 @@ fn peers_measures_servers_from_outside() {
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("peers.json")).unwrap()).unwrap();
     let rows = doc["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 4);
+    assert_eq!(rows.len(), 6);
+    // Syscalls come from perf alone: for every server, or for none.
+    let perf = doc["params"]["syscalls_by"].is_string() && doc["params"]["perf_dropped"].is_null();
     for row in rows {
         assert!(row["error"].is_null(), "{row}");
         assert_eq!(row["runs"].as_array().unwrap().len(), 2);
@@ -168,7 +170,13 @@ fn peers_measures_servers_from_outside() {
             let (v, lo, hi) = (v.as_f64().unwrap(), lo.as_f64().unwrap(), hi.as_f64().unwrap());
             assert!(v > 0.0 && lo <= v && v <= hi, "{figure}: {row}");
         }
-        assert!(row["syscalls_per_echo"].as_f64().unwrap() > 0.0, "{row}");
+        if perf {
+            assert!(row["syscalls_per_echo"].as_f64().unwrap() > 0.0, "{row}");
+        } else if doc["params"]["syscalls_by"].is_null() {
+            assert!(row["syscalls_per_echo"].is_null() && row["syscalls_run"].is_null(), "{row}");
+        }
+        let open = row["scenario"] == "open-50";
+        assert_eq!(row["rate_sustained"].is_boolean(), open, "{row}");
         assert!(["server", "load", "both", "neither"].contains(&row["bottleneck"].as_str().unwrap()), "{row}");
     }
     let open = rows.iter().find(|r| r["scenario"] == "open-50" && r["server"] == "iomux-epoll").unwrap();
@@ -176,6 +184,8 @@ fn peers_measures_servers_from_outside() {
     let echoes = open["runs"][0]["echoes"].as_u64().unwrap();
     assert!((29_000..=31_000).contains(&echoes), "{open}");
     assert!(stdout.contains("**closed-20**") && stdout.contains("iomux best / this"), "{stdout}");
-    assert!(std::fs::read_to_string(out.join("peers.svg")).unwrap().contains("iomux-uring"));
+    assert!(stdout.contains("TCP_NODELAY") && stdout.contains("no warm-up"), "{stdout}");
+    let svg = std::fs::read_to_string(out.join("peers.svg")).unwrap();
+    assert!(svg.contains("c-epoll") && svg.contains("tokio"), "{svg}");
     std::fs::remove_dir_all(&out).ok();
 }

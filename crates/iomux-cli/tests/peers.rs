@@ -1,7 +1,7 @@
 //! The peers' echo servers (`iomux peer`, hidden), from a separate
 //! process as the lab runs them: the banner, bytes echoed intact on many
-//! connections at once, and a 4 MiB stream that the server cannot send
-//! back as fast as it reads it.
+//! connections at once, a 4 MiB stream that the server cannot send back
+//! as fast as it reads it, and TCP_NODELAY on every connection it accepts.
 
 mod support;
 
@@ -26,7 +26,7 @@ macro_rules! on_every_peer {
     )+};
 }
 
-on_every_peer! { fifty_connections_echo_their_own_bytes, four_mib_echo_while_reading }
+on_every_peer! { fifty_connections_echo_their_own_bytes, four_mib_echo_while_reading, accepted_sockets_have_nodelay }
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -136,4 +136,62 @@ fn four_mib_echo_while_reading(name: &str) {
     reader.read_to_end(&mut got).unwrap_or_else(|e| panic!("{name}: reading the echo: {e}"));
     sender.join().expect("sender thread").unwrap_or_else(|e| panic!("{name}: sending: {e}"));
     assert_same(&got, &data, &format!("{name}: 4 MiB echo"));
+}
+
+/// `iomux peer` sets TCP_NODELAY on its listener only, as `iomux serve`
+/// does; the connections it accepts (by accept4, or through io_uring)
+/// must have inherited it. Read in the server's own process: each of its
+/// sockets on the server's port, taken with pidfd_getfd, asked with
+/// getsockopt.
+fn accepted_sockets_have_nodelay(name: &str) {
+    use rustix::io::Errno;
+    use rustix::process::{pidfd_getfd, pidfd_open, Pid, PidfdFlags, PidfdGetfdFlags};
+    let peer = Peer::start(name);
+    let mut conns: Vec<TcpStream> = (0..2).map(|_| peer.connect()).collect();
+    // An echo on each: the server has accepted both by then.
+    for (i, s) in conns.iter_mut().enumerate() {
+        s.write_all(b"x").expect("send");
+        let mut got = [0u8; 1];
+        s.read_exact(&mut got).unwrap_or_else(|e| panic!("{name}: connection {i}: {e}"));
+    }
+    let pid = Pid::from_raw(peer.child.id() as i32).expect("child pid");
+    let pidfd = pidfd_open(pid, PidfdFlags::empty()).expect("pidfd_open");
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", peer.child.id())).expect("list the server's descriptors");
+    let (mut listeners, mut accepted) = (0, 0);
+    for entry in fds.map_while(Result::ok) {
+        let Ok(target) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let is_socket = std::fs::read_link(entry.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"));
+        if !is_socket {
+            continue;
+        }
+        let fd = match pidfd_getfd(&pidfd, target, PidfdGetfdFlags::empty()) {
+            Ok(fd) => fd,
+            // Closed since it was listed.
+            Err(Errno::BADF) => continue,
+            // Not allowed or not there (a sandbox): nothing can be read.
+            Err(e @ (Errno::PERM | Errno::NOSYS)) => {
+                eprintln!("{name}: cannot take the server's descriptors here (pidfd_getfd: {e}); not checked");
+                return;
+            }
+            Err(e) => panic!("{name}: pidfd_getfd of descriptor {target}: {e}"),
+        };
+        let socket = TcpStream::from(fd);
+        // Only the server's own TCP sockets: on its port.
+        if socket.local_addr().ok() != Some(peer.addr) {
+            continue;
+        }
+        let nodelay = socket.nodelay().unwrap_or_else(|e| panic!("{name}: TCP_NODELAY of descriptor {target}: {e}"));
+        let what = match socket.peer_addr() {
+            Ok(from) => {
+                accepted += 1;
+                format!("the connection from {from}")
+            }
+            Err(_) => {
+                listeners += 1;
+                "the listener".to_string()
+            }
+        };
+        assert!(nodelay, "{name}: {what} (descriptor {target}) has Nagle on");
+    }
+    assert_eq!((listeners, accepted), (1, 2), "{name}: the listener and both connections, all with TCP_NODELAY");
 }

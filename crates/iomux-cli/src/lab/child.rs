@@ -57,6 +57,8 @@ pub struct ServerChild {
     /// Where `iomux serve` writes its stats (a peer writes none).
     stats_path: Option<PathBuf>,
     trace: Option<(Tracer, PathBuf)>,
+    /// Its stderr.
+    said: PathBuf,
 }
 
 /// What the server reported when it stopped.
@@ -131,7 +133,8 @@ impl ServerChild {
     }
 
     /// Runs this program with `args` (under `tracer`) and reads its banner:
-    /// a line with the address it listens on and `pid N`.
+    /// a line with the address it listens on and `pid N`. On every failure
+    /// after the spawn the child is killed and reaped and its files removed.
     fn spawn(
         what: String,
         args: Vec<String>,
@@ -153,17 +156,31 @@ impl ServerChild {
                 c
             }
         };
-        // A file, not a pipe nobody reads; unlinked once the banner is in,
-        // as only a failed start needs what it says.
+        // A file, not a pipe nobody reads; kept until the server stops, for
+        // the message of a server that fails to start or fails mid-run.
         let said = temp("stderr.txt");
         let stderr = std::fs::File::create(&said).map_err(|e| format!("creating {}: {e}", said.display()))?;
         let spawned = cmd.args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(stderr).spawn();
-        let mut child = spawned.map_err(|e| {
-            let _ = std::fs::remove_file(&said);
-            format!("cannot start {what}: {e}")
-        })?;
+        let child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                let _ = std::fs::remove_file(&said);
+                return Err(format!("cannot start {what}: {e}").into());
+            }
+        };
+        // Owned from here on: an early return drops it, which kills and
+        // reaps the child and removes its files.
+        let mut server = ServerChild {
+            child,
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            pid: 0,
+            what: what.clone(),
+            stats_path,
+            trace,
+            said,
+        };
+        let stdout = server.child.stdout.take().ok_or_else(|| format!("no stdout from {what}"))?;
         let mut banner = String::new();
-        let stdout = child.stdout.take().ok_or_else(|| format!("no stdout from {what}"))?;
         BufReader::new(stdout).read_line(&mut banner).map_err(|e| format!("reading the banner of {what}: {e}"))?;
         let addr = banner.split_whitespace().find_map(|w| w.parse::<SocketAddr>().ok());
         let pid = banner
@@ -173,18 +190,31 @@ impl ServerChild {
             .and_then(|p| p.parse::<u32>().ok());
         match (addr, pid) {
             (Some(addr), Some(pid)) => {
-                let _ = std::fs::remove_file(&said);
-                Ok(ServerChild { child, addr, pid, what, stats_path, trace })
+                server.addr = addr;
+                server.pid = pid;
+                Ok(server)
             }
             _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                let error = std::fs::read_to_string(&said).unwrap_or_default();
-                let _ = std::fs::remove_file(&said);
-                let error = error.lines().find(|l| !l.trim().is_empty()).unwrap_or("nothing on stderr").to_string();
+                server.kill();
+                let error = std::fs::read_to_string(&server.said).unwrap_or_default();
+                let error = error.lines().find(|l| !l.trim().is_empty()).unwrap_or("nothing on stderr");
                 Err(format!("{what} did not start (it printed {banner:?}; {error})").into())
             }
         }
+    }
+
+    /// Kills and reaps the child if it is still running.
+    fn kill(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// The last line the server wrote on stderr, for a failure's message.
+    fn last_said(&self) -> String {
+        let text = std::fs::read_to_string(&self.said).unwrap_or_default();
+        text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("nothing on stderr").trim().to_string()
     }
 
     /// Descriptors the server has open now.
@@ -252,14 +282,19 @@ impl ServerChild {
     /// SIGTERM, wait, read the stats (and the tracer's count).
     pub fn stop(mut self) -> CliResult<ServerResult> {
         let what = self.what.clone();
-        crate::os::terminate(self.pid).map_err(|e| format!("SIGTERM to {what}: {e}"))?;
+        if let Err(e) = crate::os::terminate(self.pid) {
+            // Gone already (under a tracer, reaped by it): its status says why.
+            if !matches!(self.child.try_wait(), Ok(Some(_))) {
+                return Err(format!("SIGTERM to {what}: {e}").into());
+            }
+        }
         let deadline = Instant::now() + Duration::from_secs(STOP_WITHIN_S);
         let status = loop {
             if let Some(st) = self.child.try_wait().map_err(|e| format!("waiting for {what}: {e}"))? {
                 break st;
             }
             if Instant::now() > deadline {
-                let _ = self.child.kill();
+                self.kill();
                 return Err(format!("{what} did not stop within {STOP_WITHIN_S} s of SIGTERM").into());
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -268,12 +303,13 @@ impl ServerChild {
             // A peer has no handler: SIGTERM's default action ends it.
             use std::os::unix::process::ExitStatusExt;
             if !(status.success() || status.signal() == Some(libc::SIGTERM)) {
-                return Err(format!("{what} exited with {status}").into());
+                return Err(format!("{what} exited with {status}: {}", self.last_said()).into());
             }
             return Ok(ServerResult { stats: Value::Null, traced: self.traced() });
         };
         if !status.success() {
-            return Err(format!("{what} exited with {status}").into());
+            let _ = std::fs::remove_file(&stats_path);
+            return Err(format!("{what} exited with {status}: {}", self.last_said()).into());
         }
         let text = std::fs::read_to_string(&stats_path)
             .map_err(|e| format!("reading server stats {}: {e}", stats_path.display()))?;
@@ -294,11 +330,9 @@ impl ServerChild {
 
 impl Drop for ServerChild {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        if let Some(path) = &self.stats_path {
+        self.kill();
+        let trace = self.trace.as_ref().map(|(_, path)| path);
+        for path in self.stats_path.iter().chain(trace).chain([&self.said]) {
             let _ = std::fs::remove_file(path);
         }
     }

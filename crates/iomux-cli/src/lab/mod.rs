@@ -180,6 +180,9 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
         Some(Experiment::Peers(a)) => vec![peers::run(&a, &settings, tracer)?],
         Some(Experiment::UringFeatures(a)) => vec![uring_features::run(&a, &settings)?],
         None => {
+            // E5's plan (its limits for 10,000 connections too) before E1:
+            // a machine that cannot run it is told now, not minutes on.
+            peers::check(&peers::Args::default(), &settings)?;
             eprintln!("iomux bench: running E1 syscall-rate, E2 idle, E3 sink, E4 echo, E5 peers, uring-features");
             vec![
                 syscall_rate::run(&syscall_rate::Args::default(), &settings)?,

@@ -5,20 +5,25 @@
 //! The window. The load connects first (unmeasured), then measures: it
 //! sends from `measure_window.0` for the duration and reports, as
 //! `drained_at`, when every message it sent was answered, before it closes
-//! anything. Every echo it counts was sent and answered inside
-//! [measure start, drained_at], and the server did nothing else then, so
-//! that is the window: echoes/s and both sides' CPU are taken over it. The
-//! load gives the window on the Unix clock only once it has finished; the
-//! sampler (CPU time exact to the ns, every 2 ms) and perf (a count every
+//! anything. With no warm-up, every echo it counts was sent and answered
+//! inside [measure start, drained_at], and the server did nothing else
+//! then, so that is the window: echoes/s and both sides' CPU are taken
+//! over it. (The load's --warmup would break this: it counts the echoes
+//! of messages sent in the warm-up and answered after it, one per
+//! connection in a closed loop, whose server work partly precedes the
+//! window.) The load gives the window on the Unix clock only once it has
+//! finished; the sampler (each process's CPU clock every 2 ms, which read
+//! from outside can lag by up to a scheduler tick) and perf (a count every
 //! 10 ms) record on that clock meanwhile, and the window is cut out of
 //! their samples afterwards, interpolating at its two edges.
 
-use super::cell::{cpus, data_path_syscalls, f64_of, LOAD_BACKEND};
+use super::cell::{cpus, f64_of, LOAD_BACKEND};
 use super::child::ServerChild;
 use super::sampler::{Readings, Sampler, Timeline};
 use super::syscount::SyscallCounter;
 use crate::CliResult;
 use iomux::Backend;
+use iomux_peers::Peer;
 use serde::Serialize;
 use serde_json::Value;
 use std::path::Path;
@@ -26,18 +31,18 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Who serves a cell.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Server {
     Iomux(Backend),
-    /// A name `iomux peer --server` knows.
-    Peer(&'static str),
+    /// Another runtime's server, run by `iomux peer --server NAME`.
+    Peer(Peer),
 }
 
 impl Server {
     pub fn name(&self) -> String {
         match self {
             Server::Iomux(b) => format!("iomux-{b}"),
-            Server::Peer(p) => p.to_string(),
+            Server::Peer(p) => p.name().to_string(),
         }
     }
 
@@ -48,7 +53,7 @@ impl Server {
     fn start(&self, cpu: Option<usize>) -> CliResult<ServerChild> {
         match self {
             Server::Iomux(b) => ServerChild::start_procs(*b, "echo", cpu, None, 1),
-            Server::Peer(p) => ServerChild::start_peer(p, cpu),
+            Server::Peer(p) => ServerChild::start_peer(p.name(), cpu),
         }
     }
 }
@@ -100,48 +105,99 @@ pub enum Syscalls {
     /// perf attached to the server over the window. It slows every
     /// syscall a little, so such a cell's CPU figures are not to be kept.
     Perf,
-    /// The server's own count, if it keeps one (iomux does).
-    OwnCount,
+    /// Not at all. (iomux's own count covers its whole run, connecting
+    /// and closing too, and the peers keep none: not comparable.)
     Not,
 }
 
 pub const PERF_SOURCE: &str = "perf stat over the window";
-pub const OWN_SOURCE: &str = "iomux's own count, data path, whole run";
 
 /// Why a cell has no figures.
 #[derive(Debug)]
 pub enum Failure {
-    /// The server did not start (a peer this build lacks): no use trying again.
+    /// The server did not start: no use trying it again.
     NoServer(String),
+    /// perf could not attach to the server: no use trying it again.
+    NoPerf(String),
     Failed(String),
 }
 
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Failure::NoServer(e) | Failure::Failed(e) => f.write_str(e),
+            Failure::NoServer(e) | Failure::NoPerf(e) | Failure::Failed(e) => f.write_str(e),
         }
     }
 }
 
-/// Runs one cell, its working files in `scratch`.
-pub fn run(server: &Server, load: Load, count: Syscalls, scratch: &Path) -> Result<Run, Failure> {
-    let (server_cpu, _) = cpus();
+/// Runs one cell, its working files in `scratch` named after `tag`
+/// (unique to the cell: its scenario and pass).
+pub fn run(server: &Server, load: Load, count: Syscalls, scratch: &Path, tag: &str) -> Result<Run, Failure> {
+    let (server_cpu, load_cpu) = cpus();
     let child = server.start(server_cpu).map_err(|e| Failure::NoServer(e.to_string()))?;
-    measure(server, child, load, count, scratch).map_err(|e| Failure::Failed(e.to_string()))
+    // Started after the server, which keeps the mask it had.
+    let _pinned = PinnedHere::to(load_cpu);
+    let sampler = Sampler::start(load_cpu);
+    sampler.watch(child.pid);
+    let counter = match count {
+        Syscalls::Perf => {
+            let bound = Duration::from_secs_f64(load.seconds) + LOAD_SLACK + Duration::from_secs(10);
+            Some(SyscallCounter::attach(child.pid, bound).map_err(|e| Failure::NoPerf(e.to_string()))?)
+        }
+        Syscalls::Not => None,
+    };
+    let base = format!("{}-{tag}", server.name());
+    measure(child, sampler, counter, load, (scratch, &base)).map_err(|e| Failure::Failed(e.to_string()))
 }
 
-fn measure(server: &Server, child: ServerChild, load: Load, count: Syscalls, scratch: &Path) -> CliResult<Run> {
-    let (_, load_cpu) = cpus();
-    let name = server.name();
-    let server_pid = child.pid;
-    let sampler = Sampler::start(load_cpu);
-    sampler.watch(server_pid);
-    let bound = Duration::from_secs_f64(load.seconds) + LOAD_SLACK + Duration::from_secs(10);
-    let counter = if count == Syscalls::Perf { Some(SyscallCounter::attach(server_pid, bound)?) } else { None };
+/// The lab's calling thread pinned to one CPU while this lives, its former
+/// CPUs given back when dropped. During a cell: the thread that waits for
+/// the load, and the perf and `timeout` it starts (a child inherits the
+/// mask), then wake on the load's CPU and leave the server's to the server.
+struct PinnedHere(Option<rustix::thread::CpuSet>);
 
-    let json_path = scratch.join(format!("{name}-{}.json", load.conns));
-    let err_path = scratch.join(format!("{name}-{}.err", load.conns));
+impl PinnedHere {
+    fn to(cpu: Option<usize>) -> PinnedHere {
+        let Some(cpu) = cpu else { return PinnedHere(None) };
+        let Ok(before) = rustix::thread::sched_getaffinity(None) else { return PinnedHere(None) };
+        // Unpinned, the cell still runs: these threads only share a CPU less fairly.
+        match crate::os::pin_to_cpu(cpu) {
+            Ok(()) => PinnedHere(Some(before)),
+            Err(_) => PinnedHere(None),
+        }
+    }
+}
+
+impl Drop for PinnedHere {
+    fn drop(&mut self) {
+        if let Some(before) = &self.0 {
+            let _ = rustix::thread::sched_setaffinity(None, before);
+        }
+    }
+}
+
+/// Runs the load against `child`, watched by `sampler` (and `counter`),
+/// its result and messages in BASE.json and BASE.err in `dir`.
+fn measure(
+    child: ServerChild,
+    sampler: Sampler,
+    counter: Option<SyscallCounter>,
+    load: Load,
+    (dir, base): (&Path, &str),
+) -> CliResult<Run> {
+    let (_, load_cpu) = cpus();
+    let server_pid = child.pid;
+    let json_path = dir.join(format!("{base}.json"));
+    let err_path = dir.join(format!("{base}.err"));
+    // A stale result would pass for this run's should the load write none.
+    for path in [&json_path, &err_path] {
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(format!("removing the stale {}: {e}", path.display()).into())
+            }
+            _ => {}
+        }
+    }
     let mut args = child.load_args(LOAD_BACKEND, load_cpu);
     args.conns = load.conns;
     args.threads = 1;
@@ -170,25 +226,26 @@ fn measure(server: &Server, child: ServerChild, load: Load, count: Syscalls, scr
     let _ = std::fs::remove_file(&json_path);
     let _ = std::fs::remove_file(&err_path);
     let report: Option<Value> = text.ok().and_then(|t| serde_json::from_str(&t).ok());
+    // A server that failed mid-run is why the load failed: say so first.
+    let server_failed = stopped.as_ref().err().map_or(String::new(), |e| format!("{e}; "));
     let Some(report) = report else {
-        let last = said.lines().last().unwrap_or("no message");
-        return Err(format!("iomux load exited with {status} and wrote no result: {last}").into());
+        let last = said.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
+        return Err(format!("{server_failed}iomux load exited with {status} and wrote no result: {last}").into());
     };
     let errors = report["errors"]["total"].as_u64().unwrap_or(u64::MAX);
     let connected = report["connected"].as_u64().unwrap_or(0);
     if errors > 0 || connected != load.conns as u64 || !status.success() {
         let first = report["errors"]["first"].as_str().unwrap_or("");
         return Err(format!(
-            "the load connected {connected} of {}, counted {errors} errors (exit {status}); first: {first}",
+            "{server_failed}the load connected {connected} of {}, counted {errors} errors (exit {status}); first: {first}",
             load.conns
         )
         .into());
     }
-    let server_stats = stopped?.stats;
+    stopped?;
     let syscall_timeline = traced?;
     let of = |pid: u32| readings.iter().find(|r| r.pid == pid);
-    let own = if count == Syscalls::OwnCount { Some(&server_stats) } else { None };
-    figures(&report, (of(server_pid), of(load_pid)), own, syscall_timeline.as_ref())
+    figures(&report, (of(server_pid), of(load_pid)), syscall_timeline.as_ref())
 }
 
 /// Waits for the load, sampling it once it has exited and before it is
@@ -217,8 +274,8 @@ fn wait_sampled(child: &mut Child, sampler: &Sampler, limit: Duration) -> CliRes
             let _ = child.wait();
             return Err(format!("iomux load did not finish within {} s; killed", limit.as_secs()).into());
         }
-        // Seldom: it wakes on either CPU, maybe the server's. When the
-        // load is seen gone does not matter: its final CPU time stays.
+        // Seldom, though on the load's CPU (PinnedHere) where it can be.
+        // When the load is seen gone does not matter: its final CPU time stays.
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -227,7 +284,6 @@ fn wait_sampled(child: &mut Child, sampler: &Sampler, limit: Duration) -> CliRes
 fn figures(
     report: &Value,
     (server, load): (Option<&Readings>, Option<&Readings>),
-    own_count: Option<&Value>,
     perf: Option<&Timeline>,
 ) -> CliResult<Run> {
     let start = report["measure_window"][0].as_f64().ok_or("the load reported no measure window")?;
@@ -250,17 +306,12 @@ fn figures(
         Some(s) => (s, "load's own report"),
         None => (cut(load, "load")?, "sampled"),
     };
-    let (syscalls_per_echo, syscalls_source) = match (perf, own_count) {
-        (Some(t), _) => {
+    let (syscalls_per_echo, syscalls_source) = match perf {
+        Some(t) => {
             let n = t.over(window).ok_or("perf's counts do not cover the window")?;
             (Some(n / echoes as f64), Some(PERF_SOURCE))
         }
-        // iomux's own count: the data path over the server's whole life,
-        // all of it for these echoes but for the waits while connecting.
-        (None, Some(stats)) if stats.is_object() => {
-            (Some(data_path_syscalls(stats) as f64 / echoes as f64), Some(OWN_SOURCE))
-        }
-        _ => (None, None),
+        None => (None, None),
     };
     Ok(Run {
         window,

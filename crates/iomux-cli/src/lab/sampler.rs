@@ -8,9 +8,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// How often every watched process is read. CPU time is exact (ns), so
-/// the period only bounds how far a window's edge is from the samples on
-/// either side of it; one read costs about a microsecond.
+/// How often every watched process is read; one read costs about a
+/// microsecond. The period bounds how far a window's edge is from the
+/// samples on either side of it. The clock itself counts in ns but, read
+/// from another process, can lag: the kernel brings a thread's runtime up
+/// to date only at a scheduler tick or event (a block, a preemption), so a
+/// reading misses up to one tick (1/CONFIG_HZ) of a thread running on
+/// another CPU at that moment; up to a tick at each edge of a window.
 const PERIOD: Duration = Duration::from_millis(2);
 
 /// Resident memory is read every this many samples (a /proc file, not a

@@ -7,7 +7,7 @@ use super::sampler::{unix_now, Timeline};
 use crate::CliResult;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -26,10 +26,14 @@ struct Interval {
     count: u64,
 }
 
+/// A line perf printed: an interval's count, or anything else (a
+/// message, kept to say why perf failed).
+type Line = Result<Interval, String>;
+
 /// `perf stat -I` running against one process.
 pub struct SyscallCounter {
     child: Child,
-    lines: Receiver<Interval>,
+    lines: Receiver<Line>,
     reader: Option<JoinHandle<()>>,
     first: Vec<Interval>,
 }
@@ -54,21 +58,39 @@ impl SyscallCounter {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 // Stamped on arrival: perf prints each interval as it ends.
                 let arrived = unix_now();
-                if let Some((at, count)) = parse_interval(&line) {
-                    if tx.send(Interval { arrived, at, count }).is_err() {
-                        break;
-                    }
+                let sent = match parse_interval(&line) {
+                    Some((at, count)) => tx.send(Ok(Interval { arrived, at, count })),
+                    None if line.trim().is_empty() => continue,
+                    None => tx.send(Err(line)),
+                };
+                if sent.is_err() {
+                    break;
                 }
             }
         });
         let mut counter = SyscallCounter { child, lines, reader: Some(reader), first: Vec::new() };
-        match counter.lines.recv_timeout(ATTACH_WITHIN) {
-            Ok(first) => counter.first.push(first),
-            Err(_) => {
-                return Err(format!("perf stat -p {pid} printed no count within {} s", ATTACH_WITHIN.as_secs()).into())
+        let deadline = std::time::Instant::now() + ATTACH_WITHIN;
+        let mut said = String::from("nothing");
+        loop {
+            match counter.lines.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+                Ok(Ok(first)) => {
+                    counter.first.push(first);
+                    return Ok(counter);
+                }
+                Ok(Err(line)) => said = line,
+                Err(RecvTimeoutError::Timeout) => {
+                    let within = ATTACH_WITHIN.as_secs();
+                    return Err(
+                        format!("perf stat -p {pid} printed no count within {within} s (it said: {said})").into()
+                    );
+                }
+                // perf has exited (its stderr closed): its last words say why.
+                Err(RecvTimeoutError::Disconnected) => {
+                    let status = counter.child.wait().map_or_else(|e| e.to_string(), |s| s.to_string());
+                    return Err(format!("perf stat -p {pid} exited ({status}): {said}").into());
+                }
             }
         }
-        Ok(counter)
     }
 
     /// Stops perf (SIGINT: it prints the interval under way) and returns
@@ -80,7 +102,7 @@ impl SyscallCounter {
             let _ = r.join();
         }
         let mut all = std::mem::take(&mut self.first);
-        all.extend(self.lines.try_iter());
+        all.extend(self.lines.try_iter().filter_map(Result::ok));
         if all.is_empty() {
             return Err(format!("perf stat counted nothing ({status})").into());
         }
