@@ -69,6 +69,8 @@ syscalls! {
     Write => "write",
     /// `sendto` (how `send` reaches the kernel).
     Sendto => "sendto",
+    /// `recvfrom` (how `recv` reaches the kernel).
+    Recvfrom => "recvfrom",
     /// `accept4`.
     Accept4 => "accept4",
     /// `connect`.

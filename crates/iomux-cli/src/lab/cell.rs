@@ -131,7 +131,7 @@ fn run_cell(
 /// configuring or closing connections).
 pub fn data_path_syscalls(stats: &Value) -> u64 {
     use iomux::Syscall::*;
-    const KINDS: [iomux::Syscall; 7] = [EpollPwait, Ppoll, Pselect6, IoUringEnter, Read, Write, Sendto];
+    const KINDS: [iomux::Syscall; 8] = [EpollPwait, Ppoll, Pselect6, IoUringEnter, Read, Recvfrom, Write, Sendto];
     KINDS.iter().map(|k| stats["syscalls"][k.name()].as_u64().unwrap_or(0)).sum()
 }
 

@@ -14,7 +14,7 @@ use super::stats::LoopStats;
 use super::{CloseReason, ConnId, Handler};
 use crate::error::Result;
 use crate::poller::{Event, Events, Interest, Mode, Poller, Token};
-use crate::sys::{self, net, net::Fd};
+use crate::sys::{net, net::Fd};
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
@@ -134,7 +134,7 @@ impl Readiness {
             if !c.reading() {
                 return;
             }
-            match sys::read(c.fd.raw(), scratch) {
+            match net::recv(c.fd.raw(), scratch) {
                 Ok(0) => return core.io.peer_eof(id),
                 Ok(n) => {
                     core.received(id, &scratch[..n]);

@@ -102,6 +102,15 @@ pub(crate) fn send(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     Ok(rx::send(fd, buf, rx::SendFlags::NOSIGNAL)?)
 }
 
+/// `recv`, not `read`: read goes through the file layer (fdget_pos,
+/// vfs_read), which cost 5.7% of an epoll server's CPU at 10,000
+/// connections where recv's path cost 2.7% (perf, cpu-clock).
+pub(crate) fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    let fd = borrow(fd)?;
+    count(Syscall::Recvfrom);
+    Ok(rx::recv(fd, buf, rx::RecvFlags::empty())?.0)
+}
+
 /// SO_OOBINLINE: TCP urgent data stays in the stream, in order, as RFC
 /// 6093 recommends, instead of leaving it as one byte nobody reads.
 /// Accepted connections inherit it from the listener.
