@@ -203,6 +203,9 @@ fn measure(
     args.threads = 1;
     args.duration = Some(load.seconds);
     args.rate = load.rate;
+    if load.rate.is_some() {
+        args.tick_us = super::peers::OPEN_TICK_US;
+    }
     args.json = Some(json_path.clone());
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the iomux executable: {e}"))?;
     let err_file = std::fs::File::create(&err_path).map_err(|e| format!("creating {}: {e}", err_path.display()))?;

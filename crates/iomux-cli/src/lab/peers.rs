@@ -22,6 +22,12 @@ const IOMUX_BACKENDS: [Backend; 3] = [Backend::Epoll, Backend::EpollEt, Backend:
 /// Open loop: messages per second in all, a rate every server sustains.
 pub const OPEN_RATE: f64 = 100_000.0;
 
+/// Open loop: the load's schedule grid (`iomux load --tick-us`), wrk2's
+/// 1 ms resolution. With the load's default 100 us it woke ten times as
+/// often and used 90-95% of its CPU at OPEN_RATE (8.8-9.5 us per echo),
+/// so the load, not the server, set the pace; at 1 ms it uses about half.
+pub const OPEN_TICK_US: u32 = 1000;
+
 /// A side using at least this share of one CPU over the window is
 /// saturated: it, not the other, sets the pace.
 pub const SATURATED: f64 = 0.90;
@@ -571,7 +577,8 @@ fn markdown(rows: &[Row], plan: &Plan, settings: &Settings, syscalls: SyscallsBy
          {} repetitions, (min–max) where they differ; each repetition runs the servers in another order (rows \
          of a Williams design: none always first, none always after the same one). Syscalls per echo: {}. RSS: \
          the server's VmRSS at the end of the window. Bottleneck: the side(s) using at least {:.0}% of one CPU \
-         over the window. Open loop: a row is marked \"rate not sustained\" when, in some repetition, its \
+         over the window. Open loop: the load sends on a {} us grid (`--tick-us`: the messages due within one \
+         tick go out together, latency counted from their due time); a row is marked \"rate not sustained\" when, in some repetition, its \
          echoes/s fell below {:.0}% of {} or the load was saturated (the load, not the server, then set the \
          pace); the E5 checks that draw on it are then not measured. The last column is iomux's best CPU per \
          echo in the scenario over this server's (below 1: iomux spends less).\n\n",
@@ -580,6 +587,7 @@ fn markdown(rows: &[Row], plan: &Plan, settings: &Settings, syscalls: SyscallsBy
         plan.reps,
         syscalls_note,
         SATURATED * 100.0,
+        OPEN_TICK_US,
         SUSTAINED * 100.0,
         thousands(OPEN_RATE),
     );
