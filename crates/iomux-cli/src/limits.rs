@@ -99,6 +99,13 @@ impl Kernel {
     }
 }
 
+/// Ports one source address may use from `(lo, hi)`: the range less 10%,
+/// for the connections of other programs and sockets still in TIME_WAIT;
+/// at least 1, so it can divide.
+pub fn ports_per_source((lo, hi): (u64, u64)) -> u64 {
+    ((hi + 1).saturating_sub(lo) * 9 / 10).max(1)
+}
+
 /// Connections one source address should carry towards one server
 /// address. The port range allows 28,232, but connect()'s search for a free
 /// port slows as the range fills: measured here, 5 loads of 19,000
@@ -179,7 +186,7 @@ pub fn check(need: &Need, k: &Kernel) -> Vec<Finding> {
             format!(
                 "spread over {} or more source addresses (iomux load does so by itself towards a loopback \
                  server; --bind A-B otherwise) or sysctl -w net.ipv4.ip_local_port_range=\"1024 65535\"",
-                need.conns_per_dest.div_ceil(k.ports().max(1) * 9 / 10)
+                need.conns_per_dest.div_ceil(ports_per_source(k.port_range))
             ),
         );
         ports_at = Some((

@@ -47,12 +47,8 @@ impl Peer {
 
     /// Serves echo on `listener` (bound and listening) on this thread until
     /// the process ends; returns only on an error that stops the server.
-    pub fn serve(self, listener: TcpListener) -> io::Result<()> {
-        self.serve_ready(listener, || Ok(()))
-    }
-
-    /// As [`Peer::serve`], calling `ready` once the runtime is up and the
-    /// listener is registered with it, just before the first accept: a
+    /// Calls `ready` once the runtime is up and the listener is registered
+    /// with it, just before the first accept: a
     /// server that cannot start fails before `ready`, and a client may
     /// connect as soon as it is called. An error from `ready` stops the
     /// server and is returned.

@@ -46,6 +46,16 @@ pub struct Cell {
     pub rss_peak: u64,
 }
 
+impl Cell {
+    /// Fails, naming `what`, when the load counted any error.
+    pub fn require_no_errors(&self, what: &str) -> CliResult<()> {
+        match self.load["errors"]["total"].as_u64().unwrap_or(1) {
+            0 => Ok(()),
+            n => Err(format!("{what}: the load reported {n} errors: {}", self.load["errors"]).into()),
+        }
+    }
+}
+
 /// Runs `configure`d load against a fresh server of `backend`.
 pub fn run(
     backend: Backend,
@@ -133,6 +143,11 @@ pub fn data_path_syscalls(stats: &Value) -> u64 {
     use iomux::Syscall::*;
     const KINDS: [iomux::Syscall; 8] = [EpollPwait, Ppoll, Pselect6, IoUringEnter, Read, Recvfrom, Write, Sendto];
     KINDS.iter().map(|k| stats["syscalls"][k.name()].as_u64().unwrap_or(0)).sum()
+}
+
+/// A server's CPU time, user + system, from its stats.
+pub fn server_cpu_s(stats: &Value) -> f64 {
+    f64_of(&stats["user_cpu_s"]) + f64_of(&stats["sys_cpu_s"])
 }
 
 pub fn f64_of(v: &Value) -> f64 {

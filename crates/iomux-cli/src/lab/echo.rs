@@ -89,7 +89,7 @@ pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResul
     };
     // One process each side, one source address: beyond either limit the
     // run needs several processes and the load's own choice of sources.
-    let one_source = crate::limits::Kernel::read().ports() as usize * 9 / 10;
+    let one_source = crate::limits::ports_per_source(crate::load::sources::port_range()) as usize;
     if conns > server_max.min(one_source) || args.procs > 1 {
         let backends = args.backends.clone().unwrap_or_else(|| FULL_BACKENDS.to_vec());
         if let Some(b) = backends.iter().find(|b| **b == Backend::Select) {
@@ -118,10 +118,7 @@ pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResul
                 a.threads = args.threads.max(1);
                 a.per_conn = Some(messages);
             })?;
-            let errors = c.load["errors"]["total"].as_u64().unwrap_or(1);
-            if errors > 0 {
-                return Err(format!("E4 {backend}: the load reported {errors} errors: {}", c.load["errors"]).into());
-            }
+            c.require_no_errors(&format!("E4 {backend}"))?;
             let s = &c.server.stats;
             let echoes = c.load["echoes"].as_u64().unwrap_or(0);
             let total = s["syscalls_total"].as_u64().unwrap_or(0);
@@ -139,8 +136,7 @@ pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResul
                 p50_us: f64_of(&c.load["latency"]["p50_us"]),
                 p99_us: f64_of(&c.load["latency"]["p99_us"]),
                 rss_bytes_per_conn: c.rss_peak.saturating_sub(c.rss_before) as f64 / n as f64,
-                server_cpu_us_per_echo: (f64_of(&s["user_cpu_s"]) + f64_of(&s["sys_cpu_s"])) * 1e6
-                    / echoes.max(1) as f64,
+                server_cpu_us_per_echo: cell::server_cpu_s(s) * 1e6 / echoes.max(1) as f64,
                 load_cpu_us_per_echo: f64_of(&c.load["cpu_us_per_echo"]),
                 syscalls: s["syscalls"].clone(),
                 note: (n < conns).then(|| {

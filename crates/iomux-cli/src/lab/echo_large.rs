@@ -4,7 +4,7 @@
 //! of its own so that none of its descriptors count against the lab's.
 //! Kernel memory is sampled while the connections are held.
 
-use super::cell::{cpus, f64_of, LOAD_BACKEND};
+use super::cell::{cpus, f64_of, server_cpu_s, LOAD_BACKEND};
 use super::child::{ServerChild, Tracer};
 use super::kernel_memory::{Reading, Sampler};
 use crate::limits::{self, Need};
@@ -19,15 +19,6 @@ use std::process::{Command, Stdio};
 pub fn conns_per_process(nofile_hard: u64) -> usize {
     let usable = nofile_hard.saturating_sub(limits::FDS_OVERHEAD + 200);
     ((usable / 1000) * 1000).max(1000) as usize
-}
-
-/// Removes a temporary file however the run ends.
-struct RemoveOnDrop(std::path::PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 /// What one full-size run measured.
@@ -62,7 +53,9 @@ pub fn run(backend: Backend, conns: usize, messages: u64, procs: usize, tracer: 
     let (server_cpu, load_cpu) = cpus();
     let server = ServerChild::start_procs(backend, "echo", server_cpu, tracer, procs)?;
     let server_rss_start = server.workers_rss();
-    let json_path = std::env::temp_dir().join(format!("iomux-lab-{}-e4-load.json", std::process::id()));
+    // Removed with its contents however the run ends.
+    let dir = crate::os::PrivateDir::new("iomux-lab-e4", "the load's result")?;
+    let json_path = dir.0.join("load.json");
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the iomux executable: {e}"))?;
     let mut load = Command::new(exe);
     load.args(["load", "--connect", &server.addr.to_string(), "--backend", LOAD_BACKEND.name()])
@@ -74,7 +67,6 @@ pub fn run(backend: Backend, conns: usize, messages: u64, procs: usize, tracer: 
     if let Some(cpu) = load_cpu {
         load.args(["--cpu", &cpu.to_string()]);
     }
-    let _remove = RemoveOnDrop(json_path.clone());
     let sampler = Sampler::start();
     let status = load.status();
     let memory_before = sampler.before;
@@ -133,7 +125,7 @@ impl LargeRun {
             "machine_used_peak_bytes": p.used,
             "machine_used_before_bytes": b.used,
             "tcp_sockets_peak": p.tcp_sockets,
-            "server_cpu_s": f64_of(&self.server["user_cpu_s"]) + f64_of(&self.server["sys_cpu_s"]),
+            "server_cpu_s": server_cpu_s(&self.server),
             "server_syscalls": self.server["syscalls"],
         })
     }

@@ -215,17 +215,14 @@ fn run_once(backend: Backend, idle: usize) -> CliResult<Result<Sample, String>> 
         a.conns = ACTIVE;
         a.requests = Some(ROUND_TRIPS);
     })?;
-    let errors = c.load["errors"]["total"].as_u64().unwrap_or(1);
-    if errors > 0 {
-        return Err(format!("E2 {backend} Z={idle}: the load reported {errors} errors: {}", c.load["errors"]).into());
-    }
+    c.require_no_errors(&format!("E2 {backend} Z={idle}"))?;
     let requests = c.load["echoes"].as_u64().unwrap_or(0).max(1) as f64;
     let s = &c.server.stats;
     Ok(Ok(Sample {
         seconds: f64_of(&c.load["seconds"]),
         p50_us: f64_of(&c.load["latency"]["p50_us"]),
         p99_us: f64_of(&c.load["latency"]["p99_us"]),
-        server_cpu_s: f64_of(&s["user_cpu_s"]) + f64_of(&s["sys_cpu_s"]),
+        server_cpu_s: cell::server_cpu_s(s),
         syscalls_per_request: data_path_syscalls(s) as f64 / requests,
     }))
 }

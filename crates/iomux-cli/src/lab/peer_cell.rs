@@ -64,6 +64,8 @@ pub struct Load {
     pub conns: usize,
     /// Open loop: messages per second in all; closed loop: None.
     pub rate: Option<f64>,
+    /// The load's schedule grid (`--tick-us`).
+    pub tick_us: u32,
     pub seconds: f64,
 }
 
@@ -189,23 +191,12 @@ fn measure(
     let server_pid = child.pid;
     let json_path = dir.join(format!("{base}.json"));
     let err_path = dir.join(format!("{base}.err"));
-    // A stale result would pass for this run's should the load write none.
-    for path in [&json_path, &err_path] {
-        match std::fs::remove_file(path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(format!("removing the stale {}: {e}", path.display()).into())
-            }
-            _ => {}
-        }
-    }
     let mut args = child.load_args(LOAD_BACKEND, load_cpu);
     args.conns = load.conns;
     args.threads = 1;
     args.duration = Some(load.seconds);
     args.rate = load.rate;
-    if load.rate.is_some() {
-        args.tick_us = super::peers::OPEN_TICK_US;
-    }
+    args.tick_us = load.tick_us;
     args.json = Some(json_path.clone());
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the iomux executable: {e}"))?;
     let err_file = std::fs::File::create(&err_path).map_err(|e| format!("creating {}: {e}", err_path.display()))?;

@@ -334,6 +334,7 @@ pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResul
     let load = |s: &Scenario, count: Syscalls| Load {
         conns: s.conns,
         rate: s.open.then_some(OPEN_RATE),
+        tick_us: if s.open { OPEN_TICK_US } else { crate::load::DEFAULT_TICK_US },
         seconds: if count == Syscalls::Perf { plan.perf_seconds } else { plan.seconds },
     };
     let passes: Vec<(String, Syscalls)> = (0..plan.reps)

@@ -250,13 +250,10 @@ fn echo_cell(flags: &[String], conns: usize, seconds: f64) -> CliResult<Sample> 
         a.conns = conns;
         a.duration = Some(seconds);
     })?;
-    let errors = c.load["errors"]["total"].as_u64().unwrap_or(1);
-    if errors > 0 {
-        return Err(format!("{NAME} {flags:?}: the echo load reported {errors} errors: {}", c.load["errors"]).into());
-    }
+    c.require_no_errors(&format!("{NAME} {flags:?}, echo"))?;
     let s = &c.server.stats;
     let echoes = c.load["echoes"].as_u64().unwrap_or(0).max(1) as f64;
-    let cpu = f64_of(&s["user_cpu_s"]) + f64_of(&s["sys_cpu_s"]);
+    let cpu = cell::server_cpu_s(s);
     Ok(Sample {
         cpu_us_per_echo: cpu * 1e6 / echoes,
         syscalls_per_echo: s["syscalls_total"].as_u64().unwrap_or(0) as f64 / echoes,
@@ -275,7 +272,7 @@ fn few_cell(flags: &[String], seconds: f64) -> CliResult<(f64, f64)> {
     })?;
     let s = &c.server.stats;
     let echoes = c.load["echoes"].as_u64().unwrap_or(0).max(1) as f64;
-    let cpu = f64_of(&s["user_cpu_s"]) + f64_of(&s["sys_cpu_s"]);
+    let cpu = cell::server_cpu_s(s);
     Ok((f64_of(&c.load["latency"]["p50_us"]), cpu * 1e6 / echoes))
 }
 
@@ -289,7 +286,7 @@ fn bulk_cell(flags: &[String], seconds: f64) -> CliResult<(f64, (u64, u64))> {
     })?;
     let s = &c.server.stats;
     let bytes = s["bytes_out"].as_u64().unwrap_or(0).max(1) as f64;
-    let cpu = f64_of(&s["user_cpu_s"]) + f64_of(&s["sys_cpu_s"]);
+    let cpu = cell::server_cpu_s(s);
     let n = |k: &str| s[k].as_u64().unwrap_or(0);
     Ok((cpu / (bytes / 1e9), (n("zero_copy_sends"), n("zero_copy_copied"))))
 }

@@ -10,7 +10,7 @@ pub mod merge;
 mod pattern;
 mod procs;
 mod result;
-mod sources;
+pub(crate) mod sources;
 mod split;
 mod summary;
 mod watch;

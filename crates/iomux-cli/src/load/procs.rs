@@ -133,12 +133,14 @@ pub fn run(args: &LoadArgs) -> CliResult<(LoadResult, Vec<String>)> {
     let mut parts = Vec::new();
     let mut failed = Vec::new();
     let mut summaries = Vec::new();
+    let mut merged_children = Vec::new();
     for (p, r) in procs.iter().zip(&running) {
         let status = r.status.map_or("no exit status".to_string(), |s| s.to_string());
         match LoadResult::read(&r.json) {
             Ok(r) => {
                 summaries.push(r.summary()?);
                 parts.push(Part { label: format!("process {}", p.index), result: r });
+                merged_children.push(p);
             }
             Err(e) => {
                 let tail = p.stderr.lock().unwrap_or_else(|e| e.into_inner()).join("\n  ");
@@ -157,8 +159,7 @@ pub fn run(args: &LoadArgs) -> CliResult<(LoadResult, Vec<String>)> {
         let mut log = Log::default();
         // Every child whose result was merged, errors or not: the log adds
         // up to the JSON.
-        let merged_children = procs.iter().zip(&running).filter(|(_, r)| LoadResult::read(&r.json).is_ok());
-        for (p, _) in merged_children {
+        for p in merged_children {
             if let Some(child_log) = &p.args.hdr_log {
                 log.absorb(Log::read(child_log).map_err(|e| format!("{}: {e}", p.describe()))?);
             }

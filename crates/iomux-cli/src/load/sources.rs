@@ -23,12 +23,6 @@ pub fn port_range() -> (u64, u64) {
     }
 }
 
-/// Ports one source address may use: the range less 10%, for the
-/// connections of other programs and sockets still in TIME_WAIT.
-fn budget((lo, hi): (u64, u64)) -> u64 {
-    (hi + 1).saturating_sub(lo) * 9 / 10
-}
-
 #[derive(Debug, PartialEq)]
 pub enum Choice {
     /// One source address (the kernel's choice) suffices.
@@ -46,7 +40,7 @@ pub enum Choice {
 /// [`CONNS_PER_SOURCE`] connections (connect()'s search for a free port
 /// slows as an address's range fills).
 pub fn choose(server: SocketAddr, conns: u64, bind: Option<&Sources>, range: (u64, u64)) -> Result<Choice, String> {
-    let per_source = budget(range);
+    let per_source = crate::limits::ports_per_source(range);
     let ports = format!("{} ports each: {}-{} less 10% headroom", thousands(per_source), range.0, range.1);
     if let Some(bind) = bind {
         let n = bind.0.len() as u64;

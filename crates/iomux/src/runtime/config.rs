@@ -177,9 +177,7 @@ impl ConfigBuilder {
         self
     }
     /// io_uring: receive bundles (IORING_RECVSEND_BUNDLE, Linux 6.10): one
-    /// receive completion may fill several ring buffers (default off). Not
-    /// used together with incremental buffers (see
-    /// [`uring_buf_inc`](Self::uring_buf_inc)).
+    /// receive completion may fill several ring buffers (default off).
     pub fn uring_bundle(mut self, on: bool) -> Self {
         self.config.uring_bundle = on;
         self

@@ -63,8 +63,7 @@ pub struct UringFeature {
     pub requested: bool,
     /// The loop uses it.
     pub active: bool,
-    /// Why a requested feature is not active (the kernel lacks it, or
-    /// another feature excludes it).
+    /// Why a requested feature is not active (the kernel lacks it).
     pub why_not: Option<String>,
 }
 

@@ -36,14 +36,18 @@ pub(crate) fn enable(ring: &mut Ring, cfg: &Config, group: u16) -> io::Result<(A
     features.push(feature("min_wait", min_wait));
 
     // Whether buffers are consumed incrementally decides their default
-    // size: set up as asked, and again with the plain geometry if the
-    // kernel refused the flag and the geometry differs.
+    // size: set up as asked; if the kernel refused the flag (EINVAL before
+    // 6.12), set up once more, plain, with the plain geometry.
     let (count, size) = cfg.ring_geometry(cfg.uring_buf_inc);
-    let mut incremental = ring.setup_buffers(group, count, size, cfg.uring_buf_inc)?;
-    if cfg.uring_buf_inc && !incremental && cfg.ring_geometry(false) != (count, size) {
-        let (count, size) = cfg.ring_geometry(false);
-        incremental = ring.setup_buffers(group, count, size, false)?;
-    }
+    let incremental = match ring.setup_buffers(group, count, size, cfg.uring_buf_inc) {
+        Ok(()) => cfg.uring_buf_inc,
+        Err(e) if cfg.uring_buf_inc && e.raw_os_error() == Some(libc::EINVAL) => {
+            let (count, size) = cfg.ring_geometry(false);
+            ring.setup_buffers(group, count, size, false)?;
+            false
+        }
+        Err(e) => return Err(e),
+    };
     let buf_inc = cfg.uring_buf_inc.then(|| match incremental {
         true => Ok(()),
         false => Err("the kernel lacks IOU_PBUF_RING_INC (Linux 6.12)".to_string()),

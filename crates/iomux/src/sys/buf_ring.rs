@@ -77,17 +77,10 @@ impl BufRing {
             // before freeing: Ring's Drop) for as long as the group is registered.
             unsafe { ring.submitter().register_buf_ring_with_flags(addr, n, group, flags) }
         };
-        let registered = match incremental {
-            true => match register(IOU_PBUF_RING_INC as u16) {
-                Ok(()) => Ok(true),
-                // EINVAL: a kernel before 6.12 does not know the flag.
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => register(0).map(|()| false),
-                Err(e) => Err(e),
-            },
-            false => register(0).map(|()| false),
-        };
-        match registered {
-            Ok(inc) => b.incremental = inc,
+        // EINVAL with the flag: a kernel before 6.12; the caller falls back
+        // to the plain ring, with the plain ring's geometry.
+        match register(if incremental { IOU_PBUF_RING_INC as u16 } else { 0 }) {
+            Ok(()) => b.incremental = incremental,
             Err(e) => {
                 b.free();
                 return Err(e);

@@ -432,19 +432,12 @@ impl Ring {
     /// two, at most 32768) of `size` bytes each, as buffer group `group`,
     /// consumed incrementally if asked and the kernel can (6.12). Returns
     /// whether it is.
-    pub(crate) fn setup_buffers(
-        &mut self,
-        group: u16,
-        buffers: u16,
-        size: usize,
-        incremental: bool,
-    ) -> io::Result<bool> {
+    pub(crate) fn setup_buffers(&mut self, group: u16, buffers: u16, size: usize, incremental: bool) -> io::Result<()> {
         let b = BufRing::register(&self.ring, group, buffers, size, incremental)?;
-        let incremental = b.incremental;
         if let Some(old) = self.buffers.replace(b) {
             old.release(&self.ring);
         }
-        Ok(incremental)
+        Ok(())
     }
 
     /// Hands the bytes receive completion `c` put in the buffer ring to
