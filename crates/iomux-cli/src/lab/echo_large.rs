@@ -270,9 +270,11 @@ pub fn report(
     let checks = vec![match (per_echo(Backend::UringSqpoll).or(per_echo(Backend::Uring)), per_echo(Backend::Epoll)) {
         (Some(u), Some(e)) => super::Check::at_most(claim, u / e, 0.1, "at most a tenth".into()),
         _ => super::Check::not_measured(claim, 0.1),
-    }];
+    }
+    .documents(super::echo::IO_URING_FRACTION)];
+    let (checks, noise) = settings.judge(checks);
     md += "\n";
-    md += &super::render_checks(&checks);
+    md += &super::render_checks(&checks, noise.as_ref());
     println!("{md}");
     let doc = json!({
         "experiment": super::echo::NAME,
@@ -288,6 +290,7 @@ pub fn report(
             v["conns"] = json!(conns);
             v
         }).collect::<Vec<_>>(),
+        "noise": noise,
         "checks": checks,
     });
     let mut bars: Vec<(String, f64)> =
@@ -305,5 +308,5 @@ pub fn report(
     if let Some(why) = failure {
         return Err(format!("{why} (the backends before it were written to {})", settings.out_dir.display()).into());
     }
-    Ok(super::Outcome { files, checks })
+    Ok(super::Outcome { files })
 }

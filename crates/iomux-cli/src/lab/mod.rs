@@ -10,6 +10,7 @@ mod idle;
 mod kernel_memory;
 mod machine;
 mod measure;
+mod noise;
 mod output;
 mod peer_cell;
 mod peers;
@@ -18,6 +19,7 @@ mod raw;
 pub mod report;
 mod sampler;
 mod sink;
+mod summary;
 mod syscall_rate;
 mod syscount;
 mod table;
@@ -31,6 +33,7 @@ use machine::Machine;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
 
 #[derive(clap::Args, Debug)]
 #[command(args_conflicts_with_subcommands = false)]
@@ -77,12 +80,61 @@ pub struct Settings {
     pub full: bool,
     pub out_dir: PathBuf,
     pub machine: Machine,
+    noise: noise::Monitor,
+    /// When the running experiment started: its noise is counted from here.
+    experiment_started: std::cell::Cell<Instant>,
 }
 
-/// What an experiment hands back: the files it wrote and its checks.
+impl Settings {
+    /// The running experiment's checks, judged against what other
+    /// processes used since it started, and that use.
+    pub fn judge(&self, checks: Vec<Check>) -> (Vec<Check>, Option<noise::Noise>) {
+        let noise = self.noise.since(self.experiment_started.get());
+        (noise::judge(checks, noise.as_ref()), noise)
+    }
+}
+
+/// What an experiment hands back: the files it wrote (its verdicts are in
+/// its JSON, where the summary reads them).
 pub struct Outcome {
     pub files: Vec<PathBuf>,
-    pub checks: Vec<Check>,
+}
+
+/// Whose claim a check tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// A finding of the documents this project grew from.
+    Documents,
+    /// A goal of iomux's own (overheads, peers, defaults).
+    Iomux,
+}
+
+/// What a check says about its claim on this machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub enum Verdict {
+    #[serde(rename = "holds")]
+    Holds,
+    /// Only ever given when the machine was quiet.
+    #[serde(rename = "does not hold")]
+    DoesNotHold,
+    /// Measured, but the machine was busy (or its noise unknown).
+    #[serde(rename = "inconclusive")]
+    Inconclusive,
+    /// The run did not measure what the claim needs.
+    #[serde(rename = "not measurable")]
+    NotMeasurable,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Holds => "holds",
+            Verdict::DoesNotHold => "does not hold",
+            Verdict::Inconclusive => "inconclusive",
+            Verdict::NotMeasurable => "not measurable",
+        }
+    }
 }
 
 /// One acceptance ratio, measured in this run.
@@ -96,30 +148,37 @@ pub struct Check {
     pub threshold: f64,
     pub met: Option<bool>,
     pub detail: String,
+    pub source: Source,
+    /// The claim in words, for the summary; empty for iomux's goals,
+    /// whose `claim` says it.
+    pub statement: String,
+    /// Set by [`noise::Noise::judge`] once the experiment's noise is known.
+    pub verdict: Verdict,
+    pub why: String,
 }
 
 impl Check {
-    /// The value must be at least `threshold`.
-    pub fn new(claim: &str, value: f64, threshold: f64, detail: String) -> Check {
+    fn measured(claim: &str, value: f64, needed: &'static str, threshold: f64, met: bool, detail: String) -> Check {
         Check {
             claim: claim.into(),
             value: Some(value),
-            needed: ">=",
+            needed,
             threshold,
-            met: Some(value >= threshold),
+            met: Some(met),
+            why: detail.clone(),
             detail,
+            source: Source::Iomux,
+            statement: String::new(),
+            verdict: if met { Verdict::Holds } else { Verdict::DoesNotHold },
         }
+    }
+    /// The value must be at least `threshold`.
+    pub fn new(claim: &str, value: f64, threshold: f64, detail: String) -> Check {
+        Check::measured(claim, value, ">=", threshold, value >= threshold, detail)
     }
     /// The value must be at most `threshold`.
     pub fn at_most(claim: &str, value: f64, threshold: f64, detail: String) -> Check {
-        Check {
-            claim: claim.into(),
-            value: Some(value),
-            needed: "<=",
-            threshold,
-            met: Some(value <= threshold),
-            detail,
-        }
+        Check::measured(claim, value, "<=", threshold, value <= threshold, detail)
     }
     pub fn not_measured(claim: &str, threshold: f64) -> Check {
         Check {
@@ -129,24 +188,43 @@ impl Check {
             threshold,
             met: None,
             detail: "not measured in this run".into(),
+            source: Source::Iomux,
+            statement: String::new(),
+            verdict: Verdict::NotMeasurable,
+            why: "not measured in this run".into(),
         }
+    }
+    /// Marks the check as testing the documents' `statement`.
+    pub fn documents(mut self, statement: &str) -> Check {
+        self.source = Source::Documents;
+        self.statement = statement.into();
+        self
     }
 }
 
-pub fn render_checks(checks: &[Check]) -> String {
-    let mut t = table::Table::new(["check (ratio from this run)", "measured", "needed", "", "where"]);
+/// The checks' table, after a paragraph on the machine's noise.
+pub fn render_checks(checks: &[Check], noise: Option<&noise::Noise>) -> String {
+    let mut t = table::Table::new(["check (ratio from this run)", "measured", "needed", "verdict", "why"]);
     for c in checks {
-        let verdict = match c.met {
-            Some(true) => "yes",
-            Some(false) => "NO",
-            None => "-",
-        };
         let value = c.value.map_or("-".into(), |v| if v >= 100.0 { table::thousands(v) } else { format!("{v:.3}") });
-        t.row([c.claim.clone(), value, format!("{} {}", c.needed, c.threshold), verdict.into(), c.detail.clone()]);
+        t.row([
+            c.claim.clone(),
+            value,
+            format!("{} {}", c.needed, c.threshold),
+            c.verdict.as_str().into(),
+            c.why.clone(),
+        ]);
     }
-    let met = checks.iter().filter(|c| c.met == Some(true)).count();
-    let measured = checks.iter().filter(|c| c.met.is_some()).count();
-    format!("{}\nChecks met: {met} of {measured} measured ({} in all).\n", t.render(), checks.len())
+    let count = |v: Verdict| checks.iter().filter(|c| c.verdict == v).count();
+    format!(
+        "{}{}\nVerdicts: {} hold, {} do not hold, {} inconclusive, {} not measurable.\n",
+        noise::Noise::markdown(noise),
+        t.render(),
+        count(Verdict::Holds),
+        count(Verdict::DoesNotHold),
+        count(Verdict::Inconclusive),
+        count(Verdict::NotMeasurable)
+    )
 }
 
 pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
@@ -164,36 +242,50 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
     // Raise the fd limit before describing the machine, so the description
     // shows the limit the experiments ran under.
     crate::os::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))?;
-    let settings = Settings { full: args.full && !args.quick, out_dir, machine: Machine::describe() };
+    let settings = Settings {
+        full: args.full && !args.quick,
+        out_dir,
+        machine: Machine::describe(),
+        noise: noise::Monitor::start(),
+        experiment_started: std::cell::Cell::new(Instant::now()),
+    };
     eprintln!(
         "iomux bench: {} settings; results in {}",
         if settings.full { "full" } else { "quick" },
         settings.out_dir.display()
     );
     let tracer = child::Tracer::detect();
-    let started = std::time::Instant::now();
-    let outcomes = match args.experiment {
-        Some(Experiment::SyscallRate(a)) => vec![syscall_rate::run(&a, &settings)?],
-        Some(Experiment::Idle(a)) => vec![idle::run(&a, &settings)?],
-        Some(Experiment::Sink(a)) => vec![sink::run(&a, &settings, tracer)?],
-        Some(Experiment::Echo(a)) => vec![echo::run(&a, &settings, tracer)?],
-        Some(Experiment::Peers(a)) => vec![peers::run(&a, &settings, tracer)?],
-        Some(Experiment::UringFeatures(a)) => vec![uring_features::run(&a, &settings)?],
+    let started = Instant::now();
+    let experiments = match args.experiment {
+        Some(e) => vec![e],
         None => {
             // E5's plan (its limits for 10,000 connections too) before E1:
             // a machine that cannot run it is told now, not minutes on.
             peers::check(&peers::Args::default(), &settings)?;
             eprintln!("iomux bench: running E1 syscall-rate, E2 idle, E3 sink, E4 echo, E5 peers, uring-features");
             vec![
-                syscall_rate::run(&syscall_rate::Args::default(), &settings)?,
-                idle::run(&idle::Args::default(), &settings)?,
-                sink::run(&sink::Args::default(), &settings, tracer)?,
-                echo::run(&echo::Args::default(), &settings, tracer)?,
-                peers::run(&peers::Args::default(), &settings, tracer)?,
-                uring_features::run(&uring_features::Args::default(), &settings)?,
+                Experiment::SyscallRate(Default::default()),
+                Experiment::Idle(Default::default()),
+                Experiment::Sink(Default::default()),
+                Experiment::Echo(Default::default()),
+                Experiment::Peers(Default::default()),
+                Experiment::UringFeatures(Default::default()),
             ]
         }
     };
+    warn_if_busy(&settings);
+    let mut outcomes = Vec::new();
+    for experiment in experiments {
+        settings.experiment_started.set(Instant::now());
+        outcomes.push(match experiment {
+            Experiment::SyscallRate(a) => syscall_rate::run(&a, &settings)?,
+            Experiment::Idle(a) => idle::run(&a, &settings)?,
+            Experiment::Sink(a) => sink::run(&a, &settings, tracer)?,
+            Experiment::Echo(a) => echo::run(&a, &settings, tracer)?,
+            Experiment::Peers(a) => peers::run(&a, &settings, tracer)?,
+            Experiment::UringFeatures(a) => uring_features::run(&a, &settings)?,
+        });
+    }
     let report = report::write(&settings.out_dir)?;
     for outcome in &outcomes {
         for file in &outcome.files {
@@ -201,19 +293,22 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
         }
     }
     eprintln!("wrote {}", report.display());
-    let checks: Vec<&Check> = outcomes.iter().flat_map(|o| &o.checks).collect();
-    let unmet: Vec<&&Check> = checks.iter().filter(|c| c.met == Some(false)).collect();
-    eprintln!(
-        "iomux bench: done in {:.0} s; {} of {} measured checks met ({} not measured){}",
-        started.elapsed().as_secs_f64(),
-        checks.iter().filter(|c| c.met == Some(true)).count(),
-        checks.iter().filter(|c| c.met.is_some()).count(),
-        checks.iter().filter(|c| c.met.is_none()).count(),
-        if unmet.is_empty() {
-            String::new()
-        } else {
-            format!("; not met: {}", unmet.iter().map(|c| c.claim.as_str()).collect::<Vec<_>>().join("; "))
-        }
-    );
+    eprintln!("iomux bench: done in {:.0} s", started.elapsed().as_secs_f64());
+    // The verdicts last on the terminal, and alone on stdout: the answer
+    // is what a reader sees when the run ends, and `> file` keeps it.
+    print!("{}", summary::terminal(&summary::load(&settings.out_dir)));
     Ok(ExitCode::SUCCESS)
+}
+
+/// Says so before the first experiment if other processes are busy now.
+fn warn_if_busy(settings: &Settings) {
+    let now = Instant::now();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    if let Some(n) = settings.noise.since(now).filter(|n| n.busy) {
+        eprintln!(
+            "iomux bench: warning: the machine is busy ({}). Verdicts of experiments measured while it stays \
+             busy will be inconclusive; for verdicts, run on a quiet machine.",
+            n.describe()
+        );
+    }
 }

@@ -385,9 +385,9 @@ pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResul
         }
     }
     progress.finish();
-    let checks = checks(&rows, &plan.scenarios);
+    let (checks, noise) = settings.judge(checks(&rows, &plan.scenarios));
     let syscalls = SyscallsBy { perf, dropped: perf_dropped.as_deref() };
-    let md = markdown(&rows, &plan, settings, syscalls, &checks);
+    let md = markdown(&rows, &plan, settings, syscalls, &checks, noise.as_ref());
     println!("{md}");
     let doc = json!({
         "experiment": NAME,
@@ -403,11 +403,12 @@ pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResul
             "warmup_s": 0.0,
         },
         "rows": rows.iter().map(row_json).collect::<Vec<_>>(),
+        "noise": noise,
         "checks": checks,
     });
     let svg = svg(&rows, &plan)?;
     let files = super::output::write_experiment(&settings.out_dir, NAME, &doc, &md, Some(&svg))?;
-    Ok(Outcome { files, checks })
+    Ok(Outcome { files })
 }
 
 /// The best (lowest) median CPU per echo among `rows` of one scenario
@@ -527,7 +528,14 @@ fn pinning() -> Option<(usize, usize)> {
     }
 }
 
-fn markdown(rows: &[Row], plan: &Plan, settings: &Settings, syscalls: SyscallsBy, checks: &[Check]) -> String {
+fn markdown(
+    rows: &[Row],
+    plan: &Plan,
+    settings: &Settings,
+    syscalls: SyscallsBy,
+    checks: &[Check],
+    noise: Option<&super::noise::Noise>,
+) -> String {
     let placement = match pinning() {
         Some((server, load)) => format!(
             "Every server runs on one thread pinned to CPU {server} (`iomux serve --backend B --cpu {server}`, \
@@ -646,7 +654,7 @@ fn markdown(rows: &[Row], plan: &Plan, settings: &Settings, syscalls: SyscallsBy
         }
         md += "\n\n";
     }
-    md += &super::render_checks(checks);
+    md += &super::render_checks(checks, noise);
     md
 }
 

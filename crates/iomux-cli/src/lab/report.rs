@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 /// The experiments in the order the report shows them.
 pub const ORDER: [&str; 6] = ["syscall-rate", "idle", "sink", "echo", "peers", "uring-features"];
 
-fn escape(s: &str) -> String {
+/// Text made safe inside HTML.
+pub fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
@@ -91,10 +92,40 @@ pub fn markdown_to_html(md: &str) -> String {
     html
 }
 
+/// The page's look: narrow screens get one column and tables that scroll
+/// sideways; plots shrink to the screen (their SVGs carry a viewBox).
+const STYLE: &str = "\
+body { font-family: system-ui, sans-serif; max-width: 1320px; margin: 0 auto; padding: 0 12px; color: #222; }
+h1 { margin: 12px 0 4px; font-size: 24px; } h2 { margin: 10px 0; } h3 { margin: 8px 0 4px; font-size: 16px; }
+table { border-collapse: collapse; margin: 0.5em 0; font-size: 13px; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+figure { margin: 1em 0; } figure svg { max-width: 100%; height: auto; display: block; }
+code { background: #f3f3f3; } .scroll { overflow-x: auto; }
+section { border-top: 2px solid #ddd; margin-top: 1.5em; } .files { font-size: 12px; color: #666; }
+p.machine { margin: 0; color: #555; font-size: 13px; }
+#verdicts { border-top: none; margin-top: 0; }
+#verdicts .top { display: flex; flex-wrap: wrap; gap: 16px; align-items: flex-start; }
+#verdicts .claims { flex: 3 1 600px; min-width: 0; }
+#verdicts figure.headline { flex: 2 1 360px; min-width: 0; margin: 0; }
+#verdicts figcaption { font-size: 12px; color: #555; }
+table.verdicts { font-size: 13px; margin: 0.2em 0; } table.verdicts td { text-align: left; vertical-align: middle; }
+table.verdicts td.why { color: #555; font-size: 12px; max-width: 26em; }
+details { margin: 2px 0; font-size: 14px; } summary { cursor: pointer; }
+.badge { display: inline-block; padding: 0 6px; border-radius: 9px; font-weight: 600; white-space: nowrap; }
+.badge.holds { background: #d3ecd9; color: #116329; } .badge.fails { background: #f6d5d5; color: #a40e26; }
+.badge.unsure { background: #fbefc5; color: #7d4e00; } .badge.none { background: #eee; color: #555; }
+svg.gauge circle.holds { fill: #1a7f37; } svg.gauge circle.fails { fill: #cf222e; }
+svg.gauge circle.unsure { fill: #bf8700; } svg.gauge circle.none { fill: #888; }
+p.busy { background: #fbefc5; padding: 6px 10px; } p.quiet { color: #116329; font-size: 13px; }
+@media (max-width: 700px) { table.verdicts td.why { display: none; } }
+";
+
 /// Writes `dir/report.html` from the experiments' files in `dir`.
 pub fn write(dir: &Path) -> CliResult<PathBuf> {
     std::fs::read_dir(dir).map_err(|e| format!("cannot read the results folder {}: {e}", dir.display()))?;
     let mut body = String::new();
+    let mut headline = None;
     let mut machine = None;
     let mut found = 0;
     for name in ORDER {
@@ -109,6 +140,15 @@ pub fn write(dir: &Path) -> CliResult<PathBuf> {
         }
         body += &format!("<section id=\"{name}\">\n{}", markdown_to_html(&md));
         if let Ok(svg) = std::fs::read_to_string(dir.join(format!("{name}.svg"))) {
+            // The first experiment's plot also stands beside the verdicts,
+            // so the first screen holds the answer and one piece of evidence.
+            headline.get_or_insert_with(|| {
+                format!(
+                    "<figure class=\"headline\">{svg}<figcaption>{}: the first experiment's plot \
+                     (<a href=\"#{name}\">its details</a>)</figcaption></figure>\n",
+                    super::summary::label(name)
+                )
+            });
             body += &format!("<figure>{svg}</figure>\n");
         }
         body += &format!(
@@ -122,7 +162,7 @@ pub fn write(dir: &Path) -> CliResult<PathBuf> {
         .map(|m| {
             let field = |k: &str| escape(m[k].to_string().trim_matches('"'));
             format!(
-                "<p>Linux {}, {} CPUs ({}), {:.1} GiB memory, RLIMIT_NOFILE {} (hard {}), io_uring_disabled = {}</p>",
+                "<p class=\"machine\">Linux {}, {} CPUs ({}), {:.1} GiB memory, RLIMIT_NOFILE {} (hard {}), io_uring_disabled = {}</p>",
                 field("kernel"),
                 field("cpus"),
                 field("cpu_model"),
@@ -133,16 +173,14 @@ pub fn write(dir: &Path) -> CliResult<PathBuf> {
             )
         })
         .unwrap_or_default();
+    let verdicts = super::summary::html(&super::summary::load(dir), headline.as_deref());
     let html = format!(
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>iomux bench report</title>\n<style>\n\
-         body {{ font-family: sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }}\n\
-         table {{ border-collapse: collapse; margin: 1em 0; font-size: 13px; }}\n\
-         th, td {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; }}\n\
-         th:first-child, td:first-child {{ text-align: left; }}\n\
-         figure {{ margin: 1em 0; overflow-x: auto; }} code {{ background: #f3f3f3; }}\n\
-         section {{ border-top: 2px solid #ddd; margin-top: 2em; }} .files {{ font-size: 12px; color: #666; }}\n\
-         </style></head><body>\n<h1>iomux bench report</h1>\n{machine_html}\n\
-         <p>The documents' published figures are printed beside this machine's in every table.</p>\n{body}</body></html>\n"
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>iomux bench report</title>\n<style>\n{STYLE}</style></head><body>\n<h1>iomux bench report</h1>\n\
+         {machine_html}\n{verdicts}\
+         <p>The details: every experiment's tables, with the documents' published figures beside this \
+         machine's, and its plot.</p>\n{body}</body></html>\n"
     );
     let path = dir.join("report.html");
     std::fs::write(&path, html).map_err(|e| format!("cannot write {}: {e}", path.display()))?;

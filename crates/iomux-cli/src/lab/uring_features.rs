@@ -206,8 +206,9 @@ pub fn run(args: &Args, settings: &Settings) -> CliResult<Outcome> {
         }));
     }
 
+    let (checks, noise) = settings.judge(checks);
     let run = Run { seconds, reps, conns, load: (load_before, load_after), enter_ns };
-    let md = render(&rows, &checks, settings, &run);
+    let md = render(&rows, &checks, noise.as_ref(), settings, &run);
     println!("{md}");
     let doc = json!({
         "experiment": NAME,
@@ -228,6 +229,7 @@ pub fn run(args: &Args, settings: &Settings) -> CliResult<Outcome> {
             "sink_cpu_s_per_gb": s.iter().map(|x| x.sink_cpu_s_per_gb).collect::<Vec<_>>(),
             "bulk_cpu_s_per_gb": s.iter().filter_map(|x| x.bulk_cpu_s_per_gb).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
+        "noise": noise,
         "checks": checks,
     });
     let ratio = |key: &str| -> Vec<(String, f64)> {
@@ -241,7 +243,7 @@ pub fn run(args: &Args, settings: &Settings) -> CliResult<Outcome> {
         plot::Panel { title: "E3 loopback CPU per GB, on/off", y_label: "ratio", bars: ratio("sink_cpu_s_per_gb") },
     ])?;
     let files = super::output::write_experiment(&settings.out_dir, NAME, &doc, &md, Some(&svg))?;
-    Ok(Outcome { files, checks })
+    Ok(Outcome { files })
 }
 
 /// 1,000 connections echoing 100-byte messages, closed loop, for `seconds`.
@@ -331,7 +333,13 @@ struct Run {
     enter_ns: (f64, f64),
 }
 
-fn render(rows: &[Value], checks: &[Check], settings: &Settings, run: &Run) -> String {
+fn render(
+    rows: &[Value],
+    checks: &[Check],
+    noise: Option<&super::noise::Noise>,
+    settings: &Settings,
+    run: &Run,
+) -> String {
     let Run { seconds, reps, conns, load, enter_ns } = *run;
     let f3 = |v: &Value| format!("{:.3}", f64_of(v));
     let f4 = |v: &Value| format!("{:.4}", f64_of(v));
@@ -441,6 +449,6 @@ fn render(rows: &[Value], checks: &[Check], settings: &Settings, run: &Run) -> S
          enter took {:.1} ns plain and {:.1} ns registered here (medians of alternating timings).\n\n",
         enter_ns.0, enter_ns.1
     );
-    md += &super::render_checks(checks);
+    md += &super::render_checks(checks, noise);
     md
 }

@@ -1,0 +1,385 @@
+//! The noise guard: how much CPU the rest of the machine used while an
+//! experiment ran. A busy neighbour slows some cells more than others and
+//! turns a ratio into nonsense (a loaded run once made epoll's time among
+//! 10,240 idle connections 0.83x its time among none), so a verdict that
+//! a claim does not hold is given only when the machine was quiet.
+//!
+//! Others' CPU = all CPUs' busy time (/proc/stat) minus what this process
+//! and every process under it used, plus steal time (a hypervisor running
+//! other guests on our CPUs). Sampled every [`PERIOD`] by a thread, so the
+//! busiest second of an experiment shows as well as its mean.
+
+use super::{Check, Verdict};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How often the machine is read. One reading walks /proc (a few hundred
+/// small files: about a millisecond of this process's own CPU, which it
+/// subtracts like the rest of its own use).
+const PERIOD: Duration = Duration::from_millis(250);
+
+/// Window for the busiest-moment figure: short enough to catch a burst
+/// that spoils one cell, long enough to hold several readings at the
+/// 10 ms resolution of /proc's clock ticks.
+const WINDOW: Duration = Duration::from_secs(1);
+
+/// Others' mean CPU over an experiment above which its verdicts are
+/// inconclusive, in CPUs (1.0 = one whole CPU). Measured on this 2-CPU
+/// machine (docs/noise.md): quiet quick benches read 0.01-0.04 per
+/// experiment; one `nice -n 19` busy loop, which the bench's pinned
+/// processes mostly win against, already moved E2's epoll ratio by more
+/// than its 10% bound, and read 0.2-0.9.
+pub const MEAN_THRESHOLD: f64 = 0.10;
+
+/// The same for the busiest second: a burst that lasts one cell can spoil
+/// that cell's figure while barely moving the mean. Quiet runs' busiest
+/// second stayed under 0.2 (a daemon waking, the page cache flushing).
+pub const PEAK_THRESHOLD: f64 = 0.30;
+
+/// USER_HZ: /proc/stat and /proc/PID/stat count in ticks of 1/100 s (a
+/// fixed part of Linux's ABI, whatever the kernel's own HZ).
+const TICK_S: f64 = 0.01;
+
+#[derive(Clone, Copy, Debug)]
+struct Reading {
+    at: Instant,
+    /// All CPUs' busy time since boot (user, nice, system, irq, softirq).
+    busy_s: f64,
+    steal_s: f64,
+    /// This process and its descendants, the reaped ones included.
+    own_s: f64,
+}
+
+/// /proc/stat's first line: `cpu user nice system idle iowait irq softirq
+/// steal guest guest_nice` (guest time is already inside user and nice).
+fn machine_busy() -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<f64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    let field = |i: usize| f.get(i).copied().unwrap_or(0.0);
+    let busy = field(0) + field(1) + field(2) + field(5) + field(6);
+    Some((busy * TICK_S, field(7) * TICK_S))
+}
+
+/// (ppid, user + system + reaped children's) of one /proc/PID/stat; the
+/// command name in parentheses may hold spaces, so fields count from the
+/// last ')'.
+fn parse_stat(stat: &str) -> Option<(u32, f64)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
+    let ppid = f.get(1)?.parse().ok()?;
+    let ticks: f64 = f.get(11..15)?.iter().filter_map(|v| v.parse::<f64>().ok()).sum();
+    Some((ppid, ticks * TICK_S))
+}
+
+/// CPU time of `root` and everything under it. A child's time is either
+/// its own (alive) or inside its parent's reaped-children figure (waited
+/// for): summing the live tree counts each exactly once.
+fn tree_cpu_s(root: u32) -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return 0.0 };
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    let mut cpu: HashMap<u32, f64> = HashMap::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        // A process may exit between listing and reading: skip it.
+        let Some((ppid, s)) = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|t| parse_stat(&t))
+        else {
+            continue;
+        };
+        children.entry(ppid).or_default().push(pid);
+        cpu.insert(pid, s);
+    }
+    let (mut total, mut stack) = (0.0, vec![root]);
+    while let Some(pid) = stack.pop() {
+        total += cpu.get(&pid).copied().unwrap_or(0.0);
+        stack.extend(children.get(&pid).into_iter().flatten());
+    }
+    total
+}
+
+fn read_now() -> Option<Reading> {
+    let (busy_s, steal_s) = machine_busy()?;
+    Some(Reading { at: Instant::now(), busy_s, steal_s, own_s: tree_cpu_s(std::process::id()) })
+}
+
+/// What others used over one stretch of time.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Noise {
+    pub seconds: f64,
+    /// Others' CPU seconds per second (1.0 = a whole CPU), steal included.
+    pub other_cpu_share: f64,
+    pub steal_share: f64,
+    /// The busiest one-second window's share.
+    pub peak_other_cpu_share: f64,
+    /// What the bench itself used, for scale.
+    pub own_cpu_share: f64,
+    pub mean_threshold: f64,
+    pub peak_threshold: f64,
+    pub busy: bool,
+}
+
+impl Noise {
+    /// From readings in time order; None with fewer than two.
+    fn from_readings(r: &[Reading]) -> Option<Noise> {
+        let (first, last) = (r.first()?, r.last()?);
+        let secs = last.at.duration_since(first.at).as_secs_f64();
+        if r.len() < 2 || secs <= 0.0 {
+            return None;
+        }
+        let others = |a: &Reading, b: &Reading| {
+            let d = b.at.duration_since(a.at).as_secs_f64();
+            // Ticks land on either side of a reading: a short span can
+            // read slightly below zero.
+            (((b.busy_s - a.busy_s) - (b.own_s - a.own_s)).max(0.0) + (b.steal_s - a.steal_s)) / d
+        };
+        let mut peak: f64 = 0.0;
+        for (i, a) in r.iter().enumerate() {
+            if let Some(b) = r[i..].iter().find(|b| b.at.duration_since(a.at) >= WINDOW) {
+                peak = peak.max(others(a, b));
+            }
+        }
+        let mean = others(first, last);
+        // A stretch shorter than a window: its mean is its busiest second.
+        let peak = if secs < WINDOW.as_secs_f64() { mean } else { peak };
+        Some(Noise {
+            seconds: secs,
+            other_cpu_share: mean,
+            steal_share: (last.steal_s - first.steal_s) / secs,
+            peak_other_cpu_share: peak,
+            own_cpu_share: (last.own_s - first.own_s) / secs,
+            mean_threshold: MEAN_THRESHOLD,
+            peak_threshold: PEAK_THRESHOLD,
+            busy: mean > MEAN_THRESHOLD || peak > PEAK_THRESHOLD,
+        })
+    }
+
+    /// "N% of a CPU", the way verdicts say it.
+    pub fn describe(&self) -> String {
+        format!(
+            "other processes used {:.0}% of a CPU on average, {:.0}% in the busiest second{} (the bench itself {:.0}%)",
+            self.other_cpu_share * 100.0,
+            self.peak_other_cpu_share * 100.0,
+            if self.steal_share > 0.005 { format!(", steal {:.0}%", self.steal_share * 100.0) } else { String::new() },
+            self.own_cpu_share * 100.0
+        )
+    }
+
+    /// One Markdown paragraph for an experiment's page.
+    pub fn markdown(noise: Option<&Noise>) -> String {
+        match noise {
+            Some(n) if n.busy => format!(
+                "**Machine busy** while this ran: {}. Above the guard's {:.0}% mean / {:.0}% busiest-second \
+                 thresholds, so its verdicts are inconclusive: re-run on a quiet machine.\n\n",
+                n.describe(),
+                n.mean_threshold * 100.0,
+                n.peak_threshold * 100.0
+            ),
+            Some(n) => format!("Machine quiet while this ran: {}.\n\n", n.describe()),
+            None => "Machine noise: not measured (/proc/stat unreadable), so no verdict is final.\n\n".into(),
+        }
+    }
+}
+
+/// Each check's verdict, given what others used while it was measured:
+/// "does not hold" only on a quiet machine; on a busy one (or one whose
+/// noise could not be read) a measured check is inconclusive, whichever
+/// way its ratio fell, because noise can push a ratio either way.
+pub fn judge(checks: Vec<Check>, noise: Option<&Noise>) -> Vec<Check> {
+    checks
+        .into_iter()
+        .map(|mut c| {
+            let measured = c.value.map(|v| {
+                let v = if v >= 100.0 { crate::lab::thousands(v) } else { format!("{v:.3}") };
+                format!("{v} (needed {} {})", c.needed, c.threshold)
+            });
+            (c.verdict, c.why) = match (c.met, noise) {
+                (None, _) => (Verdict::NotMeasurable, c.detail.clone()),
+                (Some(met), Some(n)) if !n.busy => {
+                    (if met { Verdict::Holds } else { Verdict::DoesNotHold }, c.detail.clone())
+                }
+                (Some(met), Some(n)) => (
+                    Verdict::Inconclusive,
+                    format!(
+                        "the machine was busy ({:.0}% of a CPU used by other processes, {:.0}% in the busiest \
+                         second); measured {}, which would {} the claim",
+                        n.other_cpu_share * 100.0,
+                        n.peak_other_cpu_share * 100.0,
+                        measured.unwrap_or_default(),
+                        if met { "support" } else { "not support" }
+                    ),
+                ),
+                (Some(_), None) => (
+                    Verdict::Inconclusive,
+                    format!("machine noise could not be read (/proc/stat); measured {}", measured.unwrap_or_default()),
+                ),
+            };
+            c
+        })
+        .collect()
+}
+
+struct Shared {
+    stop: AtomicBool,
+    readings: Mutex<Vec<Reading>>,
+}
+
+/// Reads the machine every [`PERIOD`] until dropped.
+pub struct Monitor {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Monitor {
+    pub fn start() -> Monitor {
+        let shared = Arc::new(Shared { stop: AtomicBool::new(false), readings: Mutex::new(Vec::new()) });
+        let s = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("noise-guard".into())
+            .spawn(move || {
+                while !s.stop.load(Ordering::Relaxed) {
+                    if let Some(r) = read_now() {
+                        s.readings.lock().unwrap_or_else(|e| e.into_inner()).push(r);
+                    }
+                    std::thread::park_timeout(PERIOD);
+                }
+            })
+            .ok();
+        Monitor { shared, thread }
+    }
+
+    /// What others used from `since` until now (a fresh reading ends it).
+    pub fn since(&self, since: Instant) -> Option<Noise> {
+        let mut readings = self.shared.readings.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = read_now() {
+            readings.push(r);
+        }
+        let from = readings.partition_point(|r| r.at < since).saturating_sub(1);
+        Noise::from_readings(&readings[from..])
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(base: Instant, ms: u64, busy_s: f64, own_s: f64) -> Reading {
+        Reading { at: base + Duration::from_millis(ms), busy_s, steal_s: 0.0, own_s }
+    }
+
+    #[test]
+    fn others_are_busy_time_minus_our_own() {
+        let t = Instant::now();
+        // 4 s: the machine was busy 5 CPU-s, we used 4.68 of them.
+        let quiet: Vec<Reading> = (0..=16).map(|i| at(t, i * 250, i as f64 * 0.3125, i as f64 * 0.2925)).collect();
+        let n = Noise::from_readings(&quiet).unwrap();
+        assert!((n.other_cpu_share - 0.08).abs() < 1e-9, "{n:?}");
+        assert!((n.peak_other_cpu_share - 0.08).abs() < 1e-9, "{n:?}");
+        assert!((n.own_cpu_share - 1.17).abs() < 1e-9, "{n:?}");
+        assert!(!n.busy, "{n:?}");
+    }
+
+    #[test]
+    fn a_one_second_burst_trips_the_peak_though_the_mean_stays_low() {
+        let t = Instant::now();
+        let mut busy = 0.0;
+        let mut r = Vec::new();
+        for i in 0..=40u64 {
+            r.push(at(t, i * 250, busy, 0.0));
+            // One second of a whole CPU used by someone else, in 10 s.
+            busy += if (20..24).contains(&i) { 0.25 } else { 0.0 };
+        }
+        let n = Noise::from_readings(&r).unwrap();
+        assert!((n.other_cpu_share - 0.1).abs() < 1e-9, "{n:?}");
+        assert!((n.peak_other_cpu_share - 1.0).abs() < 1e-9, "{n:?}");
+        assert!(n.busy);
+    }
+
+    #[test]
+    fn steal_counts_as_others() {
+        let t = Instant::now();
+        let r = [
+            Reading { at: t, busy_s: 0.0, steal_s: 0.0, own_s: 0.0 },
+            Reading { at: t + Duration::from_secs(2), busy_s: 1.0, steal_s: 0.6, own_s: 1.0 },
+        ];
+        let n = Noise::from_readings(&r).unwrap();
+        assert!((n.other_cpu_share - 0.3).abs() < 1e-9 && (n.steal_share - 0.3).abs() < 1e-9, "{n:?}");
+        assert!(n.busy);
+    }
+
+    fn quiet_or_busy(busy: bool) -> Noise {
+        Noise {
+            seconds: 10.0,
+            other_cpu_share: if busy { 0.9 } else { 0.02 },
+            steal_share: 0.0,
+            peak_other_cpu_share: if busy { 1.0 } else { 0.05 },
+            own_cpu_share: 1.5,
+            mean_threshold: MEAN_THRESHOLD,
+            peak_threshold: PEAK_THRESHOLD,
+            busy,
+        }
+    }
+
+    #[test]
+    fn does_not_hold_only_on_a_quiet_machine() {
+        let checks = || {
+            vec![
+                Check::new("a", 2.0, 1.0, "fine".into()),
+                Check::at_most("b", 2.0, 1.0, "too high".into()),
+                Check::not_measured("c", 1.0),
+            ]
+        };
+        let verdicts =
+            |noise: Option<&Noise>| -> Vec<Verdict> { judge(checks(), noise).iter().map(|c| c.verdict).collect() };
+        assert_eq!(
+            verdicts(Some(&quiet_or_busy(false))),
+            [Verdict::Holds, Verdict::DoesNotHold, Verdict::NotMeasurable]
+        );
+        let busy = judge(checks(), Some(&quiet_or_busy(true)));
+        assert_eq!(
+            busy.iter().map(|c| c.verdict).collect::<Vec<_>>(),
+            [Verdict::Inconclusive, Verdict::Inconclusive, Verdict::NotMeasurable]
+        );
+        assert!(busy[1].why.contains("90% of a CPU used by other processes"), "{}", busy[1].why);
+        assert!(busy[1].why.contains("2.000 (needed <= 1)"), "{}", busy[1].why);
+        assert_eq!(verdicts(None)[..2], [Verdict::Inconclusive, Verdict::Inconclusive]);
+    }
+
+    #[test]
+    fn stat_lines_parse_with_spaces_in_the_name() {
+        let line = "42 (a b) c) S 7 42 42 0 -1 4194560 100 0 0 0 120 30 5 5 20 0 1 0 100 0 0";
+        assert_eq!(parse_stat(line), Some((7, 1.6)));
+    }
+
+    #[test]
+    fn our_own_and_our_childrens_cpu_count_as_ours() {
+        let before = tree_cpu_s(std::process::id());
+        let spin = Instant::now();
+        let mut x = 0u64;
+        while spin.elapsed() < Duration::from_millis(500) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        // A grandchild (under timeout) that spins, then is reaped.
+        let status =
+            std::process::Command::new("timeout").args(["0.5", "sh", "-c", "while :; do :; done"]).status().unwrap();
+        assert_eq!(status.code(), Some(124), "timeout stops the loop");
+        let used = tree_cpu_s(std::process::id()) - before;
+        // 0.5 s of our own spin and 0.5 s of the child's, on a machine that
+        // may be shared: most of it must be found.
+        assert!(used > 0.6, "found only {used:.2} CPU-s of about 1.0");
+    }
+}
