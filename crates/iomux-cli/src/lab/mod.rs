@@ -294,8 +294,8 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
     }
     eprintln!("wrote {}", report.display());
     eprintln!("iomux bench: done in {:.0} s", started.elapsed().as_secs_f64());
-    // The verdicts last on the terminal, and alone on stdout: the answer
-    // is what a reader sees when the run ends, and `> file` keeps it.
+    // Each experiment printed its tables as it finished; the verdicts come
+    // last, so the answer is what the screen shows when the run ends.
     print!("{}", summary::terminal(&summary::load(&settings.out_dir)));
     Ok(ExitCode::SUCCESS)
 }

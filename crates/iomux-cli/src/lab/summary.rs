@@ -164,7 +164,7 @@ pub fn terminal(experiments: &[Experiment]) -> String {
     if experiments.is_empty() {
         return String::new();
     }
-    let mut out = String::from("\nVerdicts on this machine:\n");
+    let mut out = String::from("\n==== Verdicts on this machine ====\n");
     for documents in [true, false] {
         let mut t = Table::new([
             if documents { "the documents' claims" } else { "iomux's own goals" },
