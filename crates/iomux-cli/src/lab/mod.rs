@@ -4,6 +4,7 @@
 
 mod cell;
 mod child;
+pub mod compare;
 mod echo;
 mod echo_large;
 mod idle;
