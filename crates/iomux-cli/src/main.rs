@@ -45,9 +45,21 @@ enum Command {
     /// result counts errors.
     Merge(load::merge::MergeArgs),
     /// Join the results in DIR (from iomux bench) into DIR/report.html.
+    /// With two folders, `iomux report A B` compares them side by side
+    /// (two machines, two kernels, before and after a change): every
+    /// figure of A and B with its ratio B/A, and the verdicts of each, in
+    /// B/compare-<name of A>.html (or --out FILE).
     Report {
-        /// A results folder, e.g. results/2026-11-21T12-00-00Z
+        /// A results folder, e.g. results/2026-11-21T12-00-00Z; with B, the
+        /// folder compared against (A, "before")
+        #[arg(value_name = "DIR|A")]
         dir: std::path::PathBuf,
+        /// A second results folder to compare with the first ("after")
+        #[arg(value_name = "B")]
+        other: Option<std::path::PathBuf>,
+        /// Where to write the comparison [default: B/compare-<name of A>.html]
+        #[arg(long, value_name = "FILE", requires = "other")]
+        out: Option<std::path::PathBuf>,
     },
     /// Another runtime's echo server, for the lab to measure beside
     /// iomux's: prints `iomux peer: NAME listening on ADDR (pid PID)`,
@@ -73,8 +85,14 @@ fn main() -> ExitCode {
         Command::Limits(args) => limits::run(args),
         Command::Merge(args) => load::merge::run(args),
         Command::Peer(args) => peer::run(args),
-        Command::Report { dir } => lab::report::write(&dir).map(|path| {
+        Command::Report { dir, other: None, .. } => lab::report::write(&dir).map(|path| {
+            print!("{}", lab::summary::terminal(&lab::summary::load(&dir)));
             println!("wrote {}", path.display());
+            ExitCode::SUCCESS
+        }),
+        Command::Report { dir, other: Some(b), out } => lab::compare::write(&dir, &b, out.as_deref()).map(|w| {
+            print!("{}", w.summary);
+            println!("wrote {}", w.path.display());
             ExitCode::SUCCESS
         }),
     };

@@ -4,6 +4,7 @@
 
 mod cell;
 mod child;
+pub mod compare;
 mod echo;
 mod echo_large;
 mod idle;
@@ -19,7 +20,7 @@ mod raw;
 pub mod report;
 mod sampler;
 mod sink;
-mod summary;
+pub mod summary;
 mod syscall_rate;
 mod syscount;
 mod table;

@@ -7,13 +7,13 @@ use std::path::{Path, PathBuf};
 /// The experiments in the order the report shows them.
 pub const ORDER: [&str; 6] = ["syscall-rate", "idle", "sink", "echo", "peers", "uring-features"];
 
-/// Text made safe inside HTML.
-pub fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+/// Text made safe inside HTML, attribute values included.
+pub(crate) fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
 /// `**bold**` and `` `code` `` inside an escaped line.
-fn inline(s: &str) -> String {
+pub(crate) fn inline(s: &str) -> String {
     let mut out = String::new();
     let (mut bold, mut code) = (false, false);
     let escaped = escape(s);
@@ -41,6 +41,47 @@ fn inline(s: &str) -> String {
     out
 }
 
+/// One pipe table of the lab's Markdown: its cells as written, trimmed.
+pub(crate) struct PipeTable<'a> {
+    /// The first line's cells.
+    pub header: Vec<&'a str>,
+    /// The other lines' cells, without the rule.
+    pub rows: Vec<Vec<&'a str>>,
+}
+
+/// The table whose header line is `first`, taking its other lines (up to
+/// the first line that is not a table row) from `lines`; the `---` rule
+/// under the header is dropped.
+pub(crate) fn take_table<'a>(first: &'a str, lines: &mut std::iter::Peekable<std::str::Lines<'a>>) -> PipeTable<'a> {
+    let cells = |l: &'a str| -> Vec<&'a str> { l.trim().trim_matches('|').split('|').map(str::trim).collect() };
+    let mut table = PipeTable { header: cells(first), rows: Vec::new() };
+    while let Some(row) = lines.next_if(|l| l.trim().starts_with('|')) {
+        if !row.contains("---") {
+            table.rows.push(cells(row));
+        }
+    }
+    table
+}
+
+impl PipeTable<'_> {
+    /// The table as HTML, its cells' inline markup converted.
+    pub(crate) fn to_html(&self) -> String {
+        let mut html = String::from("<table>\n<tr>");
+        for c in &self.header {
+            html += &format!("<th>{}</th>", inline(c));
+        }
+        html += "</tr>\n";
+        for row in &self.rows {
+            html += "<tr>";
+            for c in row {
+                html += &format!("<td>{}</td>", inline(c));
+            }
+            html += "</tr>\n";
+        }
+        html + "</table>\n"
+    }
+}
+
 /// The Markdown the lab writes (headings, paragraphs, pipe tables) as HTML.
 pub fn markdown_to_html(md: &str) -> String {
     let mut html = String::new();
@@ -59,29 +100,7 @@ pub fn markdown_to_html(md: &str) -> String {
             html += &format!("<h2>{}</h2>\n", inline(h));
         } else if trimmed.starts_with('|') {
             flush(&mut paragraph, &mut html);
-            let cells =
-                |l: &str| -> Vec<String> { l.trim().trim_matches('|').split('|').map(|c| inline(c.trim())).collect() };
-            html += "<table>\n<tr>";
-            for c in cells(trimmed) {
-                html += &format!("<th>{c}</th>");
-            }
-            html += "</tr>\n";
-            while let Some(next) = lines.peek() {
-                let n = next.trim();
-                if !n.starts_with('|') {
-                    break;
-                }
-                let row = lines.next().unwrap_or_default();
-                if row.contains("---") {
-                    continue;
-                }
-                html += "<tr>";
-                for c in cells(row) {
-                    html += &format!("<td>{c}</td>");
-                }
-                html += "</tr>\n";
-            }
-            html += "</table>\n";
+            html += &take_table(trimmed, &mut lines).to_html();
         } else if trimmed.is_empty() {
             flush(&mut paragraph, &mut html);
         } else {

@@ -82,7 +82,8 @@ impl Claim {
     }
 }
 
-fn number(v: f64) -> String {
+/// A ratio as the checks tables print it.
+pub fn number(v: f64) -> String {
     if v.abs() >= 100.0 {
         thousands(v)
     } else {
