@@ -128,7 +128,8 @@ p.machine { margin: 0; color: #555; font-size: 13px; }
 #verdicts .claims { flex: 3 1 600px; min-width: 0; }
 #verdicts figure.headline { flex: 2 1 360px; min-width: 0; margin: 0; }
 #verdicts figcaption { font-size: 12px; color: #555; }
-table.verdicts { font-size: 13px; margin: 0.2em 0; } table.verdicts td { text-align: left; vertical-align: middle; }
+table.verdicts { font-size: 13px; margin: 0.2em 0; }
+table.verdicts td, table.verdicts th { text-align: left; vertical-align: middle; }
 table.verdicts td.why { color: #555; font-size: 12px; max-width: 26em; }
 details { margin: 2px 0; font-size: 14px; } summary { cursor: pointer; }
 .badge { display: inline-block; padding: 0 6px; border-radius: 9px; font-weight: 600; white-space: nowrap; }
@@ -137,7 +138,6 @@ details { margin: 2px 0; font-size: 14px; } summary { cursor: pointer; }
 svg.gauge circle.holds { fill: #1a7f37; } svg.gauge circle.fails { fill: #cf222e; }
 svg.gauge circle.unsure { fill: #bf8700; } svg.gauge circle.none { fill: #888; }
 p.busy { background: #fbefc5; padding: 6px 10px; } p.quiet { color: #116329; font-size: 13px; }
-@media (max-width: 700px) { table.verdicts td.why { display: none; } }
 ";
 
 /// Writes `dir/report.html` from the experiments' files in `dir`.
