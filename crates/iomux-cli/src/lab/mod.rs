@@ -2,6 +2,7 @@
 //! experiments on this machine, prints the published figures beside fresh
 //! ones, and writes JSON, Markdown and SVG for each.
 
+mod browser;
 mod cell;
 mod child;
 pub mod compare;
