@@ -88,6 +88,9 @@ fn main() -> ExitCode {
         Command::Report { dir, other: None, .. } => lab::report::write(&dir).map(|path| {
             print!("{}", lab::summary::terminal(&lab::summary::load(&dir)));
             println!("wrote {}", path.display());
+            for line in lab::browser::screenshot_and_check(&path) {
+                println!("{line}");
+            }
             ExitCode::SUCCESS
         }),
         Command::Report { dir, other: Some(b), out } => lab::compare::write(&dir, &b, out.as_deref()).map(|w| {

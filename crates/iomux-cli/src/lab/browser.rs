@@ -10,9 +10,6 @@
 //! `chromium` package and std, where WebDriver would need chromedriver of
 //! the same version, a port and an HTTP client: more to go wrong.
 
-// Only the tests call it until a subcommand does.
-#![cfg_attr(not(test), allow(dead_code))]
-
 use crate::os::PrivateDir;
 use serde::Deserialize;
 use std::ffi::OsString;
@@ -267,6 +264,38 @@ struct Probe {
     first_figure_bottom: Option<f64>,
     verdicts: Option<Verdicts>,
     viewport: (f64, f64),
+}
+
+/// After `report.html` is written: `report.png` beside it (the first
+/// screen) and the browser's findings, as lines for the terminal. Never
+/// fails the caller: without Chromium it says what is missing and how to
+/// install it.
+pub fn screenshot_and_check(report_html: &Path) -> Vec<String> {
+    let png = report_html.with_file_name("report.png");
+    match check(report_html, &png) {
+        Err(e @ BrowserError::Missing(_)) => vec![format!("no screenshot of the report: {e}")],
+        Err(e) => vec![format!("warning: the report could not be checked in Chromium: {e}")],
+        Ok(c) => {
+            let mut lines = vec![format!(
+                "wrote {} (the report's first screen in Chromium, laid out {} px wide)",
+                c.screenshot.display(),
+                c.measured_viewport.0
+            )];
+            lines.extend(c.problems().into_iter().map(|p| format!("warning: report.html in Chromium: {p}")));
+            if !c.first_screen.summary_and_first_plot_fit {
+                let px = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.0} px"));
+                lines.push(format!(
+                    "note: at {}x{} the verdicts (ending at {}) and the first plot (ending at {}) do not both fit \
+                     on the first screen",
+                    VIEWPORT.0,
+                    VIEWPORT.1,
+                    px(c.first_screen.verdicts_bottom),
+                    px(c.first_screen.first_figure_bottom)
+                ));
+            }
+            lines
+        }
+    }
 }
 
 /// Renders `report_html` in headless Chromium (`$CHROMIUM`, else
@@ -571,21 +600,27 @@ mod tests {
             .iter()
             .filter(|n| fixture.join(format!("{n}.md")).exists() && fixture.join(format!("{n}.svg")).exists())
             .count();
-        assert_eq!(c.plots.len(), plotted, "one figure per experiment with a plot: {:#?}", c.plots);
+        // The first plot also stands beside the verdicts.
+        assert_eq!(
+            c.plots.len(),
+            plotted + 1,
+            "one figure per experiment with a plot, and the headline: {:#?}",
+            c.plots
+        );
         for p in &c.plots {
             assert!(p.is_drawn(), "empty plot: {p:?}");
         }
         assert_eq!(c.screenshot, shot);
         assert_eq!(png_size(&c.screenshot), VIEWPORT);
-        // TODO(verdicts): a hard assertion once report.rs writes the section.
-        match &c.verdicts {
-            Some(v) => {
-                assert_eq!(v.tag, "section", "{v:?}");
-                assert!(v.first_section, "id=\"verdicts\" is not the first section: {v:?}");
-                assert!(v.top < f64::from(VIEWPORT.1), "the verdicts start below the first screen: {v:?}");
-            }
-            None => eprintln!("report.html has no id=\"verdicts\" element yet: its assertions were not made"),
-        }
+        let v = c.verdicts.as_ref().expect("report.html has no id=\"verdicts\" element");
+        assert_eq!(v.tag, "section", "{v:?}");
+        assert!(v.first_section, "id=\"verdicts\" is not the first section: {v:?}");
+        assert!(v.top < f64::from(VIEWPORT.1), "the verdicts start below the first screen: {v:?}");
+        assert!(
+            c.first_screen.summary_and_first_plot_fit,
+            "the summary and the first plot must show without scrolling at {VIEWPORT:?}: {:?}",
+            c.first_screen
+        );
         eprintln!(
             "measured at {:?} (screenshot {VIEWPORT:?}); first screen ({} px): verdicts end at {:?}, the first plot at {:?}; both fit: {}",
             c.measured_viewport,

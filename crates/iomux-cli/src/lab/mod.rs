@@ -2,7 +2,7 @@
 //! experiments on this machine, prints the published figures beside fresh
 //! ones, and writes JSON, Markdown and SVG for each.
 
-mod browser;
+pub mod browser;
 mod cell;
 mod child;
 pub mod compare;
@@ -295,6 +295,9 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
         }
     }
     eprintln!("wrote {}", report.display());
+    for line in browser::screenshot_and_check(&report) {
+        eprintln!("{line}");
+    }
     eprintln!("iomux bench: done in {:.0} s", started.elapsed().as_secs_f64());
     // Each experiment printed its tables as it finished; the verdicts come
     // last, so the answer is what the screen shows when the run ends.
