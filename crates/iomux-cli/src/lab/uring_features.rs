@@ -103,7 +103,6 @@ pub fn run(args: &Args, settings: &Settings) -> CliResult<Outcome> {
     }
     let reps = args.reps.unwrap_or(if settings.full { 5 } else { 3 }).max(1);
     let conns = args.conns.unwrap_or(1000).max(1);
-    let load_before = load_average();
     let feats = features();
 
     // Which features the default asks for: its own stats say.
@@ -149,7 +148,6 @@ pub fn run(args: &Args, settings: &Settings) -> CliResult<Outcome> {
     }
     progress.finish();
     let enter_ns = enter_cost(if settings.full { 15 } else { 5 }, Duration::from_millis(100))?;
-    let load_after = load_average();
 
     let med = |i: usize, f: fn(&Sample) -> f64| median(&samples[i].iter().map(f).collect::<Vec<_>>());
     let mut rows = Vec::new();
@@ -207,7 +205,7 @@ pub fn run(args: &Args, settings: &Settings) -> CliResult<Outcome> {
     }
 
     let (checks, noise) = settings.judge(checks);
-    let run = Run { seconds, reps, conns, load: (load_before, load_after), enter_ns };
+    let run = Run { seconds, reps, conns, enter_ns };
     let md = render(&rows, &checks, noise.as_ref(), settings, &run);
     println!("{md}");
     let doc = json!({
@@ -217,8 +215,7 @@ pub fn run(args: &Args, settings: &Settings) -> CliResult<Outcome> {
                    "echo_msg_size": 100, "sink_senders": 40, "bulk_conns": BULK_CONNS, "bulk_msg_size": BULK_MSG,
                    "few_active": FEW_ACTIVE, "few_idle": FEW_IDLE,
                    "min_wait_on_us": MIN_WAIT_ON_US, "send_zc_on_bytes": SEND_ZC_ON_BYTES,
-                   "load_backend": cell::LOAD_BACKEND.name(), "load_average_before": load_before,
-                   "load_average_after": load_after},
+                   "load_backend": cell::LOAD_BACKEND.name()},
         "empty_enter_ns": {"plain": enter_ns.0, "registered": enter_ns.1},
         "rows": rows,
         "samples": configs.iter().zip(&samples).map(|(c, s)| json!({
@@ -316,19 +313,12 @@ fn enter_cost(rounds: usize, slice: Duration) -> CliResult<(f64, f64)> {
     Ok((median(&a), median(&b)))
 }
 
-/// The 1-minute load average (how busy the shared machine was).
-fn load_average() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
-}
-
 /// How the run went, for its text.
 #[derive(Clone, Copy)]
 struct Run {
     seconds: f64,
     reps: usize,
     conns: usize,
-    /// The 1-minute load average before and after.
-    load: (Option<f64>, Option<f64>),
     /// An empty enter's cost, plain and registered.
     enter_ns: (f64, f64),
 }
@@ -340,7 +330,7 @@ fn render(
     settings: &Settings,
     run: &Run,
 ) -> String {
-    let Run { seconds, reps, conns, load, enter_ns } = *run;
+    let Run { seconds, reps, conns, enter_ns } = *run;
     let f3 = |v: &Value| format!("{:.3}", f64_of(v));
     let f4 = |v: &Value| format!("{:.4}", f64_of(v));
     let ratio = |v: &Value| format!("{:.2}", f64_of(&v["on"]) / f64_of(&v["off"]));
@@ -391,21 +381,18 @@ fn render(
             super::table::thousands(f64_of(&r["zero_copy_copied"])),
         ]);
     }
-    let load_text = |l: Option<f64>| l.map_or("unknown".to_string(), |l| format!("{l:.2}"));
     let mut md = format!(
         "## io_uring features: each off and on, everything else at its default ({seconds} s cells, median of {reps} runs)\n\n\
          Machine: {}. Server `iomux serve --backend {}` on CPU 0, load on CPU 1. Echo: {conns} connections, \
          100-byte messages, closed loop; CPU is the server process's (user + sys) per echo, syscalls the \
          library's own count per echo. E3: 40 unpaced senders of 100-byte messages to a sink over loopback. \
          \"on\" for min_wait is {MIN_WAIT_ON_US} us, for send_zc writes of {SEND_ZC_ON_BYTES} bytes or more. \
-         Configurations run in a rotating order and each figure is a median. The machine is shared, so CPU \
-         figures are noisy (1-minute load average {} before, {} after, on 2 CPUs), and syscalls per echo \
+         Configurations run in a rotating order and each figure is a median. CPU figures move with what \
+         else the machine runs (the noise guard's reading is above the checks), and syscalls per echo \
          vary too: a loop that other load keeps busier finds bigger batches per enter, so only a change of \
          several times is a feature's own.\n\n",
         settings.machine.summary(),
         BACKEND.name(),
-        load_text(load.0),
-        load_text(load.1),
     );
     md += &t.render();
     for (i, n) in notes.iter().enumerate() {
