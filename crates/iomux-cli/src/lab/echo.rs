@@ -287,7 +287,7 @@ pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResul
         plot::Panel { title: "E4: server syscalls per echo", y_label: "syscalls per echo", bars: per_echo_bars },
         plot::Panel {
             title: "E4: echoes per second",
-            y_label: "echoes/s",
+            y_label: "echoes per second",
             bars: rows.iter().map(|r| (r.backend.name().to_string(), r.echoes_per_sec)).collect(),
         },
     ])?;

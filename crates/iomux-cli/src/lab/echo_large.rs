@@ -302,7 +302,7 @@ pub fn report(
     walls.push(("paper uring".into(), 626.473));
     let svg = super::plot::bar_panels(&[
         super::plot::Panel { title: "E4 full size: server syscalls per echo", y_label: "syscalls per echo", bars },
-        super::plot::Panel { title: "E4 full size: wall time", y_label: "seconds", bars: walls },
+        super::plot::Panel { title: "E4 full size: wall time", y_label: "wall time (s)", bars: walls },
     ])?;
     let files = super::output::write_experiment(&settings.out_dir, super::echo::NAME, &doc, &md, Some(&svg))?;
     if let Some(why) = failure {

@@ -192,11 +192,10 @@ pub fn run(args: &Args, settings: &Settings) -> CliResult<Outcome> {
         .collect();
     let axes = Axes {
         title: "E2: seconds for 40,000 round trips vs idle connections",
-        x_label: "idle connections",
-        y_label: "seconds",
+        x_label: "idle connections (N)",
+        y_label: "wall time (s)",
         x_log: false,
         y_log: false,
-        legend: plotters::chart::SeriesLabelPosition::UpperLeft,
     };
     let svg = plot::line_chart(&axes, &series)?;
     let files = super::output::write_experiment(&settings.out_dir, NAME, &doc, &md, Some(&svg))?;

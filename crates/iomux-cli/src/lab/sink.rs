@@ -166,9 +166,10 @@ pub fn run(args: &Args, settings: &Settings, _tracer: Option<Tracer>) -> CliResu
     let bars = |paced: bool| -> Vec<(String, f64)> {
         rows.iter().filter(|r| r.paced == paced).map(|r| (r.backend.name().to_string(), r.cpu_s_per_gb)).collect()
     };
+    const CPU_PER_GB: &str = "CPU s per GB received (user + system)";
     let svg = plot::bar_panels(&[
-        plot::Panel { title: "E3: CPU s per GB, paced (97.95 Mbit/s)", y_label: "CPU s per GB", bars: bars(true) },
-        plot::Panel { title: "E3: CPU s per GB, loopback", y_label: "CPU s per GB", bars: bars(false) },
+        plot::Panel { title: "E3: CPU s per GB, paced (97.95 Mbit/s)", y_label: CPU_PER_GB, bars: bars(true) },
+        plot::Panel { title: "E3: CPU s per GB, loopback", y_label: CPU_PER_GB, bars: bars(false) },
     ])?;
     let files = super::output::write_experiment(&settings.out_dir, NAME, &doc, &md, Some(&svg))?;
     Ok(Outcome { files })

@@ -234,10 +234,11 @@ pub fn run(args: &Args, settings: &Settings) -> CliResult<Outcome> {
             .map(|r| (r["feature"].as_str().unwrap_or("?").to_string(), f64_of(&r[key]["on"]) / f64_of(&r[key]["off"])))
             .collect()
     };
+    const RATIO: &str = "feature on / off (1 = no change)";
     let svg = plot::bar_panels(&[
-        plot::Panel { title: "server CPU per echo, on/off", y_label: "ratio", bars: ratio("cpu_us_per_echo") },
-        plot::Panel { title: "syscalls per echo, on/off", y_label: "ratio", bars: ratio("syscalls_per_echo") },
-        plot::Panel { title: "E3 loopback CPU per GB, on/off", y_label: "ratio", bars: ratio("sink_cpu_s_per_gb") },
+        plot::Panel { title: "server CPU µs per echo, on/off", y_label: RATIO, bars: ratio("cpu_us_per_echo") },
+        plot::Panel { title: "syscalls per echo, on/off", y_label: RATIO, bars: ratio("syscalls_per_echo") },
+        plot::Panel { title: "E3 loopback CPU s per GB, on/off", y_label: RATIO, bars: ratio("sink_cpu_s_per_gb") },
     ])?;
     let files = super::output::write_experiment(&settings.out_dir, NAME, &doc, &md, Some(&svg))?;
     Ok(Outcome { files })
