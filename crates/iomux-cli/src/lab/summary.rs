@@ -278,6 +278,26 @@ pub fn html(experiments: &[Experiment], figure: Option<&str>) -> String {
         return html + "<p>No experiment in this folder recorded checks (JSON with \"checks\").</p>\n</section>\n";
     }
     html += "<div class=\"top\"><div class=\"claims\">\n";
+    let noise = match busy_sentence(experiments) {
+        Some(s) => format!("<p class=\"busy\">{}</p>\n", escape(&s)),
+        None => {
+            let readings: Vec<&Noise> = experiments.iter().filter_map(|e| e.noise.as_ref()).collect();
+            let most = |f: fn(&Noise) -> f64| readings.iter().map(|n| f(n)).fold(0.0, f64::max);
+            if readings.is_empty() {
+                "<p>Machine noise was not recorded in this folder.</p>\n".into()
+            } else {
+                format!(
+                    "<p class=\"quiet\">The machine was quiet: other processes used at most {:.0}% of a CPU over \
+                     an experiment, {:.0}% in its busiest second.</p>\n",
+                    most(|n| n.other_cpu_share) * 100.0,
+                    most(|n| n.peak_other_cpu_share) * 100.0
+                )
+            }
+        }
+    };
+    // Whether to trust the verdicts comes before them.
+    html += &noise;
+
     let documents: Vec<(&Experiment, Vec<&Claim>)> =
         experiments.iter().map(|e| (e, e.claims.iter().filter(|c| c.is_documents()).collect())).collect();
     if documents.iter().any(|(_, c)| !c.is_empty()) {
@@ -309,25 +329,6 @@ pub fn html(experiments: &[Experiment], figure: Option<&str>) -> String {
             claim_rows(e, &goals)
         );
     }
-    let noise = match busy_sentence(experiments) {
-        Some(s) => format!("<p class=\"busy\">{}</p>\n", escape(&s)),
-        None => {
-            let worst = experiments
-                .iter()
-                .filter_map(|e| e.noise.as_ref())
-                .map(|n| n.other_cpu_share)
-                .fold(None, |a: Option<f64>, x| Some(a.map_or(x, |a| a.max(x))));
-            match worst {
-                Some(w) => format!(
-                    "<p class=\"quiet\">The machine was quiet: other processes used at most {:.0}% of a CPU \
-                     during any experiment.</p>\n",
-                    w * 100.0
-                ),
-                None => "<p>Machine noise was not recorded in this folder.</p>\n".into(),
-            }
-        }
-    };
-    html += &noise;
     html += "</div>\n";
     if let Some(f) = figure {
         html += f;
