@@ -385,6 +385,7 @@ mod tests {
                 other_cpu_share: if busy { 0.85 } else { 0.01 },
                 steal_share: 0.0,
                 peak_other_cpu_share: 0.9,
+                peak_at_s: 1.0,
                 own_cpu_share: 1.0,
                 mean_threshold: 0.1,
                 peak_threshold: 0.3,
