@@ -480,7 +480,7 @@ fn verdict_cell(v: &Option<Claim>) -> String {
             },
             v.verdict().as_str(),
             value_text(v.value),
-            escape(v.why())
+            escape(&v.why())
         ),
     }
 }
@@ -562,8 +562,9 @@ fn machines_html(fa: &Folder, fb: &Folder) -> String {
     for k in keys {
         let (a, b) = (machine_field(k, ma.and_then(|m| m.get(k))), machine_field(k, mb.and_then(|m| m.get(k))));
         html += &format!(
-            "<tr{}><td>{k}</td><td>{}</td><td>{}</td></tr>\n",
+            "<tr{}><td>{}</td><td>{}</td><td>{}</td></tr>\n",
             if a == b { "" } else { " class=\"changed\"" },
+            escape(k),
             escape(&a),
             escape(&b)
         );
@@ -735,9 +736,12 @@ mod tests {
             .iter()
             .map(|c| (c.claim.clone(), c.verdict().as_str().into(), c.why().into()))
             .collect();
+        // No noise was recorded then: never "does not hold".
+        let old = "noise not recorded (results older than the noise guard); the value would";
+        let (c1, c2) = (format!("{old} support the claim"), format!("{old} not support the claim"));
         let want = [
-            ("c1", "holds", "d1"),
-            ("c2", "does not hold", "d2"),
+            ("c1", "inconclusive", c1.as_str()),
+            ("c2", "inconclusive", c2.as_str()),
             ("c3", "not measurable", "d3"),
             ("c4", "inconclusive", "noisy"),
         ];
@@ -764,7 +768,12 @@ mod tests {
             crate::os::PrivateDir::new("iomux-cmp-a", "A").unwrap(),
             crate::os::PrivateDir::new("iomux-cmp-b", "B").unwrap(),
         );
-        folder(&a.0, A_MD, serde_json::json!([{"claim": "flat", "value": 0.5, "met": true}]), None);
+        folder(
+            &a.0,
+            A_MD,
+            serde_json::json!([{"claim": "flat", "value": 0.5, "met": true, "verdict": "holds", "why": "flat"}]),
+            None,
+        );
         folder(
             &b.0,
             B_MD,

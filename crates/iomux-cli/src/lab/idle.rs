@@ -79,7 +79,7 @@ pub fn run(args: &Args, settings: &Settings) -> CliResult<Outcome> {
     let (first, last) = (idles.iter().min().copied(), idles.iter().max().copied());
     if let (Some(z0), Some(zn)) = (first, last) {
         let ratio = |b| Some(time_of(b, zn)? / time_of(b, z0)?);
-        let claim_epoll = format!("epoll: |time at Z = {zn} / time at Z = {z0} - 1|");
+        let claim_epoll = format!("epoll: abs(time at Z = {zn} / time at Z = {z0} - 1)");
         checks.push(
             match ratio(Backend::Epoll) {
                 Some(r) => Check::at_most(

@@ -154,7 +154,7 @@ pub struct Check {
     /// The claim in words, for the summary; empty for iomux's goals,
     /// whose `claim` says it.
     pub statement: String,
-    /// Set by [`noise::Noise::judge`] once the experiment's noise is known.
+    /// Set by [`noise::judge`] once the experiment's noise is known.
     pub verdict: Verdict,
     pub why: String,
 }
@@ -167,11 +167,13 @@ impl Check {
             needed,
             threshold,
             met: Some(met),
-            why: detail.clone(),
+            why: "not judged against the machine's noise yet".into(),
             detail,
             source: Source::Iomux,
             statement: String::new(),
-            verdict: if met { Verdict::Holds } else { Verdict::DoesNotHold },
+            // Only noise::judge gives a final verdict: a path that skipped
+            // it must not write an unguarded "does not hold".
+            verdict: Verdict::Inconclusive,
         }
     }
     /// The value must be at least `threshold`.

@@ -35,10 +35,12 @@ pub struct Claim {
 }
 
 impl Claim {
+    /// The recorded verdict. Results older than the noise guard have none,
+    /// and no noise reading either: a measured claim of theirs is
+    /// inconclusive, since "does not hold" needs a machine known quiet.
     pub fn verdict(&self) -> Verdict {
         self.verdict.unwrap_or(match self.met {
-            Some(true) => Verdict::Holds,
-            Some(false) => Verdict::DoesNotHold,
+            Some(_) => Verdict::Inconclusive,
             None => Verdict::NotMeasurable,
         })
     }
@@ -56,8 +58,16 @@ impl Claim {
         }
     }
 
-    pub fn why(&self) -> &str {
-        self.why.as_deref().unwrap_or(&self.detail)
+    /// Why the verdict is what it is.
+    pub fn why(&self) -> String {
+        match (&self.why, self.verdict, self.met) {
+            (Some(why), _, _) => why.clone(),
+            (None, None, Some(met)) => format!(
+                "noise not recorded (results older than the noise guard); the value would {} the claim",
+                if met { "support" } else { "not support" }
+            ),
+            (None, _, _) => self.detail.clone(),
+        }
     }
 
     /// "1.010 (needed >= 0.8)", or "-".
@@ -148,7 +158,12 @@ fn busy_sentence(experiments: &[Experiment]) -> Option<String> {
         .iter()
         .filter_map(|e| {
             let n = e.noise.as_ref().filter(|n| n.busy)?;
-            Some(format!("{} ({:.0}% of a CPU)", label(&e.name), n.other_cpu_share * 100.0))
+            Some(format!(
+                "{} ({:.1}% of a CPU on average, {:.0}% in the busiest second)",
+                label(&e.name),
+                n.other_cpu_share * 100.0,
+                n.peak_other_cpu_share * 100.0
+            ))
         })
         .collect();
     (!busy.is_empty()).then(|| {
@@ -183,7 +198,7 @@ pub fn terminal(experiments: &[Experiment]) -> String {
                     label(&e.name).into(),
                     c.verdict().as_str().into(),
                     c.measured(),
-                    c.why().into(),
+                    c.why(),
                 ]);
             }
         }
@@ -259,7 +274,7 @@ fn claim_rows(e: &Experiment, claims: &[&Claim]) -> String {
             c.verdict().as_str(),
             escape(&c.measured()),
             gauge(c),
-            escape(c.why())
+            escape(&c.why())
         );
     }
     html
@@ -339,6 +354,7 @@ pub fn html(experiments: &[Experiment], figure: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lab::noise::MEAN_THRESHOLD;
 
     fn claim(json: &str) -> Claim {
         serde_json::from_str(json).unwrap()
@@ -365,14 +381,15 @@ mod tests {
     #[test]
     fn older_results_take_their_verdict_from_met() {
         let old = claim(r#"{"claim":"x","value":0.5,"needed":"<=","threshold":1.0,"met":true,"detail":"d"}"#);
-        assert_eq!((old.verdict(), old.is_documents(), old.why()), (Verdict::Holds, false, "d"));
+        assert_eq!((old.verdict(), old.is_documents()), (Verdict::Inconclusive, false));
+        assert!(old.why().starts_with("noise not recorded"), "{}", old.why());
         let new = claim(
             r#"{"claim":"x","value":0.5,"needed":"<=","threshold":1.0,"met":false,"detail":"d",
                 "source":"documents","statement":"s","verdict":"inconclusive","why":"busy"}"#,
         );
         assert_eq!(
             (new.verdict(), new.is_documents(), new.title(), new.why()),
-            (Verdict::Inconclusive, true, "s", "busy")
+            (Verdict::Inconclusive, true, "s", "busy".to_string())
         );
     }
 
@@ -387,7 +404,7 @@ mod tests {
                 peak_other_cpu_share: 0.9,
                 peak_at_s: 1.0,
                 own_cpu_share: 1.0,
-                mean_threshold: 0.1,
+                mean_threshold: MEAN_THRESHOLD,
                 peak_threshold: 0.3,
                 busy,
             }),
@@ -397,7 +414,7 @@ mod tests {
             e(
                 "syscall-rate",
                 false,
-                r#"[{"claim":"lib/raw","value":1.0,"needed":">=","threshold":0.95,"met":true},
+                r#"[{"claim":"lib/raw","value":1.0,"needed":">=","threshold":0.95,"met":true,"verdict":"holds"},
                 {"claim":"flat","value":1.0,"needed":">=","threshold":0.8,"met":true,"source":"documents","statement":"epoll flat","verdict":"holds"}]"#,
             ),
             e(
@@ -409,7 +426,7 @@ mod tests {
         let text = terminal(&runs);
         let (docs, goals) = (text.find("epoll flat").unwrap(), text.find("lib/raw").unwrap());
         assert!(docs < goals, "{text}");
-        assert!(text.contains("busy during E2 (85% of a CPU)"), "{text}");
+        assert!(text.contains("busy during E2 (85.0% of a CPU on average, 90% in the busiest second)"), "{text}");
         assert!(text.contains("The documents' claims: 1 hold, 1 inconclusive. iomux's goals: 1 hold."), "{text}");
         let page = html(&runs, Some("<figure>F</figure>"));
         assert!(page.starts_with("<section id=\"verdicts\">"));

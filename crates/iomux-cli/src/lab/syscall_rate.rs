@@ -554,7 +554,7 @@ fn checks(ns: &[usize], rate: &dyn Fn(usize, Subject) -> Option<f64>) -> Vec<Che
     // The book: poll's calls per second fall as 1/N (25,866 at 100 fds, 18
     // at 100,000: a log-log slope of 1.05); the slope from N = 100 to the
     // largest N, within 0.2 of 1.
-    let slope_claim = "poll: |log-log slope of time per call over N >= 100 - 1|";
+    let slope_claim = "poll: abs(log-log slope of time per call over N >= 100 - 1)";
     out.push(match last.filter(|&l| l >= 1_000).and_then(|l| Some((l, ratio_between(rate, 100, l, Subject::Poll)?))) {
         Some((l, r)) => {
             let slope = r.ln() / (l as f64 / 100.0).ln();
