@@ -732,10 +732,8 @@ mod tests {
             {"claim": "c3", "value": null, "met": null, "detail": "d3"},
             {"claim": "c4", "value": 1.0, "met": true, "verdict": "inconclusive", "why": "noisy"},
         ]});
-        let got: Vec<(String, String, String)> = checks(Some(&json))
-            .iter()
-            .map(|c| (c.claim.clone(), c.verdict().as_str().into(), c.why().into()))
-            .collect();
+        let got: Vec<(String, String, String)> =
+            checks(Some(&json)).iter().map(|c| (c.claim.clone(), c.verdict().as_str().into(), c.why())).collect();
         // No noise was recorded then: never "does not hold".
         let old = "noise not recorded (results older than the noise guard); the value would";
         let (c1, c2) = (format!("{old} support the claim"), format!("{old} not support the claim"));
