@@ -1,5 +1,7 @@
 //! The protocols `iomux serve` speaks, each written once for every backend.
 
+pub mod http;
+
 use iomux::runtime::{ConnId, Handler, Io};
 use iomux::Error;
 
@@ -9,6 +11,19 @@ pub enum Proto {
     Echo,
     /// Reads and discards.
     Sink,
+    /// HTTP/1.1: GET /plaintext, GET /json, POST /echo (see --http-* flags).
+    Http,
+}
+
+impl Proto {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Proto::Echo => "echo",
+            Proto::Sink => "sink",
+            Proto::Http => "http",
+        }
+    }
 }
 
 pub struct Server {

@@ -3,12 +3,14 @@
 
 mod supervisor;
 
+use crate::apps::http::{HttpServer, HttpSettings};
 use crate::apps::{Proto, Server};
 use crate::flags::Flags;
 use crate::stats::{stats_json, summary, write_json};
 use crate::CliResult;
 use iomux::runtime::{Config, Control, Runtime};
 use iomux::Backend;
+use iomux_http::Limits;
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -96,6 +98,24 @@ pub struct ServeArgs {
     /// 0: off [default: 0]
     #[arg(long, value_name = "BYTES")]
     uring_send_zc_min: Option<usize>,
+    /// http: request line and headers at most, in bytes; more is answered
+    /// 431 and the connection closed (nginx: large_client_header_buffers).
+    #[arg(long, default_value_t = 8 << 10, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(64..=(1 << 20)))]
+    http_max_head: u32,
+    /// http: request body at most, in bytes; more is answered 413 and the
+    /// connection closed (nginx: client_max_body_size).
+    #[arg(long, default_value_t = 1 << 20, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(0..=(256 << 20)))]
+    http_max_body: u32,
+    /// http: seconds for a request head to arrive, from its first byte (for
+    /// a new connection, from accept), and the longest pause while a body
+    /// arrives; then 408 and close. Ends slowloris clients
+    /// (nginx: client_header_timeout, client_body_timeout).
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    http_header_timeout: f64,
+    /// http: seconds an idle keep-alive connection is kept between requests
+    /// (nginx: keepalive_timeout, 75 s).
+    #[arg(long, default_value_t = 75.0, value_name = "SECONDS")]
+    http_idle_timeout: f64,
     /// Worker N of a --procs parent: listen with SO_REUSEPORT, stop when
     /// the parent's end of stdin closes, leave the summary to the parent.
     #[arg(long, hide = true)]
@@ -103,6 +123,14 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    fn http_settings(&self) -> HttpSettings {
+        HttpSettings {
+            limits: Limits { max_head: self.http_max_head as usize, max_body: self.http_max_body as usize },
+            header_timeout: Duration::from_secs_f64(self.http_header_timeout),
+            idle_timeout: Duration::from_secs_f64(self.http_idle_timeout),
+        }
+    }
+
     /// The flags worker `n` runs with: these flags, with the backend made
     /// explicit, the address concrete, one process, and its own stats file.
     fn worker_args(&self, n: u16, backend: Backend, listen: SocketAddr, stats_file: PathBuf) -> Vec<OsString> {
@@ -126,15 +154,15 @@ impl ServeArgs {
             uring_bundle,
             uring_buf_inc,
             uring_send_zc_min,
+            http_max_head,
+            http_max_body,
+            http_header_timeout,
+            http_idle_timeout,
             worker: _,
         } = self;
-        let proto = match proto {
-            Proto::Echo => "echo",
-            Proto::Sink => "sink",
-        };
         let mut f = Flags::default();
         f.value("backend", backend.name())
-            .value("proto", proto)
+            .value("proto", proto.name())
             .value("listen", listen)
             .value("threads", threads)
             .value("procs", 1)
@@ -142,6 +170,10 @@ impl ServeArgs {
             // Rust prints the shortest text that parses back to the same f64.
             .value("drain-timeout", drain_timeout)
             .value("worker", n)
+            .value("http-max-head", http_max_head)
+            .value("http-max-body", http_max_body)
+            .value("http-header-timeout", http_header_timeout)
+            .value("http-idle-timeout", http_idle_timeout)
             .optional("ring-buffers", *ring_buffers)
             .optional("ring-buffer-size", *ring_buffer_size)
             .optional("uring-register-ring", uring_register_ring.map(on_off_name))
@@ -210,12 +242,25 @@ fn check(args: &ServeArgs) -> CliResult<(Backend, Config)> {
     if !(0.0..=3600.0).contains(&args.drain_timeout) {
         return Err("--drain-timeout must be between 0 and 3600 seconds".into());
     }
+    for (flag, seconds) in
+        [("--http-header-timeout", args.http_header_timeout), ("--http-idle-timeout", args.http_idle_timeout)]
+    {
+        if !(0.001..=86400.0).contains(&seconds) {
+            return Err(format!("{flag} must be between 0.001 and 86400 seconds").into());
+        }
+    }
+    let http = args.http_settings();
     let mut config = Config::builder()
         .backend(backend)
         .max_output(args.max_output.max(1))
         .drain_timeout(Duration::from_secs_f64(args.drain_timeout));
     if let Some(max) = args.max_conns {
         config = config.max_conns(max);
+    }
+    if args.proto == Proto::Http {
+        // Room for one whole request still arriving; the handler answers
+        // 431/413 before more can pile up.
+        config = config.max_input(http.limits.max_pending().max(64 << 10));
     }
     if let Some(n) = args.ring_buffers {
         config = config.ring_buffers(n.next_power_of_two());
@@ -271,17 +316,34 @@ fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCod
         let _ = std::io::stdout().flush();
     });
     let (cpu, proto) = (args.cpu, args.proto);
-    let stats = runtime
-        .run(|_| {
-            if let Some(cpu) = cpu {
-                if let Err(e) = crate::os::pin_to_cpu(cpu) {
-                    eprintln!("iomux serve: cannot pin to CPU {cpu}: {e}");
-                }
+    let pin = move || {
+        if let Some(cpu) = cpu {
+            if let Err(e) = crate::os::pin_to_cpu(cpu) {
+                eprintln!("iomux serve: cannot pin to CPU {cpu}: {e}");
             }
-            Server::new(proto)
-        })?
-        .stats;
-    let json = stats_json(&stats, backend, &[("proto", format!("{:?}", args.proto).to_lowercase())])?;
+        }
+    };
+    let mut extra = vec![("proto", proto.name().to_string())];
+    let stats = if proto == Proto::Http {
+        let settings = args.http_settings();
+        let finished = runtime.run(|_| {
+            pin();
+            HttpServer::new(settings)
+        })?;
+        let responses: u64 = finished.handlers.iter().map(|h| h.responses).sum();
+        let timeouts: u64 = finished.handlers.iter().map(|h| h.timeouts).sum();
+        extra.push(("http_responses", responses.to_string()));
+        extra.push(("http_timeouts", timeouts.to_string()));
+        finished.stats
+    } else {
+        runtime
+            .run(|_| {
+                pin();
+                Server::new(proto)
+            })?
+            .stats
+    };
+    let json = stats_json(&stats, backend, &extra)?;
     // A worker's figures are one part of the parent's summary.
     if args.worker.is_none() {
         eprintln!("iomux serve: stopped. {}", summary(&json));
@@ -347,6 +409,10 @@ mod tests {
             "--uring-bundle=on",
             "--uring-buf-inc=off",
             "--uring-send-zc-min=65536",
+            "--http-max-head=1000",
+            "--http-max-body=5",
+            "--http-header-timeout=2.5",
+            "--http-idle-timeout=30",
         ]);
         let addr: SocketAddr = "[::1]:4321".parse().unwrap();
         let stats = std::env::temp_dir().join("iomux-worker-args-test.json");
