@@ -39,7 +39,7 @@ impl Client {
         self.stream.write_all(bytes).expect("send request");
     }
 
-    /// The next response (`head_only`: the answer to a HEAD has no body).
+    /// The next response.
     fn response(&mut self) -> Response {
         loop {
             let mut slots = [httparse::EMPTY_HEADER; 32];
@@ -78,13 +78,11 @@ impl Client {
     fn expect_closed(&mut self, within: Duration) {
         self.stream.set_read_timeout(Some(within)).expect("timeout");
         let mut chunk = [0u8; 4096];
-        loop {
-            match self.stream.read(&mut chunk) {
-                Ok(0) => return,
-                Ok(n) => panic!("bytes after the last response: {:?}", String::from_utf8_lossy(&chunk[..n])),
-                Err(e) if e.kind() == ErrorKind::ConnectionReset => return,
-                Err(e) => panic!("not closed within {within:?}: {e}"),
-            }
+        match self.stream.read(&mut chunk) {
+            Ok(0) => {}
+            Ok(n) => panic!("bytes after the last response: {:?}", String::from_utf8_lossy(&chunk[..n])),
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
+            Err(e) => panic!("not closed within {within:?}: {e}"),
         }
     }
 }
