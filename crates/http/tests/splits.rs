@@ -120,8 +120,11 @@ fn with_body(head: &str, body: &[u8]) -> Vec<u8> {
     r
 }
 
+/// Requests (each with whether it is valid), bytes cut off the end, chunk sizes.
+type Case = (Vec<(Vec<u8>, bool)>, usize, Vec<usize>);
+
 /// A stream of requests, maybe cut short, and how to split it.
-fn case() -> impl Strategy<Value = (Vec<(Vec<u8>, bool)>, usize, Vec<usize>)> {
+fn case() -> impl Strategy<Value = Case> {
     (
         prop::collection::vec(request(), 1..8),
         0usize..20,
