@@ -32,6 +32,7 @@
 //! assert!(out.starts_with(b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\n"));
 //! ```
 
+pub mod conformance;
 mod response;
 mod scan;
 
@@ -92,6 +93,8 @@ pub struct Fed {
     pub responses: u32,
     /// Close the connection once `out` is sent; nothing more is read.
     pub close: bool,
+    /// `out` ends with an interim `100 Continue` for the pending request.
+    pub interim: bool,
 }
 
 /// The server side: limits, the cached `Date` and the responses built
@@ -157,14 +160,14 @@ impl Http {
             }
             let rest = &input[pos..];
             if rest.is_empty() {
-                return Fed { consumed: pos, responses, close: false };
+                return Fed { consumed: pos, responses, close: false, interim: false };
             }
             let Some(head_len) = session.head_len.or_else(|| scan::head_end(rest, session.scanned)) else {
                 if rest.len() > self.limits.max_head {
                     return self.fail(session, out, input.len(), responses, Status::HeadTooLarge);
                 }
                 session.scanned = rest.len();
-                return Fed { consumed: pos, responses, close: false };
+                return Fed { consumed: pos, responses, close: false, interim: false };
             };
             if head_len > self.limits.max_head {
                 return self.fail(session, out, input.len(), responses, Status::HeadTooLarge);
@@ -174,13 +177,13 @@ impl Http {
                     responses += 1;
                     *session = Session::default();
                     if close {
-                        return Fed { consumed: input.len(), responses, close: true };
+                        return Fed { consumed: input.len(), responses, close: true, interim: false };
                     }
                     pos += used;
                 }
-                Step::NeedBody => {
+                Step::NeedBody { interim } => {
                     session.head_len = Some(head_len);
-                    return Fed { consumed: pos, responses, close: false };
+                    return Fed { consumed: pos, responses, close: false, interim };
                 }
                 Step::Fail(status) => return self.fail(session, out, input.len(), responses, status),
             }
@@ -203,7 +206,7 @@ impl Http {
     ) -> Fed {
         *session = Session::default();
         Response::new(status, &self.date).close().write(out, status.explanation().as_bytes());
-        Fed { consumed, responses: responses + 1, close: true }
+        Fed { consumed, responses: responses + 1, close: true, interim: false }
     }
 
     /// One request whose head is `head`, at the start of `rest`.
@@ -238,11 +241,12 @@ impl Http {
         let used = head_bytes.len() + body_len;
         if rest.len() < used {
             // Only a 1.1 client waits for it, and only before sending the body.
-            if head.expect_continue && http11 && !session.continue_sent && rest.len() == head_bytes.len() {
+            let interim = head.expect_continue && http11 && !session.continue_sent && rest.len() == head_bytes.len();
+            if interim {
                 out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
                 session.continue_sent = true;
             }
-            return Step::NeedBody;
+            return Step::NeedBody { interim };
         }
         let body = &rest[head_bytes.len()..used];
         let close = head.close || (!http11 && !head.keep_alive);
@@ -304,8 +308,9 @@ impl Http {
 enum Step {
     /// Answered; `used` bytes of input were the request.
     Done { used: usize, close: bool },
-    /// The head is complete, the body is not.
-    NeedBody,
+    /// The head is complete, the body is not (`interim`: a `100 Continue`
+    /// was appended).
+    NeedBody { interim: bool },
     /// Answer with this status and close.
     Fail(Status),
 }

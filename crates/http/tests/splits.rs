@@ -3,82 +3,21 @@
 //! responses, and never a panic. 100,000 cases by default
 //! (`PROPTEST_CASES` overrides).
 
-use iomux_http::{Fed, Http, Limits, Session};
+use iomux_http::conformance::{self, Seen};
+use iomux_http::{Http, Limits};
 use proptest::prelude::*;
 use std::time::{Duration, UNIX_EPOCH};
 
 const LIMITS: Limits = Limits { max_head: 300, max_body: 200 };
-const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
-/// What a connection saw: the responses (interim 100s removed), whether
-/// it closed, and the bytes left pending.
-#[derive(Debug, PartialEq, Eq)]
-struct Seen {
-    responses: Vec<u8>,
-    interim: usize,
-    count: u32,
-    closed: bool,
-    pending: usize,
-}
-
-/// Feeds `stream` in chunks of the given sizes (the rest in one), as the
-/// runtime does: unconsumed input comes back with the next bytes.
 fn drive(stream: &[u8], chunks: &[usize]) -> Seen {
     let mut http = Http::new(LIMITS);
     http.set_date(UNIX_EPOCH + Duration::from_secs(1_700_000_000));
-    let (mut session, mut out, mut pending) = (Session::default(), Vec::new(), Vec::new());
-    let (mut count, mut closed, mut at) = (0, false, 0);
-    let mut sizes = chunks.iter().copied().chain(std::iter::once(usize::MAX));
-    while at < stream.len() && !closed {
-        let n = sizes.next().unwrap_or(usize::MAX).clamp(1, stream.len() - at);
-        pending.extend_from_slice(&stream[at..at + n]);
-        at += n;
-        let Fed { consumed, responses, close } = http.feed(&mut session, &pending, &mut out);
-        assert!(consumed <= pending.len());
-        pending.drain(..consumed);
-        assert!(pending.len() <= LIMITS.max_pending(), "{} bytes pending, over the bound", pending.len());
-        count += responses;
-        closed = close;
+    let seen = conformance::drive(&mut http, stream, chunks.iter().copied());
+    if let Err(e) = conformance::well_formed(&seen.responses) {
+        panic!("{e}");
     }
-    let (responses, interim) = strip_interim(&out);
-    Seen { responses, interim, count, closed, pending: pending.len() }
-}
-
-/// Removes interim `100 Continue` responses: whether one is sent depends on
-/// whether the body came with the head, which is the split's doing.
-fn strip_interim(out: &[u8]) -> (Vec<u8>, usize) {
-    let (mut kept, mut interim, mut at) = (Vec::new(), 0, 0);
-    while at < out.len() {
-        if out[at..].starts_with(CONTINUE) {
-            interim += 1;
-            at += CONTINUE.len();
-            continue;
-        }
-        let len = response_len(&out[at..]);
-        kept.extend_from_slice(&out[at..at + len]);
-        at += len;
-    }
-    (kept, interim)
-}
-
-/// The length of the well-formed response at the start of `out`.
-fn response_len(out: &[u8]) -> usize {
-    let mut slots = [httparse::EMPTY_HEADER; 16];
-    let mut r = httparse::Response::new(&mut slots);
-    let head = match r.parse(out) {
-        Ok(httparse::Status::Complete(n)) => n,
-        other => panic!("not a whole response ({other:?}): {:?}", String::from_utf8_lossy(out)),
-    };
-    let length = r.headers.iter().find(|h| h.name == "Content-Length").expect("Content-Length");
-    let body: usize = std::str::from_utf8(length.value).unwrap().parse().unwrap();
-    assert!(matches!(r.code, Some(200 | 400 | 404 | 405 | 413 | 431 | 501)), "status {:?}", r.code);
-    // The answer to HEAD /plaintext (the only HEAD generated) has no body.
-    let rest = &out[head..];
-    if body == 13 && !rest.starts_with(b"Hello, World!") && (rest.is_empty() || rest.starts_with(b"HTTP/1.1 ")) {
-        return head;
-    }
-    assert!(head + body <= out.len(), "body shorter than its Content-Length");
-    head + body
+    seen
 }
 
 /// One request of the stream, and whether it is valid.
@@ -88,6 +27,7 @@ fn request() -> impl Strategy<Value = (Vec<u8>, bool)> {
         Just(b"GET /plaintext HTTP/1.1\r\nHost: h\r\n\r\n".to_vec()),
         Just(b"GET /json?q=1 HTTP/1.1\r\nHost: h\r\nAccept: */*\r\n\r\n".to_vec()),
         Just(b"HEAD /plaintext HTTP/1.1\r\nHost: h\r\n\r\n".to_vec()),
+        Just(b"HEAD /echo HTTP/1.1\r\nHost: h\r\n\r\n".to_vec()),
         Just(b"GET /plaintext HTTP/1.0\r\nConnection: keep-alive\r\n\r\n".to_vec()),
         Just(b"GET /missing HTTP/1.1\r\nHost: h\r\n\r\n".to_vec()),
         Just(b"DELETE /json HTTP/1.1\r\nHost: h\r\n\r\n".to_vec()),

@@ -91,9 +91,18 @@ pub struct Usage {
 
 /// getrusage(RUSAGE_SELF) (rustix has no getrusage).
 pub fn usage() -> io::Result<Usage> {
+    usage_of(libc::RUSAGE_SELF)
+}
+
+/// User + system CPU of every child this process has waited for.
+pub fn children_cpu() -> io::Result<Duration> {
+    usage_of(libc::RUSAGE_CHILDREN).map(|u| u.user + u.system)
+}
+
+fn usage_of(who: libc::c_int) -> io::Result<Usage> {
     let mut ru = MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: ru points at a live rusage the kernel fills in.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) } < 0 {
+    if unsafe { libc::getrusage(who, ru.as_mut_ptr()) } < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: zeroed is a valid rusage (plain old data), and getrusage
@@ -101,6 +110,37 @@ pub fn usage() -> io::Result<Usage> {
     let ru = unsafe { ru.assume_init() };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
     Ok(Usage { user: tv(ru.ru_utime), system: tv(ru.ru_stime), peak_rss: ru.ru_maxrss as u64 * 1024 })
+}
+
+/// Waits for `child` (spawned with piped stdout and stderr) and collects
+/// its output; kills and reaps it if it runs longer than `limit`.
+pub fn wait_output_within(mut child: std::process::Child, limit: Duration) -> io::Result<std::process::Output> {
+    use std::io::Read;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(io::Error::new(io::ErrorKind::TimedOut, format!("still running after {limit:?}; killed")));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let joined = |h: std::thread::JoinHandle<Vec<u8>>| h.join().unwrap_or_default();
+    Ok(std::process::Output { status, stdout: joined(stdout), stderr: joined(stderr) })
 }
 
 /// The value of a `Field:   N kB` line (of /proc/meminfo or

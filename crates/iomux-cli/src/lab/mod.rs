@@ -8,10 +8,13 @@ mod child;
 pub mod compare;
 mod echo;
 mod echo_large;
+mod http;
+mod http_clients;
 mod idle;
 mod kernel_memory;
 mod machine;
 mod measure;
+mod nginx;
 mod noise;
 mod output;
 mod peer_cell;
@@ -75,6 +78,10 @@ enum Experiment {
     /// io_uring's optional features, each off and on: server CPU and
     /// syscalls per echo, E3 loopback CPU per GB.
     UringFeatures(uring_features::Args),
+    /// E6: `iomux serve --proto http` on each backend beside nginx,
+    /// measured by wrk and h2load (with and without pipelining):
+    /// requests/s, server CPU per request, latency, errors.
+    Http(http::Args),
 }
 
 /// What every experiment is given.
@@ -266,7 +273,10 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
             // E5's plan (its limits for 10,000 connections too) before E1:
             // a machine that cannot run it is told now, not minutes on.
             peers::check(&peers::Args::default(), &settings)?;
-            eprintln!("iomux bench: running E1 syscall-rate, E2 idle, E3 sink, E4 echo, E5 peers, uring-features");
+            http::check(&http::Args::default(), &settings)?;
+            eprintln!(
+                "iomux bench: running E1 syscall-rate, E2 idle, E3 sink, E4 echo, E5 peers, uring-features, E6 http"
+            );
             vec![
                 Experiment::SyscallRate(Default::default()),
                 Experiment::Idle(Default::default()),
@@ -274,6 +284,7 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
                 Experiment::Echo(Default::default()),
                 Experiment::Peers(Default::default()),
                 Experiment::UringFeatures(Default::default()),
+                Experiment::Http(Default::default()),
             ]
         }
     };
@@ -288,6 +299,7 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
             Experiment::Echo(a) => echo::run(&a, &settings, tracer)?,
             Experiment::Peers(a) => peers::run(&a, &settings, tracer)?,
             Experiment::UringFeatures(a) => uring_features::run(&a, &settings)?,
+            Experiment::Http(a) => http::run(&a, &settings)?,
         });
     }
     let report = report::write(&settings.out_dir)?;

@@ -502,7 +502,7 @@ pub fn checks(rows: &[Row], scenarios: &[Scenario]) -> Vec<Check> {
 }
 
 /// `median (min–max)`, with `f` formatting each.
-fn spread(s: Stat, f: impl Fn(f64) -> String) -> String {
+pub fn spread(s: Stat, f: impl Fn(f64) -> String) -> String {
     if !s.median.is_finite() {
         return "-".into();
     }

@@ -5,7 +5,7 @@ use crate::CliResult;
 use std::path::{Path, PathBuf};
 
 /// The experiments in the order the report shows them.
-pub const ORDER: [&str; 6] = ["syscall-rate", "idle", "sink", "echo", "peers", "uring-features"];
+pub const ORDER: [&str; 7] = ["syscall-rate", "idle", "sink", "echo", "peers", "uring-features", "http"];
 
 /// Text made safe inside HTML, attribute values included.
 pub(crate) fn escape(s: &str) -> String {

@@ -118,6 +118,7 @@ pub fn label(name: &str) -> &str {
         "echo" => "E4",
         "peers" => "E5",
         "uring-features" => "io_uring",
+        "http" => "E6",
         other => other,
     }
 }

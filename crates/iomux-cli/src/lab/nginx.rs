@@ -1,0 +1,181 @@
+//! nginx as E6's reference server: one worker, its own configuration in
+//! a folder of its own, pinned to the server CPU, stopped and reaped
+//! whatever happens (a value owns it; dropping it kills it).
+
+use crate::CliResult;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The configuration: the plaintext response from a `return 200`, no
+/// logging of requests, and keep-alive without a request limit (nginx's
+/// default of 1000 requests per connection would make the client
+/// reconnect every 1000 requests, which iomux is never asked to do).
+pub fn config(prefix: &Path, addr: SocketAddr) -> String {
+    let p = prefix.display();
+    format!(
+        "# Written by iomux bench http.\n\
+         worker_processes 1;\n\
+         daemon off;\n\
+         master_process on;\n\
+         error_log {p}/error.log warn;\n\
+         pid {p}/nginx.pid;\n\
+         events {{ worker_connections 4096; }}\n\
+         http {{\n\
+         \x20 access_log off;\n\
+         \x20 keepalive_requests 1000000000;\n\
+         \x20 client_body_temp_path {p}/body;\n\
+         \x20 proxy_temp_path {p}/proxy;\n\
+         \x20 fastcgi_temp_path {p}/fastcgi;\n\
+         \x20 uwsgi_temp_path {p}/uwsgi;\n\
+         \x20 scgi_temp_path {p}/scgi;\n\
+         \x20 server {{\n\
+         \x20   listen {addr};\n\
+         \x20   location = /plaintext {{ default_type text/plain; return 200 \"Hello, World!\"; }}\n\
+         \x20 }}\n\
+         }}\n"
+    )
+}
+
+pub struct Nginx {
+    child: Child,
+    pub addr: SocketAddr,
+    prefix: PathBuf,
+}
+
+impl Nginx {
+    /// Starts `program` with its own configuration on a free loopback port,
+    /// pinned to `cpu`, and waits until it answers.
+    pub fn start(program: &Path, cpu: Option<usize>) -> CliResult<Nginx> {
+        use std::os::unix::process::CommandExt;
+        let prefix = fresh_dir()?;
+        // A free port now; nginx binds it a moment later (nothing else here
+        // takes ports in between).
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| format!("finding a free port for nginx: {e}"))?;
+        let conf = prefix.join("nginx.conf");
+        std::fs::write(&conf, config(&prefix, addr)).map_err(|e| format!("writing {}: {e}", conf.display()))?;
+        let mut cmd = Command::new(program);
+        cmd.arg("-c")
+            .arg(&conf)
+            .arg("-p")
+            .arg(&prefix)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(cpu) = cpu {
+            // SAFETY: sched_setaffinity is async-signal-safe and touches no
+            // state of the parent's; the worker nginx forks inherits it.
+            unsafe {
+                cmd.pre_exec(move || crate::os::pin_to_cpu(cpu));
+            }
+        }
+        let child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&prefix);
+                return Err(format!("cannot start {}: {e}", program.display()).into());
+            }
+        };
+        let mut nginx = Nginx { child, addr, prefix };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = nginx.child.try_wait() {
+                return Err(format!("nginx exited at start with {status}: {}", nginx.error_log()).into());
+            }
+            match super::http::answers_plaintext(addr) {
+                Ok(()) => return Ok(nginx),
+                Err(e) if Instant::now() > deadline => {
+                    return Err(
+                        format!("nginx does not answer on {addr} within 10 s: {e}; {}", nginx.error_log()).into()
+                    )
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+
+    /// Master and worker processes.
+    pub fn pids(&self) -> Vec<u32> {
+        let master = self.child.id();
+        let mut pids = vec![master];
+        pids.extend(children_of(master));
+        pids
+    }
+
+    fn error_log(&self) -> String {
+        let text = std::fs::read_to_string(self.prefix.join("error.log")).unwrap_or_default();
+        text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("error.log is empty").to_string()
+    }
+
+    /// SIGQUIT (nginx's graceful stop), then SIGKILL after 5 s.
+    pub fn stop(mut self) -> CliResult<()> {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).ok_or("nginx has no pid")?;
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::QUIT);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Err(format!("nginx did not stop within 5 s of SIGQUIT; killed. {}", self.error_log()).into())
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // The workers end with their master (nginx's own design).
+            for pid in children_of(self.child.id()) {
+                if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.prefix);
+    }
+}
+
+/// A new folder for one nginx's configuration, pid file and logs; readable
+/// by the worker, which runs as another user when the master is root.
+fn fresh_dir() -> CliResult<PathBuf> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir =
+        std::env::temp_dir().join(format!("iomux-nginx-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    std::fs::create_dir(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Processes whose parent is `pid` (from /proc/*/stat).
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let parent = pid.to_string();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+            stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)) == Some(parent.as_str())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_configuration_serves_plaintext_from_a_return() {
+        let c = config(Path::new("/tmp/x"), "127.0.0.1:8080".parse().unwrap());
+        assert!(c.contains("worker_processes 1;") && c.contains("access_log off;"));
+        assert!(c.contains("listen 127.0.0.1:8080;"));
+        assert!(c.contains("return 200 \"Hello, World!\";"));
+        assert!(c.contains("pid /tmp/x/nginx.pid;"));
+        assert_eq!(c.matches('{').count(), c.matches('}').count());
+    }
+}
