@@ -219,7 +219,7 @@ pub fn parse_wrk(text: &str) -> Result<Report, String> {
             let n: u64 = rest.trim().parse().map_err(|_| format!("bad line {line:?}"))?;
             errors.push(format!("non-2xx {n}"));
             r.errors += n;
-        } else if let Some(rest) = line.strip_prefix("Latency ") {
+        } else if let Some(rest) = line.strip_prefix("Latency ").filter(|r| !r.starts_with("Distribution")) {
             // Thread stats: "Latency   462.17us   97.94us   2.95ms   84.22%"
             r.mean_us = rest.split_whitespace().next().and_then(duration_us);
         }
