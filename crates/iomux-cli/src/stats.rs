@@ -6,7 +6,7 @@ use iomux::Backend;
 use serde_json::{json, Map, Value};
 use std::path::Path;
 
-pub fn stats_json(stats: &LoopStats, backend: Backend, extra: &[(&str, String)]) -> CliResult<Value> {
+pub fn stats_json(stats: &LoopStats, backend: Backend, extra: &[(&str, Value)]) -> CliResult<Value> {
     let usage = crate::os::usage().map_err(|e| format!("getrusage: {e}"))?;
     let mut syscalls = Map::new();
     for (kind, n) in stats.syscalls.nonzero() {
@@ -48,7 +48,7 @@ pub fn stats_json(stats: &LoopStats, backend: Backend, extra: &[(&str, String)])
         v["zero_copy_copied"] = json!(stats.zero_copy_copied);
     }
     for (k, val) in extra {
-        v[*k] = json!(val);
+        v[*k] = val.clone();
     }
     Ok(v)
 }

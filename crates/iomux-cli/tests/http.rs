@@ -127,7 +127,7 @@ fn pipelined_requests_answered_in_order(backend: &str) {
         assert_eq!(c.response().status, 404);
     }
     let (stats, _) = server.stop();
-    assert_eq!(stats["http_responses"], "200", "{stats}");
+    assert_eq!(stats["http_responses"], 200, "{stats}");
 }
 
 fn keep_alive_across_many_requests(backend: &str) {
@@ -217,7 +217,7 @@ fn slowloris_closed_by_the_header_timeout(backend: &str) {
     let mut silent = Client::new(&server);
     silent.expect_closed(Duration::from_secs(5));
     let (stats, _) = server.stop();
-    assert_eq!(stats["http_timeouts"], "2", "{stats}");
+    assert_eq!(stats["http_timeouts"], 2, "{stats}");
 }
 
 fn idle_keep_alive_closed_by_the_idle_timeout(backend: &str) {

@@ -207,7 +207,7 @@ fn run_cell(
             let measured = measure(child.addr, &[pid]);
             let stats = child.stop().map_err(|e| e.to_string())?.stats;
             let (report, s, c) = measured?;
-            let responses = stats["http_responses"].as_str().and_then(|n| n.parse::<f64>().ok()).unwrap_or(f64::NAN);
+            let responses = stats["http_responses"].as_f64().unwrap_or(f64::NAN);
             let syscalls = super::cell::f64_of(&stats["syscalls_total"]) / responses;
             (report, s, c, syscalls.is_finite().then_some(syscalls))
         }

@@ -323,7 +323,7 @@ fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCod
             }
         }
     };
-    let mut extra = vec![("proto", proto.name().to_string())];
+    let mut extra = vec![("proto", serde_json::json!(proto.name()))];
     let stats = if proto == Proto::Http {
         let settings = args.http_settings();
         let finished = runtime.run(|_| {
@@ -332,8 +332,8 @@ fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCod
         })?;
         let responses: u64 = finished.handlers.iter().map(|h| h.responses).sum();
         let timeouts: u64 = finished.handlers.iter().map(|h| h.timeouts).sum();
-        extra.push(("http_responses", responses.to_string()));
-        extra.push(("http_timeouts", timeouts.to_string()));
+        extra.push(("http_responses", serde_json::json!(responses)));
+        extra.push(("http_timeouts", serde_json::json!(timeouts)));
         finished.stats
     } else {
         runtime

@@ -569,6 +569,12 @@ fn merge(workers: &[Value], backend: Backend, proto: &str) -> Value {
         syscalls.insert(kind.clone(), json!(sum));
     }
     merged["syscalls"] = Value::Object(syscalls);
+    // http workers: their requests answered and timeouts.
+    for key in ["http_responses", "http_timeouts"] {
+        if workers.iter().any(|w| w[key].is_u64()) {
+            merged[key] = json!(u64s(key).sum::<u64>());
+        }
+    }
     // io_uring workers: the same configuration, so the first one's features.
     if let Some(features) = workers.iter().map(|w| &w["uring_features"]).find(|v| !v.is_null()) {
         merged["uring_features"] = features.clone();
@@ -599,6 +605,10 @@ mod tests {
         assert_eq!(m["syscalls"], json!({"read": 4, "accept4": 2, "write": 4}));
         assert_eq!(m["uring_setup"], "sqpoll");
         assert_eq!(m["backend"], "epoll");
+        assert!(m["http_responses"].is_null(), "only http workers count responses");
+        let h = |n: u64| json!({"http_responses": n, "http_timeouts": 1});
+        let m = merge(&[h(5), h(7)], Backend::Epoll, "http");
+        assert_eq!((m["http_responses"].as_u64(), m["http_timeouts"].as_u64()), (Some(12), Some(2)));
     }
 
     #[test]
