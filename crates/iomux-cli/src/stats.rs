@@ -58,7 +58,16 @@ pub fn stats_json(stats: &LoopStats, backend: Backend, extra: &[(&str, Value)]) 
 pub fn summary(stats: &Value) -> String {
     let n = |key: &str| stats[key].as_u64().unwrap_or(0);
     let s = |key: &str| stats[key].as_f64().unwrap_or(0.0);
-    format!(
+    // An HTTP server also says what it answered, per request.
+    let http = match stats["http_responses"].as_u64() {
+        Some(r) => format!(
+            "; {r} HTTP responses ({:.3} syscalls each), {} connections timed out",
+            n("syscalls_total") as f64 / r.max(1) as f64,
+            n("http_timeouts")
+        ),
+        None => String::new(),
+    };
+    let line = format!(
         "{} connections accepted, {} closed ({} abnormally, {} refused); \
          {} bytes in, {} out; {} syscalls ({:.3} per read); cpu user {:.3}s sys {:.3}s; peak RSS {} KiB",
         n("accepted"),
@@ -72,7 +81,8 @@ pub fn summary(stats: &Value) -> String {
         s("user_cpu_s"),
         s("sys_cpu_s"),
         n("peak_rss_bytes") / 1024,
-    )
+    );
+    line + &http
 }
 
 /// Refuses, before any work starts, a path [`write_json`] could not write

@@ -305,9 +305,9 @@ fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCod
     }
     let addr = runtime.local_addr().ok_or("no listening address")?;
     let banner = format!(
-        "iomux serve: listening on {addr} (pid {}, backend {backend}, proto {:?}, {threads} thread{})",
+        "iomux serve: listening on {addr} (pid {}, backend {backend}, proto {}, {threads} thread{})",
         std::process::id(),
-        args.proto,
+        args.proto.name(),
         if threads == 1 { "" } else { "s" }
     );
     // "listening" only once every loop is set up: a client may connect at once.

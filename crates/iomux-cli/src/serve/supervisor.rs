@@ -168,11 +168,11 @@ impl Supervisor<'_> {
                 let mut out = std::io::stdout().lock();
                 let _ = writeln!(
                     out,
-                    "{LISTENING}{} (pid {}, backend {}, proto {:?}, {} procs x {threads} thread{})",
+                    "{LISTENING}{} (pid {}, backend {}, proto {}, {} procs x {threads} thread{})",
                     self.addr,
                     std::process::id(),
                     self.backend,
-                    args.proto,
+                    args.proto.name(),
                     args.procs,
                     if threads == 1 { "" } else { "s" }
                 );
@@ -364,8 +364,8 @@ impl Supervisor<'_> {
             }
         }
         let args = self.args;
-        let proto = format!("{:?}", args.proto).to_lowercase();
-        let mut stats = merge(&workers, self.backend, &proto);
+        let proto = args.proto.name();
+        let mut stats = merge(&workers, self.backend, proto);
         stats["procs"] = json!(args.procs);
         stats["restarts"] = json!(self.restarts);
         stats["workers"] = Value::Array(workers);
