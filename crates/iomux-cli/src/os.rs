@@ -80,6 +80,23 @@ pub fn process_cpu(pid: u32) -> io::Result<Duration> {
     Ok(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
 }
 
+/// Tests: uses `d` of this thread's CPU time (not of wall time: on a busy
+/// machine a spin by the wall clock gets less CPU than it waited).
+#[cfg(test)]
+pub fn spin_cpu(d: Duration) {
+    let thread_cpu = || {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: ts is a live timespec the call writes.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    };
+    let start = thread_cpu();
+    while thread_cpu() - start < d {
+        std::hint::black_box(0);
+    }
+}
+
 /// CPU time and peak memory of this process.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Usage {

@@ -447,11 +447,7 @@ mod tests {
     #[test]
     fn our_own_and_our_childrens_cpu_count_as_ours() {
         let before = tree_cpu_s(std::process::id());
-        let spin = Instant::now();
-        let mut x = 0u64;
-        while spin.elapsed() < Duration::from_millis(500) {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-        }
+        crate::os::spin_cpu(Duration::from_millis(500));
         // A grandchild (under timeout) that spins, then is reaped.
         let status =
             std::process::Command::new("timeout").args(["0.5", "sh", "-c", "while :; do :; done"]).status().unwrap();

@@ -204,10 +204,7 @@ mod tests {
     }
 
     fn spin(d: Duration) {
-        let start = std::time::Instant::now();
-        while start.elapsed() < d {
-            std::hint::black_box(0);
-        }
+        crate::os::spin_cpu(d);
     }
 
     #[test]
