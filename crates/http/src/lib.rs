@@ -71,15 +71,15 @@ pub struct Session {
     scanned: usize,
     /// A `100 Continue` was sent for the pending request.
     continue_sent: bool,
-    /// The pending request's head length, once complete while its body
-    /// is arriving.
-    head_len: Option<usize>,
+    /// The pending request, once its head is complete and while its body
+    /// arrives.
+    pending: Option<Plan>,
 }
 
 impl Session {
     /// The pending request's head is complete and its body is arriving.
     pub fn in_body(&self) -> bool {
-        self.head_len.is_some()
+        self.pending.is_some()
     }
 }
 
@@ -154,7 +154,7 @@ impl Http {
         let mut responses = 0;
         loop {
             // Empty lines before a request line are ignored (RFC 9112 2.2).
-            let mid_request = session.scanned > 0 || session.head_len.is_some();
+            let mid_request = session.scanned > 0 || session.pending.is_some();
             while !mid_request && pos < input.len() && matches!(input[pos], b'\r' | b'\n') {
                 pos += 1;
             }
@@ -162,31 +162,45 @@ impl Http {
             if rest.is_empty() {
                 return Fed { consumed: pos, responses, close: false, interim: false };
             }
-            let Some(head_len) = session.head_len.or_else(|| scan::head_end(rest, session.scanned)) else {
-                if rest.len() > self.limits.max_head {
-                    return self.fail(session, out, input.len(), responses, Status::HeadTooLarge);
-                }
-                session.scanned = rest.len();
-                return Fed { consumed: pos, responses, close: false, interim: false };
-            };
-            if head_len > self.limits.max_head {
-                return self.fail(session, out, input.len(), responses, Status::HeadTooLarge);
-            }
-            match self.request(session, &rest[..head_len], rest, out) {
-                Step::Done { used, close } => {
-                    responses += 1;
-                    *session = Session::default();
-                    if close {
-                        return Fed { consumed: input.len(), responses, close: true, interim: false };
+            // A head is parsed once: while its body arrives (perhaps a byte
+            // at a time) the decision taken from it is kept.
+            let plan = match session.pending {
+                Some(plan) => plan,
+                None => {
+                    let Some(head_len) = scan::head_end(rest, session.scanned) else {
+                        if rest.len() > self.limits.max_head {
+                            return self.fail(session, out, input.len(), responses, Status::HeadTooLarge);
+                        }
+                        session.scanned = rest.len();
+                        return Fed { consumed: pos, responses, close: false, interim: false };
+                    };
+                    if head_len > self.limits.max_head {
+                        return self.fail(session, out, input.len(), responses, Status::HeadTooLarge);
                     }
-                    pos += used;
+                    match self.plan(&rest[..head_len]) {
+                        Ok(plan) => plan,
+                        Err(status) => return self.fail(session, out, input.len(), responses, status),
+                    }
                 }
-                Step::NeedBody { interim } => {
-                    session.head_len = Some(head_len);
-                    return Fed { consumed: pos, responses, close: false, interim };
+            };
+            let used = plan.head_len + plan.body_len;
+            if rest.len() < used {
+                // Only a 1.1 client waits for it, and only before sending the body.
+                let interim = plan.expect_continue && !session.continue_sent && rest.len() == plan.head_len;
+                if interim {
+                    out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+                    session.continue_sent = true;
                 }
-                Step::Fail(status) => return self.fail(session, out, input.len(), responses, status),
+                session.pending = Some(plan);
+                return Fed { consumed: pos, responses, close: false, interim };
             }
+            self.answer(&plan, &rest[plan.head_len..used], out);
+            responses += 1;
+            *session = Session::default();
+            if plan.close {
+                return Fed { consumed: input.len(), responses, close: true, interim: false };
+            }
+            pos += used;
         }
     }
 
@@ -209,95 +223,85 @@ impl Http {
         Fed { consumed, responses: responses + 1, close: true, interim: false }
     }
 
-    /// One request whose head is `head`, at the start of `rest`.
-    fn request(&mut self, session: &mut Session, head_bytes: &[u8], rest: &[u8], out: &mut Vec<u8>) -> Step {
+    /// How to answer the request whose whole head is `head_bytes`, or the
+    /// error status to close with.
+    fn plan(&self, head_bytes: &[u8]) -> Result<Plan, Status> {
         let mut slots = [httparse::EMPTY_HEADER; 64];
         let mut req = httparse::Request::new(&mut slots);
         match req.parse(head_bytes) {
             Ok(httparse::Status::Complete(n)) if n == head_bytes.len() => {}
-            Err(httparse::Error::TooManyHeaders) => return Step::Fail(Status::HeadTooLarge),
+            Err(httparse::Error::TooManyHeaders) => return Err(Status::HeadTooLarge),
             // A blank line was found, yet the parser sees no whole head (or
             // sees it end elsewhere): the head is malformed.
-            _ => return Step::Fail(Status::BadRequest),
+            _ => return Err(Status::BadRequest),
         }
         let (Some(method), Some(target), Some(minor)) = (req.method, req.path, req.version) else {
-            return Step::Fail(Status::BadRequest);
+            return Err(Status::BadRequest);
         };
-        let head = match Head::read(req.headers) {
-            Ok(head) => head,
-            Err(status) => return Step::Fail(status),
-        };
+        let head = Head::read(req.headers)?;
         let http11 = minor == 1;
         if http11 && !head.host {
-            return Step::Fail(Status::BadRequest); // RFC 9112 3.2: Host is required in 1.1
+            return Err(Status::BadRequest); // RFC 9112 3.2: Host is required in 1.1
         }
         if head.chunked_or_other_coding {
-            return Step::Fail(Status::NotImplemented);
+            return Err(Status::NotImplemented);
         }
         let body_len = head.content_length.unwrap_or(0);
         if body_len > self.limits.max_body {
-            return Step::Fail(Status::BodyTooLarge);
+            return Err(Status::BodyTooLarge);
         }
-        let used = head_bytes.len() + body_len;
-        if rest.len() < used {
-            // Only a 1.1 client waits for it, and only before sending the body.
-            let interim = head.expect_continue && http11 && !session.continue_sent && rest.len() == head_bytes.len();
-            if interim {
-                out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
-                session.continue_sent = true;
-            }
-            return Step::NeedBody { interim };
-        }
-        let body = &rest[head_bytes.len()..used];
         let close = head.close || (!http11 && !head.keep_alive);
-        self.answer(method, target, body, close, !http11 && !close, out);
-        Step::Done { used, close }
+        let path = target.split_once('?').map_or(target, |(path, _)| path);
+        let route = match (path, method) {
+            ("/plaintext", "GET" | "HEAD") => Route::Plaintext,
+            ("/json", "GET" | "HEAD") => Route::Json,
+            ("/plaintext" | "/json", _) => Route::MethodNotAllowed("GET, HEAD"),
+            ("/echo", "POST") => Route::Echo,
+            ("/echo", _) => Route::MethodNotAllowed("POST"),
+            _ => Route::NotFound,
+        };
+        Ok(Plan {
+            route,
+            head_only: method == "HEAD",
+            close,
+            keep_alive_header: !http11 && !close,
+            expect_continue: head.expect_continue && http11,
+            head_len: head_bytes.len(),
+            body_len,
+        })
     }
 
-    fn answer(
-        &mut self,
-        method: &str,
-        target: &str,
-        body: &[u8],
-        close: bool,
-        keep_alive_header: bool,
-        out: &mut Vec<u8>,
-    ) {
-        let path = target.split_once('?').map_or(target, |(path, _)| path);
-        let head_only = method == "HEAD";
-        let (status, content_type, allow) = match (path, method) {
-            ("/plaintext", "GET") if !close && !keep_alive_header => {
-                out.extend_from_slice(&self.plaintext);
-                return;
-            }
-            ("/plaintext" | "/json", "GET" | "HEAD") => (Status::Ok, "text/plain", None),
-            ("/plaintext" | "/json", _) => (Status::MethodNotAllowed, "text/plain", Some("GET, HEAD")),
-            ("/echo", "POST") => (Status::Ok, "application/octet-stream", None),
-            ("/echo", _) => (Status::MethodNotAllowed, "text/plain", Some("POST")),
-            _ => (Status::NotFound, "text/plain", None),
-        };
+    fn answer(&mut self, plan: &Plan, body: &[u8], out: &mut Vec<u8>) {
+        if let (Route::Plaintext, false, false, false) =
+            (plan.route, plan.head_only, plan.close, plan.keep_alive_header)
+        {
+            out.extend_from_slice(&self.plaintext);
+            return;
+        }
         self.scratch.clear();
-        let payload: &[u8] = match (status, path) {
-            (Status::Ok, "/plaintext") => response::PLAINTEXT,
-            (Status::Ok, "/json") => {
+        let (status, content_type, payload): (Status, &str, &[u8]) = match plan.route {
+            Route::Plaintext => (Status::Ok, "text/plain", response::PLAINTEXT),
+            Route::Json => {
                 // Serialized per request, as TechEmpower's json test asks.
                 let _ = serde_json::to_writer(&mut self.scratch, &response::Message { message: "Hello, World!" });
-                &self.scratch
+                (Status::Ok, "application/json", &self.scratch)
             }
-            (Status::Ok, _) => body,
-            _ => status.explanation().as_bytes(),
+            Route::Echo => (Status::Ok, "application/octet-stream", body),
+            Route::NotFound => (Status::NotFound, "text/plain", Status::NotFound.explanation().as_bytes()),
+            Route::MethodNotAllowed(_) => {
+                (Status::MethodNotAllowed, "text/plain", Status::MethodNotAllowed.explanation().as_bytes())
+            }
         };
-        let content_type = if (status, path) == (Status::Ok, "/json") { "application/json" } else { content_type };
         let mut response = Response::new(status, &self.date).content_type(content_type);
-        if let Some(allow) = allow {
+        if let Route::MethodNotAllowed(allow) = plan.route {
             response = response.allow(allow);
         }
-        if close {
+        if plan.close {
             response = response.close();
-        } else if keep_alive_header {
+        } else if plan.keep_alive_header {
             response = response.keep_alive();
         }
-        if head_only {
+        if plan.head_only {
             response.write_head_only(out, payload.len());
         } else {
             response.write(out, payload);
@@ -305,14 +309,27 @@ impl Http {
     }
 }
 
-enum Step {
-    /// Answered; `used` bytes of input were the request.
-    Done { used: usize, close: bool },
-    /// The head is complete, the body is not (`interim`: a `100 Continue`
-    /// was appended).
-    NeedBody { interim: bool },
-    /// Answer with this status and close.
-    Fail(Status),
+/// What a request's head decided, kept while its body arrives.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    route: Route,
+    head_only: bool,
+    close: bool,
+    /// An HTTP/1.0 client that asked to keep the connection is told so.
+    keep_alive_header: bool,
+    expect_continue: bool,
+    head_len: usize,
+    body_len: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Route {
+    Plaintext,
+    Json,
+    Echo,
+    NotFound,
+    /// With the methods the path allows.
+    MethodNotAllowed(&'static str),
 }
 
 impl Head {
