@@ -247,7 +247,8 @@ impl Http {
             return Err(Status::NotImplemented);
         }
         let body_len = head.content_length.unwrap_or(0);
-        if body_len > self.limits.max_body {
+        // Also bounded so that head + body cannot overflow, whatever Limits say.
+        if body_len > self.limits.max_body.min(usize::MAX - head_bytes.len()) {
             return Err(Status::BodyTooLarge);
         }
         let close = head.close || (!http11 && !head.keep_alive);
@@ -265,7 +266,8 @@ impl Http {
             head_only: method == "HEAD",
             close,
             keep_alive_header: !http11 && !close,
-            expect_continue: head.expect_continue && http11,
+            // Only a route that reads the body asks for it.
+            expect_continue: head.expect_continue && http11 && matches!(route, Route::Echo),
             head_len: head_bytes.len(),
             body_len,
         })

@@ -212,3 +212,17 @@ fn a_head_is_parsed_once_while_its_body_arrives() {
     assert_eq!((fed.consumed, fed.responses, fed.close), (altered.len(), 1, false));
     assert!(String::from_utf8(out).unwrap().ends_with("\r\n\r\nok"));
 }
+
+#[test]
+fn no_100_continue_for_a_route_that_ignores_the_body_and_no_overflow() {
+    let (mut http, mut session, mut out) = (http(), Session::default(), Vec::new());
+    let head = b"POST /plaintext HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n";
+    http.feed(&mut session, head, &mut out);
+    assert!(out.is_empty(), "a 405 route does not ask for the body");
+    // Limits at the very top: head + body length must not overflow.
+    let mut huge = Http::new(Limits { max_head: 256, max_body: usize::MAX });
+    let req = format!("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", usize::MAX - 10);
+    let (mut session, mut out) = (Session::default(), Vec::new());
+    let fed = huge.feed(&mut session, req.as_bytes(), &mut out);
+    assert!(fed.close && String::from_utf8(out).unwrap().starts_with("HTTP/1.1 413 "));
+}

@@ -112,6 +112,10 @@ impl Handler for HttpServer {
             io.write(conn, &self.out);
         }
         if fed.close {
+            // Closing: no timeout may fire (and be counted) while it lingers.
+            if let Some((timer, _)) = st.timer.take() {
+                io.cancel_timer(timer);
+            }
             io.close(conn);
             return data.len();
         }
@@ -162,6 +166,7 @@ impl Handler for HttpServer {
         self.out.clear();
         if matches!(st.phase, Phase::Head | Phase::Body) {
             self.http.timed_out(&mut st.session, &mut self.out);
+            self.responses += 1;
         }
         self.timeouts += 1;
         if !self.out.is_empty() {

@@ -418,8 +418,11 @@ fn checks(cells: &[Cell], plan: &Plan) -> Vec<Check> {
         None => Check::not_measured(&name, limit),
     });
     let (name, zero) = claim.next().cloned().unwrap_or_default();
-    let failed: Vec<String> =
-        cells.iter().filter_map(|c| c.failure().map(|e| format!("{}: {e}", c.server.name()))).collect();
+    // Every failed run, not every cell with one.
+    let failed: Vec<String> = cells
+        .iter()
+        .flat_map(|c| c.runs.iter().filter_map(move |r| r.as_ref().err().map(|e| format!("{}: {e}", c.server.name()))))
+        .collect();
     let errors: u64 = cells.iter().map(Cell::errors).sum();
     let mut detail: Vec<String> = cells
         .iter()
