@@ -1,8 +1,8 @@
 //! What machine a result was measured on, for every report.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Machine {
     pub kernel: String,
     pub cpu_model: String,

@@ -8,6 +8,7 @@ mod child;
 pub mod compare;
 mod echo;
 mod echo_large;
+pub mod harness;
 mod http;
 mod http_clients;
 mod idle;
@@ -109,42 +110,7 @@ pub struct Outcome {
     pub files: Vec<PathBuf>,
 }
 
-/// Whose claim a check tests.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Source {
-    /// A finding of the documents this project grew from.
-    Documents,
-    /// A goal of iomux's own (overheads, peers, defaults).
-    Iomux,
-}
-
-/// What a check says about its claim on this machine.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub enum Verdict {
-    #[serde(rename = "holds")]
-    Holds,
-    /// Only ever given when the machine was quiet.
-    #[serde(rename = "does not hold")]
-    DoesNotHold,
-    /// Measured, but the machine was busy (or its noise unknown).
-    #[serde(rename = "inconclusive")]
-    Inconclusive,
-    /// The run did not measure what the claim needs.
-    #[serde(rename = "not measurable")]
-    NotMeasurable,
-}
-
-impl Verdict {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Holds => "holds",
-            Verdict::DoesNotHold => "does not hold",
-            Verdict::Inconclusive => "inconclusive",
-            Verdict::NotMeasurable => "not measurable",
-        }
-    }
-}
+pub use harness::claim::{Source, Verdict};
 
 /// One acceptance ratio, measured in this run.
 #[derive(Clone, Debug, Serialize)]

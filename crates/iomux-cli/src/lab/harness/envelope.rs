@@ -1,0 +1,278 @@
+//! One experiment's results as the JSON file holds them: the envelope
+//! every experiment writes, read back by the report, the summary and
+//! `iomux report A B` through types, never by key.
+
+use super::claim::{Claim, Source, Verdict};
+use super::stats::{Estimate, Needed};
+use super::trial::{Take, MAX_RETAKES, SAMPLE_THRESHOLD};
+use crate::lab::machine::Machine;
+use crate::lab::noise::Noise;
+use crate::CliResult;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// The envelope's layout. 1: before the envelope (a `checks` list with one
+/// value per check and one noise reading per experiment); 2: this.
+pub const SCHEMA: u32 = 2;
+
+/// One figure of the run, as `iomux report A B` compares it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Figure {
+    /// Unique within the experiment: "epoll, Z = 0: seconds".
+    pub name: String,
+    pub unit: String,
+    pub higher_is_better: bool,
+    pub estimate: Option<Estimate>,
+    /// Every kept sample.
+    pub samples: Vec<f64>,
+}
+
+/// How the samples fared against the noise guard.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NoiseSummary {
+    pub rounds: usize,
+    pub takes: usize,
+    /// Takes measured again or left out because other processes used more
+    /// than `threshold` of a CPU during them.
+    pub excluded: usize,
+    pub threshold: f64,
+    pub max_retakes: usize,
+    /// Others' use over the whole experiment, for scale.
+    pub whole: Option<Noise>,
+}
+
+impl NoiseSummary {
+    pub fn of<K, S>(rounds: usize, takes: &[Take<K, S>], whole: Option<Noise>) -> NoiseSummary {
+        NoiseSummary {
+            rounds,
+            takes: takes.len(),
+            excluded: takes.iter().filter(|t| !t.kept).count(),
+            threshold: SAMPLE_THRESHOLD,
+            max_retakes: MAX_RETAKES,
+            whole,
+        }
+    }
+
+    /// One sentence for an experiment's page and the terminal.
+    pub fn sentence(&self) -> String {
+        let whole = self.whole.as_ref().map_or(String::new(), |n| format!(" Over the whole run: {}.", n.describe()));
+        format!(
+            "{} samples in {} rounds; {} taken while other processes used more than {:.0}% of a CPU were measured \
+             again (up to {} times) and left out.{whole}",
+            self.takes,
+            self.rounds,
+            self.excluded,
+            self.threshold * 100.0,
+            self.max_retakes
+        )
+    }
+}
+
+/// What every experiment writes: `P` its parameters, `K` its arms, `S`
+/// its sample.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Envelope<P, K, S> {
+    pub experiment: String,
+    pub schema: u32,
+    pub machine: Machine,
+    pub params: P,
+    /// The documents' published finding, in words.
+    pub published: String,
+    pub claims: Vec<Claim>,
+    pub figures: Vec<Figure>,
+    pub noise: NoiseSummary,
+    /// Every take, kept or not.
+    pub takes: Vec<Take<K, S>>,
+    /// Arms this machine could not measure, and why.
+    pub unmeasurable: Vec<(K, String)>,
+}
+
+/// The part of any experiment's JSON that the report, the summary and the
+/// comparison read, whatever the experiment.
+#[derive(Clone, Debug)]
+pub struct Header {
+    pub experiment: String,
+    pub schema: u32,
+    pub claims: Vec<Claim>,
+    pub figures: Vec<Figure>,
+    pub noise: Option<NoiseSummary>,
+    /// Schema 1 only: the experiment's one noise reading.
+    pub legacy_noise: Option<Noise>,
+}
+
+#[derive(Deserialize)]
+struct HeaderV2 {
+    experiment: String,
+    schema: u32,
+    claims: Vec<Claim>,
+    figures: Vec<Figure>,
+    noise: NoiseSummary,
+}
+
+/// A check as schema 1 wrote it. Folders older than verdicts lack the last
+/// four fields.
+#[derive(Deserialize)]
+struct CheckV1 {
+    claim: String,
+    value: Option<f64>,
+    #[serde(default)]
+    needed: String,
+    #[serde(default)]
+    threshold: f64,
+    met: Option<bool>,
+    #[serde(default)]
+    detail: String,
+    #[serde(default)]
+    source: Option<Source>,
+    #[serde(default)]
+    statement: String,
+    #[serde(default)]
+    verdict: Option<Verdict>,
+    #[serde(default)]
+    why: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct HeaderV1 {
+    experiment: String,
+    #[serde(default)]
+    checks: Vec<CheckV1>,
+    #[serde(default)]
+    noise: Option<Noise>,
+}
+
+impl CheckV1 {
+    /// Schema 1 had one value per check and no interval: it shows as an
+    /// interval of zero width from no known number of rounds. Results older
+    /// than the noise guard have no verdict: a measured claim of theirs is
+    /// inconclusive, since "does not hold" needed a machine known quiet.
+    fn into_claim(self) -> Claim {
+        let needed = match self.needed.as_str() {
+            "<=" => Needed::AtMost(self.threshold),
+            _ => Needed::AtLeast(self.threshold),
+        };
+        let verdict = self.verdict.unwrap_or(match self.met {
+            Some(_) => Verdict::Inconclusive,
+            None => Verdict::NotMeasurable,
+        });
+        let why = match (self.why, self.met) {
+            (Some(why), _) => why,
+            (None, Some(met)) => format!(
+                "noise not recorded (results older than the noise guard); the value would {} the claim",
+                if met { "support" } else { "not support" }
+            ),
+            (None, None) => self.detail,
+        };
+        Claim {
+            quantity: self.claim,
+            statement: self.statement,
+            source: self.source.unwrap_or(Source::Iomux),
+            needed,
+            estimate: self.value.map(|v| Estimate { median: v, lo: v, hi: v, n: 0, confidence: 0.0 }),
+            excluded: 0,
+            verdict,
+            why,
+        }
+    }
+}
+
+impl Header {
+    /// Reads `path`, a JSON file of either schema.
+    pub fn read(path: &Path) -> CliResult<Header> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Header::parse(&text).map_err(|e| format!("{}: {e}", path.display()).into())
+    }
+
+    pub fn parse(text: &str) -> Result<Header, serde_json::Error> {
+        #[derive(Deserialize)]
+        struct Schema {
+            #[serde(default = "one")]
+            schema: u32,
+        }
+        fn one() -> u32 {
+            1
+        }
+        let Schema { schema } = serde_json::from_str(text)?;
+        if schema >= 2 {
+            let h: HeaderV2 = serde_json::from_str(text)?;
+            return Ok(Header {
+                experiment: h.experiment,
+                schema: h.schema,
+                claims: h.claims,
+                figures: h.figures,
+                noise: Some(h.noise),
+                legacy_noise: None,
+            });
+        }
+        let h: HeaderV1 = serde_json::from_str(text)?;
+        Ok(Header {
+            experiment: h.experiment,
+            schema: 1,
+            claims: h.checks.into_iter().map(CheckV1::into_claim).collect(),
+            figures: Vec::new(),
+            noise: None,
+            legacy_noise: h.noise,
+        })
+    }
+
+    /// Whether the machine's noise left claims undecided.
+    pub fn busy_rounds(&self) -> usize {
+        self.claims.iter().map(|c| c.excluded).max().unwrap_or(0)
+    }
+}
+
+/// Writes `<dir>/<experiment>.json`.
+pub fn write<P: Serialize, K: Serialize, S: Serialize>(
+    dir: &Path,
+    env: &Envelope<P, K, S>,
+) -> CliResult<std::path::PathBuf> {
+    let path = dir.join(format!("{}.json", env.experiment));
+    std::fs::write(&path, serde_json::to_string_pretty(env)?)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_1_checks_open_as_claims() {
+        let text = r#"{"experiment": "idle", "checks": [
+            {"claim": "a", "value": 2.0, "needed": "<=", "threshold": 1.0, "met": false, "detail": "d",
+             "source": "documents", "statement": "s", "verdict": "does not hold", "why": "w"},
+            {"claim": "b", "value": 2.0, "needed": ">=", "threshold": 1.0, "met": true, "detail": "d"}]}"#;
+        let h = Header::parse(text).unwrap();
+        assert_eq!(h.schema, 1);
+        let (a, b) = (&h.claims[0], &h.claims[1]);
+        assert_eq!((a.verdict, a.needed, a.source), (Verdict::DoesNotHold, Needed::AtMost(1.0), Source::Documents));
+        assert_eq!((b.verdict, b.source), (Verdict::Inconclusive, Source::Iomux));
+        assert!(b.why.contains("older than the noise guard"), "{}", b.why);
+        assert_eq!(b.estimate.map(|e| e.median), Some(2.0));
+    }
+
+    #[test]
+    fn schema_2_reads_claims_and_figures() {
+        let env = Envelope {
+            experiment: "x".into(),
+            schema: SCHEMA,
+            machine: Machine::describe(),
+            params: (),
+            published: String::new(),
+            claims: vec![],
+            figures: vec![Figure {
+                name: "f".into(),
+                unit: "s".into(),
+                higher_is_better: false,
+                estimate: Estimate::of(&[1.0]),
+                samples: vec![1.0],
+            }],
+            noise: NoiseSummary::of::<u8, f64>(1, &[], None),
+            takes: Vec::<Take<u8, f64>>::new(),
+            unmeasurable: vec![],
+        };
+        let h = Header::parse(&serde_json::to_string(&env).unwrap()).unwrap();
+        assert_eq!((h.schema, h.figures.len()), (2, 1));
+        assert!(h.noise.is_some() && h.legacy_noise.is_none());
+    }
+}

@@ -1,0 +1,308 @@
+//! Estimates with 95% confidence intervals, and the rule that turns an
+//! interval into a verdict.
+//!
+//! Figures are medians with a distribution-free interval from order
+//! statistics: the interval between the j-th smallest and the j-th largest
+//! of n samples covers the true median with probability
+//! 1 - 2 P(Binomial(n, 1/2) < j), whatever the distribution. Timings on a
+//! shared machine are skewed and have outliers, so no normal model is
+//! assumed. Below six samples no such interval reaches 95% (five give
+//! 93.75% at best), so a claim needs at least six measured pairs before it
+//! can be decided; the lab adds rounds until it has them.
+//!
+//! Changes between two runs (`iomux report A B`) are ratios of medians of
+//! independent samples, with a percentile bootstrap interval (the method
+//! criterion uses), from a fixed seed so a report is reproducible.
+
+use serde::{Deserialize, Serialize};
+
+/// The confidence every decision asks for.
+pub const CONFIDENCE: f64 = 0.95;
+
+/// A median and its interval.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Estimate {
+    pub median: f64,
+    pub lo: f64,
+    pub hi: f64,
+    /// Samples it rests on.
+    pub n: usize,
+    /// The interval's coverage: [`CONFIDENCE`] or more from six samples on,
+    /// less below that (the interval is then the whole range).
+    pub confidence: f64,
+}
+
+impl Estimate {
+    /// The median of `samples` (non-finite values left out) with its
+    /// order-statistics interval; None when no sample is finite.
+    pub fn of(samples: &[f64]) -> Option<Estimate> {
+        let mut v: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+        let (j, confidence) = order_rank(n);
+        Some(Estimate { median, lo: v[j - 1], hi: v[n - j], n, confidence })
+    }
+
+    /// Whether the interval is a 95% one.
+    pub fn is_confident(&self) -> bool {
+        self.confidence >= CONFIDENCE
+    }
+
+    /// Half the interval's width relative to the median, e.g. 0.03 for ±3%.
+    pub fn relative_half_width(&self) -> f64 {
+        (self.hi - self.lo) / 2.0 / self.median.abs()
+    }
+}
+
+/// The largest rank j (1-based) whose interval [x_(j), x_(n+1-j)] still has
+/// at least 95% coverage, and that coverage; j = 1 (the whole range) with
+/// its lower coverage when n is too small for 95%.
+fn order_rank(n: usize) -> (usize, f64) {
+    let coverage = |j: usize| 1.0 - 2.0 * binomial_half_cdf(n, j - 1);
+    let mut j = 1;
+    while j < n.div_ceil(2) && coverage(j + 1) >= CONFIDENCE {
+        j += 1;
+    }
+    (j, coverage(j))
+}
+
+/// P(Binomial(n, 1/2) <= k), in logs so large n does not underflow.
+fn binomial_half_cdf(n: usize, k: usize) -> f64 {
+    let ln_half_n = n as f64 * 0.5f64.ln();
+    let mut ln_choose = 0.0; // ln C(n, 0)
+    let mut sum = 0.0;
+    for i in 0..=k.min(n) {
+        if i > 0 {
+            ln_choose += ((n - i + 1) as f64).ln() - (i as f64).ln();
+        }
+        sum += (ln_choose + ln_half_n).exp();
+    }
+    sum.min(1.0)
+}
+
+/// What a claim needs of the quantity it rests on.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Needed {
+    AtLeast(f64),
+    AtMost(f64),
+    /// Between the two bounds, both included ("within 10% of 1").
+    Within(f64, f64),
+}
+
+impl Needed {
+    /// Whether a single value is on the claim's side.
+    pub fn met_by(self, v: f64) -> bool {
+        match self {
+            Needed::AtLeast(t) => v >= t,
+            Needed::AtMost(t) => v <= t,
+            Needed::Within(a, b) => a <= v && v <= b,
+        }
+    }
+
+    /// What the interval says: Some(true) when all of it is on the
+    /// claim's side, Some(false) when all of it is on the other side, None
+    /// when it straddles a bound or is not a 95% interval.
+    pub fn decide(self, e: &Estimate) -> Option<bool> {
+        if !e.is_confident() {
+            return None;
+        }
+        match (self.met_by(e.lo), self.met_by(e.hi)) {
+            (true, true) => Some(true),
+            (false, false) => match self {
+                // Both ends outside a band may still enclose it.
+                Needed::Within(a, b) => (e.hi < a || e.lo > b).then_some(false),
+                _ => Some(false),
+            },
+            _ => None,
+        }
+    }
+
+    /// ">= 0.95", "<= 1", "in [0.9, 1.1]".
+    pub fn describe(self) -> String {
+        match self {
+            Needed::AtLeast(t) => format!(">= {}", short(t)),
+            Needed::AtMost(t) => format!("<= {}", short(t)),
+            Needed::Within(a, b) => format!("in [{}, {}]", short(a), short(b)),
+        }
+    }
+
+    /// How far `v` is on the claim's side: above 1 when it is met, as a
+    /// ratio to the nearest bound (for the report's gauges).
+    pub fn margin(self, v: f64) -> f64 {
+        let m = match self {
+            Needed::AtLeast(t) => v / t,
+            Needed::AtMost(t) => t / v,
+            Needed::Within(a, b) => (v / a).min(b / v),
+        };
+        // A value of 0 against "at most" is as far inside as can be.
+        if m.is_nan() {
+            1.0
+        } else {
+            m
+        }
+    }
+}
+
+/// A threshold as a person writes it: 0.95, 500, 0.1.
+pub fn short(v: f64) -> String {
+    let s = format!("{v:.4}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    s.to_string()
+}
+
+/// The change from run A to run B of one figure: median(B) / median(A),
+/// with a bootstrap interval.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Change {
+    pub ratio: f64,
+    pub lo: f64,
+    pub hi: f64,
+}
+
+/// Changes smaller than this are "within noise" even when the interval
+/// excludes 1: two runs of one commit on a shared machine drift by a few
+/// percent between runs, minutes apart (criterion's default noise
+/// threshold is 2%; ours is wider for a machine that is not quiet).
+pub const NOISE_THRESHOLD: f64 = 0.05;
+
+impl Change {
+    /// None when either side has no finite sample or a zero median.
+    pub fn between(a: &[f64], b: &[f64]) -> Option<Change> {
+        let a: Vec<f64> = a.iter().copied().filter(|x| x.is_finite()).collect();
+        let b: Vec<f64> = b.iter().copied().filter(|x| x.is_finite()).collect();
+        let ratio = median(&b)? / median(&a)?;
+        if !ratio.is_finite() {
+            return None;
+        }
+        const RESAMPLES: usize = 2000;
+        let mut rng = fastrand::Rng::with_seed(0x10_3ab5);
+        let mut ratios = Vec::with_capacity(RESAMPLES);
+        let (mut ra, mut rb) = (vec![0.0; a.len()], vec![0.0; b.len()]);
+        for _ in 0..RESAMPLES {
+            ra.iter_mut().for_each(|x| *x = a[rng.usize(..a.len())]);
+            rb.iter_mut().for_each(|x| *x = b[rng.usize(..b.len())]);
+            if let (Some(mb), Some(ma)) = (median(&rb), median(&ra)) {
+                let r = mb / ma;
+                if r.is_finite() {
+                    ratios.push(r);
+                }
+            }
+        }
+        ratios.sort_by(f64::total_cmp);
+        let at = |q: f64| ratios.get(((ratios.len() as f64 - 1.0) * q).round() as usize).copied();
+        Some(Change { ratio, lo: at(0.025)?, hi: at(0.975)? })
+    }
+
+    /// No change: the interval holds 1, or lies within the noise threshold.
+    pub fn within_noise(&self) -> bool {
+        (self.lo <= 1.0 && 1.0 <= self.hi) || (self.lo >= 1.0 - NOISE_THRESHOLD && self.hi <= 1.0 + NOISE_THRESHOLD)
+    }
+}
+
+/// Median of finite values; None when there are none.
+pub fn median(v: &[f64]) -> Option<f64> {
+    Estimate::of(v).map(|e| e.median)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn six_samples_give_the_first_95_percent_interval() {
+        // n = 5: the whole range covers 1 - 2/32 = 93.75%.
+        let e5 = Estimate::of(&[5.0, 1.0, 4.0, 2.0, 3.0]).unwrap();
+        assert_eq!((e5.median, e5.lo, e5.hi), (3.0, 1.0, 5.0));
+        assert!((e5.confidence - 0.9375).abs() < 1e-12 && !e5.is_confident());
+        // n = 6: 1 - 2/64 = 96.9%.
+        let e6 = Estimate::of(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+        assert_eq!((e6.median, e6.lo, e6.hi), (3.5, 1.0, 6.0));
+        assert!((e6.confidence - 0.96875).abs() < 1e-12 && e6.is_confident());
+    }
+
+    #[test]
+    fn intervals_narrow_with_more_samples() {
+        // n = 20: the known ranks are 6 and 15 (coverage 95.9%).
+        let v: Vec<f64> = (1..=20).map(f64::from).collect();
+        let e = Estimate::of(&v).unwrap();
+        assert_eq!((e.lo, e.hi), (6.0, 15.0));
+        assert!((e.confidence - 0.9586).abs() < 1e-3, "{e:?}");
+        // Large n must not underflow.
+        let big: Vec<f64> = (0..2000).map(f64::from).collect();
+        let e = Estimate::of(&big).unwrap();
+        assert!(e.is_confident() && e.lo > 900.0 && e.hi < 1100.0, "{e:?}");
+    }
+
+    #[test]
+    fn non_finite_samples_are_left_out() {
+        let e = Estimate::of(&[f64::NAN, 2.0, f64::INFINITY]).unwrap();
+        assert_eq!((e.n, e.median), (1, 2.0));
+        assert!(Estimate::of(&[f64::NAN]).is_none());
+    }
+
+    fn est(lo: f64, hi: f64) -> Estimate {
+        Estimate { median: (lo + hi) / 2.0, lo, hi, n: 10, confidence: 0.98 }
+    }
+
+    #[test]
+    fn a_claim_is_decided_only_by_an_interval_wholly_on_one_side() {
+        let at_least = Needed::AtLeast(1.0);
+        assert_eq!(at_least.decide(&est(1.01, 1.2)), Some(true));
+        assert_eq!(at_least.decide(&est(0.8, 0.99)), Some(false));
+        assert_eq!(at_least.decide(&est(0.95, 1.05)), None);
+        let at_most = Needed::AtMost(0.1);
+        assert_eq!(at_most.decide(&est(0.01, 0.09)), Some(true));
+        assert_eq!(at_most.decide(&est(0.11, 0.2)), Some(false));
+        let band = Needed::Within(0.9, 1.1);
+        assert_eq!(band.decide(&est(0.95, 1.05)), Some(true));
+        assert_eq!(band.decide(&est(1.2, 1.3)), Some(false));
+        assert_eq!(band.decide(&est(0.5, 0.8)), Some(false));
+        // Wider than the band on both sides: straddles both bounds.
+        assert_eq!(band.decide(&est(0.8, 1.2)), None);
+        assert_eq!(band.decide(&est(1.05, 1.2)), None);
+        // Too few samples for 95%: never decided, however far out.
+        let few = Estimate { confidence: 0.75, ..est(5.0, 6.0) };
+        assert_eq!(at_least.decide(&few), None);
+    }
+
+    #[test]
+    fn thresholds_print_as_written() {
+        assert_eq!(Needed::AtLeast(0.95).describe(), ">= 0.95");
+        assert_eq!(Needed::AtMost(500.0).describe(), "<= 500");
+        assert_eq!(Needed::Within(0.9, 1.1).describe(), "in [0.9, 1.1]");
+    }
+
+    #[test]
+    fn margins_exceed_one_on_the_claims_side() {
+        assert!(Needed::AtLeast(2.0).margin(3.0) > 1.0);
+        assert!(Needed::AtMost(2.0).margin(3.0) < 1.0);
+        assert!(Needed::Within(0.9, 1.1).margin(1.0) > 1.0);
+        assert!(Needed::Within(0.9, 1.1).margin(1.2) < 1.0);
+        assert_eq!(Needed::AtMost(0.0).margin(0.0), 1.0);
+    }
+
+    #[test]
+    fn same_distribution_is_no_change_and_a_slowdown_is_found() {
+        let base: Vec<f64> = (0..12).map(|i| 100.0 + (i % 5) as f64).collect();
+        let same: Vec<f64> = (0..12).map(|i| 100.0 + ((i + 2) % 5) as f64).collect();
+        let c = Change::between(&base, &same).unwrap();
+        assert!(c.within_noise(), "{c:?}");
+        let slow: Vec<f64> = base.iter().map(|x| x * 1.5).collect();
+        let c = Change::between(&base, &slow).unwrap();
+        assert!(!c.within_noise() && c.lo > 1.4 && c.hi < 1.6, "{c:?}");
+        assert!(Change::between(&[], &base).is_none());
+    }
+
+    #[test]
+    fn a_small_steady_drift_is_within_the_noise_threshold() {
+        let a: Vec<f64> = vec![100.0; 10];
+        let b: Vec<f64> = vec![102.0; 10];
+        let c = Change::between(&a, &b).unwrap();
+        assert!(c.lo > 1.0 && c.within_noise(), "{c:?}");
+    }
+}

@@ -1,0 +1,414 @@
+//! How an experiment samples: arms measured in rounds of rotating order,
+//! every sample with the noise reading of its own window (measured again
+//! when other processes used the CPU during it), and more rounds, within a
+//! time budget, until every claim's interval decides.
+
+use super::claim::{self, Claim, Rounds, Source};
+use super::stats::{Estimate, Needed};
+use crate::progress::Progress;
+use crate::CliResult;
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
+
+/// Others' mean CPU use during one sample (1.0 = a whole CPU) above which
+/// the sample is taken again. Light background work (a browser, an editor:
+/// a tenth of a CPU) is left to the intervals, which widen with it; a
+/// sample that shared its CPUs with a quarter of a CPU of someone else's
+/// work is not kept.
+pub const SAMPLE_THRESHOLD: f64 = 0.25;
+
+/// How many times a busy sample is taken again before its round is left
+/// out.
+pub const MAX_RETAKES: usize = 2;
+
+/// Rounds a claim needs before it can be decided: the fewest samples that
+/// give a 95% interval for a median (see `stats`).
+pub const MIN_ROUNDS: usize = 6;
+
+/// Rounds of one experiment never exceed this, whatever the budget.
+pub const MAX_ROUNDS: usize = 40;
+
+/// What other processes used of the CPUs since a moment: the lab's noise
+/// monitor, or a scripted one in tests.
+pub trait Meter {
+    /// Others' mean CPU share (1.0 = a whole CPU) from `since` to now.
+    fn others_since(&self, since: Instant) -> Option<f64>;
+}
+
+impl Meter for crate::lab::noise::Monitor {
+    fn others_since(&self, since: Instant) -> Option<f64> {
+        self.since(since).map(|n| n.other_cpu_share)
+    }
+}
+
+/// One measurement of one arm.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Take<K, S> {
+    pub arm: K,
+    pub round: usize,
+    /// Others' mean CPU share during this take; None when unreadable.
+    pub others: Option<f64>,
+    /// Quiet enough to count.
+    pub kept: bool,
+    pub value: S,
+}
+
+/// A claim to decide, and how to compute its quantity from one round.
+pub struct Spec<K, S> {
+    pub quantity: String,
+    pub statement: String,
+    pub source: Source,
+    pub needed: Needed,
+    /// The arms the quantity reads; a round counts when all were measured.
+    pub arms: Vec<K>,
+    /// The quantity from one round's samples of `arms`.
+    pub value: Box<dyn Fn(&RoundView<K, S>) -> Option<f64>>,
+}
+
+/// One round's samples of a claim's arms.
+pub struct RoundView<'r, K, S> {
+    picked: Vec<(&'r K, &'r S)>,
+}
+
+impl<'r, K: PartialEq, S> RoundView<'r, K, S> {
+    /// The sample of `arm` in this round.
+    pub fn get(&self, arm: &K) -> Option<&'r S> {
+        self.picked.iter().find(|p| p.0 == arm).map(|p| p.1)
+    }
+}
+
+impl<K, S> Spec<K, S> {
+    /// A goal of iomux's own.
+    pub fn iomux(
+        quantity: impl Into<String>,
+        needed: Needed,
+        arms: Vec<K>,
+        value: impl Fn(&RoundView<K, S>) -> Option<f64> + 'static,
+    ) -> Spec<K, S> {
+        Spec {
+            quantity: quantity.into(),
+            statement: String::new(),
+            source: Source::Iomux,
+            needed,
+            arms,
+            value: Box::new(value),
+        }
+    }
+
+    /// Marks it as testing the documents' `statement`.
+    pub fn documents(mut self, statement: &str) -> Spec<K, S> {
+        self.source = Source::Documents;
+        self.statement = statement.into();
+        self
+    }
+}
+
+/// What a measurement gives: a sample, or why this arm cannot be measured
+/// on this machine (it is then not tried again).
+pub type Measured<S> = CliResult<Result<S, String>>;
+
+/// Every take of one experiment, and the arms it could not measure.
+pub struct Trial<'a, K, S> {
+    meter: &'a dyn Meter,
+    pub takes: Vec<Take<K, S>>,
+    pub unmeasurable: Vec<(K, String)>,
+    rounds: usize,
+    started: Instant,
+    budget: Duration,
+    progress: Progress,
+}
+
+impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
+    /// `budget`: wall time after which no further round starts for
+    /// undecided claims.
+    pub fn new(meter: &'a dyn Meter, name: &str, budget: Duration) -> Self {
+        Trial {
+            meter,
+            takes: Vec::new(),
+            unmeasurable: Vec::new(),
+            rounds: 0,
+            started: Instant::now(),
+            budget,
+            progress: Progress::new(name, 0),
+        }
+    }
+
+    pub fn rounds(&self) -> usize {
+        self.rounds
+    }
+
+    fn note_of(&self, arm: &K) -> Option<&str> {
+        self.unmeasurable.iter().find(|(k, _)| k == arm).map(|(_, n)| n.as_str())
+    }
+
+    /// Measures each arm once more. Arms go in a rotating order, reversed
+    /// every other round (A B, B A, ...), so a slow spell of a shared
+    /// machine falls on different arms in different rounds.
+    pub fn round(&mut self, arms: &[K], measure: &mut dyn FnMut(&K) -> Measured<S>) -> CliResult<()> {
+        let round = self.rounds;
+        self.rounds += 1;
+        let mut order: Vec<&K> = arms.iter().collect();
+        let len = order.len();
+        if len > 0 {
+            order.rotate_left((round / 2) % len);
+        }
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for arm in order {
+            if self.note_of(arm).is_some() {
+                continue;
+            }
+            for attempt in 0..=MAX_RETAKES {
+                self.progress.set_message(&format!(
+                    "round {}: {arm}{}",
+                    round + 1,
+                    if attempt > 0 { " (again: the machine was busy)" } else { "" }
+                ));
+                let start = Instant::now();
+                let value = match measure(arm)? {
+                    Ok(v) => v,
+                    Err(why) => {
+                        self.unmeasurable.push((arm.clone(), why));
+                        break;
+                    }
+                };
+                let others = self.meter.others_since(start);
+                let kept = others.is_some_and(|o| o <= SAMPLE_THRESHOLD);
+                self.takes.push(Take { arm: arm.clone(), round, others, kept, value });
+                if kept {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The take that stands for `arm` in `round`: its kept one, else its
+    /// last (busy) one; and whether it was kept.
+    fn in_round(&self, arm: &K, round: usize) -> Option<(&S, bool)> {
+        let mut last = None;
+        for t in self.takes.iter().filter(|t| t.round == round && &t.arm == arm) {
+            if t.kept {
+                return Some((&t.value, true));
+            }
+            last = Some((&t.value, false));
+        }
+        last
+    }
+
+    /// The quantity of `spec` in each round: the quiet rounds, and all.
+    fn values(&self, spec: &Spec<K, S>) -> (Vec<f64>, Vec<f64>) {
+        let (mut quiet, mut all) = (Vec::new(), Vec::new());
+        for round in 0..self.rounds {
+            let picked: Vec<(&K, Option<(&S, bool)>)> =
+                spec.arms.iter().map(|a| (a, self.in_round(a, round))).collect();
+            if picked.iter().any(|p| p.1.is_none()) {
+                continue;
+            }
+            let quiet_round = picked.iter().all(|p| p.1.is_some_and(|x| x.1));
+            let view = RoundView { picked: picked.iter().filter_map(|(k, p)| Some((*k, p.as_ref()?.0))).collect() };
+            let Some(v) = (spec.value)(&view).filter(|v| v.is_finite()) else { continue };
+            all.push(v);
+            if quiet_round {
+                quiet.push(v);
+            }
+        }
+        (quiet, all)
+    }
+
+    /// The claim of `spec` with its interval and verdict.
+    pub fn judge(&self, spec: &Spec<K, S>) -> Claim {
+        let (quiet, all) = self.values(spec);
+        let note = spec.arms.iter().find_map(|a| self.note_of(a).map(|n| format!("{a}: {n}")));
+        let (estimate, verdict, why) =
+            claim::judge(spec.needed, &Rounds { quiet: &quiet, all: &all, unmeasurable: note.as_deref() });
+        Claim {
+            quantity: spec.quantity.clone(),
+            statement: spec.statement.clone(),
+            source: spec.source,
+            needed: spec.needed,
+            estimate,
+            excluded: all.len() - quiet.len(),
+            verdict,
+            why,
+        }
+    }
+
+    fn decided(&self, spec: &Spec<K, S>) -> bool {
+        let (quiet, _) = self.values(spec);
+        spec.arms.iter().any(|a| self.note_of(a).is_some())
+            || Estimate::of(&quiet).is_some_and(|e| quiet.len() >= MIN_ROUNDS && spec.needed.decide(&e).is_some())
+    }
+
+    /// Adds rounds of the arms that undecided claims rest on, until every
+    /// claim is decided, or the budget or [`MAX_ROUNDS`] is spent. A round
+    /// that would likely end past the budget is not started.
+    pub fn until_decided(&mut self, specs: &[Spec<K, S>], measure: &mut dyn FnMut(&K) -> Measured<S>) -> CliResult<()> {
+        let mut last_round = Duration::ZERO;
+        while self.rounds < MAX_ROUNDS {
+            let mut arms: Vec<K> = Vec::new();
+            for spec in specs.iter().filter(|s| !self.decided(s)) {
+                for a in &spec.arms {
+                    if !arms.contains(a) {
+                        arms.push(a.clone());
+                    }
+                }
+            }
+            if arms.is_empty() || self.started.elapsed() + last_round > self.budget {
+                break;
+            }
+            let start = Instant::now();
+            self.round(&arms, measure)?;
+            last_round = start.elapsed();
+        }
+        Ok(())
+    }
+
+    /// The kept samples of one arm.
+    pub fn kept<'s>(&'s self, arm: &'s K) -> impl Iterator<Item = &'s S> + 's {
+        self.takes.iter().filter(move |t| t.kept && &t.arm == arm).map(|t| &t.value)
+    }
+
+    /// The median and interval of `field` over one arm's kept samples.
+    pub fn estimate(&self, arm: &K, field: impl Fn(&S) -> f64) -> Option<Estimate> {
+        Estimate::of(&self.kept(arm).map(field).collect::<Vec<_>>())
+    }
+
+    /// Why `arm` could not be measured, if it could not.
+    pub fn note(&self, arm: &K) -> Option<&str> {
+        self.note_of(arm)
+    }
+
+    /// Takes that were not kept.
+    pub fn excluded(&self) -> usize {
+        self.takes.iter().filter(|t| !t.kept).count()
+    }
+
+    pub fn finish(self) -> (Vec<Take<K, S>>, Vec<(K, String)>) {
+        self.progress.finish();
+        (self.takes, self.unmeasurable)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::{Cell, RefCell};
+
+    /// A meter that reads busy for the takes numbered in `busy`.
+    struct Scripted {
+        busy: Vec<usize>,
+        taken: Cell<usize>,
+    }
+
+    impl Meter for Scripted {
+        fn others_since(&self, _: Instant) -> Option<f64> {
+            let n = self.taken.get();
+            self.taken.set(n + 1);
+            Some(if self.busy.contains(&n) { 0.9 } else { 0.01 })
+        }
+    }
+
+    fn ratio_spec(needed: Needed) -> Spec<&'static str, f64> {
+        Spec::iomux("b / a", needed, vec!["a", "b"], |v| Some(v.get(&"b")? / v.get(&"a")?))
+    }
+
+    #[test]
+    fn rounds_rotate_and_reverse() {
+        let meter = Scripted { busy: vec![], taken: Cell::new(0) };
+        let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
+        let order = RefCell::new(String::new());
+        let mut measure = |k: &&str| -> Measured<f64> {
+            order.borrow_mut().push_str(k);
+            Ok(Ok(1.0))
+        };
+        for _ in 0..4 {
+            trial.round(&["a", "b", "c"], &mut measure).unwrap();
+        }
+        assert_eq!(order.into_inner(), "abccbabcaacb");
+    }
+
+    #[test]
+    fn a_busy_take_is_taken_again_and_counted() {
+        // Takes 1 and 2 (b's first two tries in round 0) read busy.
+        let meter = Scripted { busy: vec![1, 2], taken: Cell::new(0) };
+        let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
+        let mut measure = |_: &&str| -> Measured<f64> { Ok(Ok(1.0)) };
+        trial.round(&["a", "b"], &mut measure).unwrap();
+        assert_eq!(trial.takes.len(), 4);
+        assert_eq!(trial.excluded(), 2);
+        assert_eq!(trial.kept(&"b").count(), 1);
+    }
+
+    #[test]
+    fn rounds_are_added_until_the_interval_decides() {
+        let meter = Scripted { busy: vec![], taken: Cell::new(0) };
+        let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
+        let n = Cell::new(0u32);
+        // b is twice a, with a little jitter.
+        let mut measure = |k: &&str| -> Measured<f64> {
+            n.set(n.get() + 1);
+            let jitter = 1.0 + f64::from(n.get() % 3) * 0.01;
+            Ok(Ok(if *k == "b" { 2.0 * jitter } else { jitter }))
+        };
+        let specs = [ratio_spec(Needed::AtLeast(1.5))];
+        trial.round(&["a", "b"], &mut measure).unwrap();
+        trial.until_decided(&specs, &mut measure).unwrap();
+        assert_eq!(trial.rounds(), MIN_ROUNDS, "stops as soon as six rounds decide");
+        let claim = trial.judge(&specs[0]);
+        assert_eq!(claim.verdict, claim::Verdict::Holds, "{}", claim.why);
+    }
+
+    #[test]
+    fn the_budget_bounds_an_undecidable_claim() {
+        let meter = Scripted { busy: vec![], taken: Cell::new(0) };
+        let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_millis(30));
+        let n = Cell::new(0u32);
+        // The ratio swings around the threshold for ever.
+        let mut measure = |k: &&str| -> Measured<f64> {
+            n.set(n.get() + 1);
+            std::thread::sleep(Duration::from_millis(2));
+            Ok(Ok(if *k == "b" { 1.0 + if n.get() % 4 < 2 { 0.2 } else { -0.2 } } else { 1.0 }))
+        };
+        let specs = [ratio_spec(Needed::AtLeast(1.0))];
+        trial.until_decided(&specs, &mut measure).unwrap();
+        assert!(trial.rounds() < MAX_ROUNDS, "stopped by the 30 ms budget after {} rounds", trial.rounds());
+        assert_eq!(trial.judge(&specs[0]).verdict, claim::Verdict::Inconclusive);
+    }
+
+    #[test]
+    fn an_unmeasurable_arm_is_not_tried_again_and_names_its_claim() {
+        let meter = Scripted { busy: vec![], taken: Cell::new(0) };
+        let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
+        let tries = Cell::new(0);
+        let mut measure = |k: &&str| -> Measured<f64> {
+            if *k == "b" {
+                tries.set(tries.get() + 1);
+                return Ok(Err("cannot here".into()));
+            }
+            Ok(Ok(1.0))
+        };
+        let specs = [ratio_spec(Needed::AtLeast(1.0))];
+        trial.round(&["a", "b"], &mut measure).unwrap();
+        trial.until_decided(&specs, &mut measure).unwrap();
+        assert_eq!(tries.get(), 1);
+        let claim = trial.judge(&specs[0]);
+        assert_eq!(claim.verdict, claim::Verdict::NotMeasurable);
+        assert_eq!(claim.why, "b: cannot here");
+    }
+
+    #[test]
+    fn busy_rounds_are_left_out_of_the_interval() {
+        // Every take of round 0 is busy (a, then b three times).
+        let meter = Scripted { busy: vec![0, 1, 2, 3, 4, 5], taken: Cell::new(0) };
+        let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
+        let mut measure = |k: &&str| -> Measured<f64> { Ok(Ok(if *k == "b" { 2.0 } else { 1.0 })) };
+        let specs = [ratio_spec(Needed::AtLeast(1.5))];
+        trial.until_decided(&specs, &mut measure).unwrap();
+        let claim = trial.judge(&specs[0]);
+        assert_eq!(claim.verdict, claim::Verdict::Holds, "{}", claim.why);
+        assert!(claim.excluded >= 1, "{claim:?}");
+        assert_eq!(claim.estimate.map(|e| e.n), Some(MIN_ROUNDS));
+    }
+}
