@@ -3,50 +3,114 @@
 use crate::CliResult;
 use iomux::runtime::LoopStats;
 use iomux::Backend;
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
 use std::path::Path;
+
+/// A loop's (or a server's, workers summed) figures: what `--stats-file`
+/// holds and what the lab reads back, one type for both.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServerStats {
+    pub backend: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proto: Option<String>,
+    pub loops: u64,
+    pub accepted: u64,
+    pub connected: u64,
+    pub closed: u64,
+    pub closed_abnormally: u64,
+    pub refused: u64,
+    pub accept_backoffs: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub messages: u64,
+    pub turns: u64,
+    pub peak_output_bytes: u64,
+    pub peak_conns: u64,
+    /// By the call's name (`epoll_pwait`, `recvfrom`, ...).
+    pub syscalls: BTreeMap<String, u64>,
+    pub syscalls_total: u64,
+    pub user_cpu_s: f64,
+    pub sys_cpu_s: f64,
+    pub peak_rss_bytes: u64,
+    pub wall_s: f64,
+    pub uring_setup: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uring_features: Option<BTreeMap<String, FeatureState>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zero_copy_sends: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zero_copy_copied: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_responses: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_timeouts: Option<u64>,
+}
+
+/// One optional io_uring feature as a loop ran it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeatureState {
+    pub requested: bool,
+    pub active: bool,
+    pub why_not: Option<String>,
+}
+
+impl ServerStats {
+    /// User + system CPU seconds.
+    pub fn cpu_s(&self) -> f64 {
+        self.user_cpu_s + self.sys_cpu_s
+    }
+
+    /// Syscalls of one kind.
+    pub fn syscalls_of(&self, kind: iomux::Syscall) -> u64 {
+        self.syscalls.get(kind.name()).copied().unwrap_or(0)
+    }
+}
 
 pub fn stats_json(stats: &LoopStats, backend: Backend, extra: &[(&str, Value)]) -> CliResult<Value> {
     let usage = crate::os::usage().map_err(|e| format!("getrusage: {e}"))?;
-    let mut syscalls = Map::new();
-    for (kind, n) in stats.syscalls.nonzero() {
-        syscalls.insert(kind.name().to_string(), json!(n));
-    }
-    let mut v = json!({
-        "backend": backend.name(),
-        "loops": stats.loops,
-        "accepted": stats.accepted,
-        "connected": stats.connected,
-        "closed": stats.closed,
-        "closed_abnormally": stats.closed_abnormally,
-        "refused": stats.refused,
-        "accept_backoffs": stats.accept_backoffs,
-        "bytes_in": stats.bytes_in,
-        "bytes_out": stats.bytes_out,
-        "messages": stats.reads,
-        "turns": stats.turns,
-        "peak_output_bytes": stats.peak_output,
-        "peak_conns": stats.peak_conns,
-        "syscalls": syscalls,
-        "syscalls_total": stats.syscalls.total(),
-        "user_cpu_s": usage.user.as_secs_f64(),
-        "sys_cpu_s": usage.system.as_secs_f64(),
-        "peak_rss_bytes": crate::os::peak_rss().unwrap_or(usage.peak_rss),
-        "wall_s": stats.wall.as_secs_f64(),
-        "uring_setup": stats.uring_setup,
-    });
-    if !stats.uring_features.is_empty() {
-        let mut features = Map::new();
-        for f in &stats.uring_features {
-            features.insert(
-                f.name.to_string(),
-                json!({"requested": f.requested, "active": f.active, "why_not": f.why_not}),
-            );
-        }
-        v["uring_features"] = Value::Object(features);
-        v["zero_copy_sends"] = json!(stats.zero_copy_sends);
-        v["zero_copy_copied"] = json!(stats.zero_copy_copied);
-    }
+    let uring = !stats.uring_features.is_empty();
+    let typed = ServerStats {
+        backend: backend.name().into(),
+        proto: None,
+        loops: stats.loops,
+        accepted: stats.accepted,
+        connected: stats.connected,
+        closed: stats.closed,
+        closed_abnormally: stats.closed_abnormally,
+        refused: stats.refused,
+        accept_backoffs: stats.accept_backoffs,
+        bytes_in: stats.bytes_in,
+        bytes_out: stats.bytes_out,
+        messages: stats.reads,
+        turns: stats.turns,
+        peak_output_bytes: stats.peak_output,
+        peak_conns: stats.peak_conns,
+        syscalls: stats.syscalls.nonzero().map(|(kind, n)| (kind.name().to_string(), n)).collect(),
+        syscalls_total: stats.syscalls.total(),
+        user_cpu_s: usage.user.as_secs_f64(),
+        sys_cpu_s: usage.system.as_secs_f64(),
+        peak_rss_bytes: crate::os::peak_rss().unwrap_or(usage.peak_rss),
+        wall_s: stats.wall.as_secs_f64(),
+        uring_setup: stats.uring_setup.map(str::to_string),
+        uring_features: uring.then(|| {
+            stats
+                .uring_features
+                .iter()
+                .map(|f| {
+                    let state = FeatureState { requested: f.requested, active: f.active, why_not: f.why_not.clone() };
+                    (f.name.to_string(), state)
+                })
+                .collect()
+        }),
+        zero_copy_sends: uring.then_some(stats.zero_copy_sends),
+        zero_copy_copied: uring.then_some(stats.zero_copy_copied),
+        http_responses: None,
+        http_timeouts: None,
+    };
+    let mut v = serde_json::to_value(typed)?;
     for (k, val) in extra {
         v[*k] = val.clone();
     }

@@ -39,6 +39,7 @@ pub const LOAD_BACKEND: Backend = Backend::Uring;
 
 pub struct Cell {
     pub load: Value,
+    pub result: load::result::LoadResult,
     pub server: ServerResult,
     /// Server RSS before the load started.
     pub rss_before: u64,
@@ -49,9 +50,9 @@ pub struct Cell {
 impl Cell {
     /// Fails, naming `what`, when the load counted any error.
     pub fn require_no_errors(&self, what: &str) -> CliResult<()> {
-        match self.load["errors"]["total"].as_u64().unwrap_or(1) {
+        match self.result.errors.total {
             0 => Ok(()),
-            n => Err(format!("{what}: the load reported {n} errors: {}", self.load["errors"]).into()),
+            n => Err(format!("{what}: the load reported {n} errors: {:?}", self.result.errors).into()),
         }
     }
 }
@@ -134,15 +135,21 @@ fn run_cell(
     };
     let rss_peak = server.peak_rss();
     let server = server.stop()?;
-    Ok(Cell { load: outcome.json, server, rss_before, rss_peak })
+    Ok(Cell { load: outcome.json, result: outcome.result, server, rss_before, rss_peak })
 }
 
 /// Syscalls of the data path: waits, reads and writes (not accepting,
 /// configuring or closing connections).
+pub fn data_path(stats: &crate::stats::ServerStats) -> u64 {
+    DATA_PATH.iter().map(|&k| stats.syscalls_of(k)).sum()
+}
+
+use iomux::Syscall::*;
+const DATA_PATH: [iomux::Syscall; 8] = [EpollPwait, Ppoll, Pselect6, IoUringEnter, Read, Recvfrom, Write, Sendto];
+
+/// As [`data_path`], from stats as JSON.
 pub fn data_path_syscalls(stats: &Value) -> u64 {
-    use iomux::Syscall::*;
-    const KINDS: [iomux::Syscall; 8] = [EpollPwait, Ppoll, Pselect6, IoUringEnter, Read, Recvfrom, Write, Sendto];
-    KINDS.iter().map(|k| stats["syscalls"][k.name()].as_u64().unwrap_or(0)).sum()
+    DATA_PATH.iter().map(|k| stats["syscalls"][k.name()].as_u64().unwrap_or(0)).sum()
 }
 
 /// A server's CPU time, user + system, from its stats.

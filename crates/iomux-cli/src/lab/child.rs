@@ -65,6 +65,8 @@ pub struct ServerChild {
 pub struct ServerResult {
     /// `iomux serve`'s stats; null for a peer.
     pub stats: Value,
+    /// The same, typed; all zero for a peer.
+    pub typed: crate::stats::ServerStats,
     /// Syscalls the external tracer counted for the whole process.
     pub traced: Option<u64>,
 }
@@ -305,7 +307,7 @@ impl ServerChild {
             if !(status.success() || status.signal() == Some(libc::SIGTERM)) {
                 return Err(format!("{what} exited with {status}: {}", self.last_said()).into());
             }
-            return Ok(ServerResult { stats: Value::Null, traced: self.traced() });
+            return Ok(ServerResult { stats: Value::Null, typed: Default::default(), traced: self.traced() });
         };
         if !status.success() {
             let _ = std::fs::remove_file(&stats_path);
@@ -315,7 +317,9 @@ impl ServerChild {
             .map_err(|e| format!("reading server stats {}: {e}", stats_path.display()))?;
         let _ = std::fs::remove_file(&stats_path);
         let stats: Value = serde_json::from_str(&text)?;
-        Ok(ServerResult { stats, traced: self.traced() })
+        let typed =
+            serde_json::from_value(stats.clone()).map_err(|e| format!("server stats {}: {e}", stats_path.display()))?;
+        Ok(ServerResult { stats, typed, traced: self.traced() })
     }
 
     /// The tracer's count, once the server has exited.

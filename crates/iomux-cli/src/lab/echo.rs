@@ -74,7 +74,8 @@ struct CrossCheck {
     counted: u64,
 }
 
-pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResult<Outcome> {
+pub fn run(args: &Args, settings: &Settings) -> CliResult<Outcome> {
+    let tracer = settings.tracer;
     let hard = settings.machine.nofile_hard as usize;
     // One server process holds every connection plus a few fds of its own.
     let server_max = hard.saturating_sub(crate::limits::FDS_OVERHEAD as usize);

@@ -1,20 +1,28 @@
 //! E2 `idle`: 10 active echo connections among Z idle ones; the time for
 //! 40,000 round trips (the Chinese epoll article's "poll vs epoll" test).
 
-use super::cell::{self, data_path_syscalls, f64_of};
-use super::measure::median;
+use super::cell::{self, data_path};
+use super::harness::experiment::{Entry, Experiment, Metric, TableView, View};
+use super::harness::stats::Needed;
+use super::harness::trial::{Measured, RoundView, Spec, Trial};
+use super::harness::{by_name, by_names, envelope::Envelope};
 use super::plot::{self, Axes, Series};
-use super::table::{thousands, Table};
-use super::{Check, Outcome, Settings};
-use crate::progress::Progress;
+use super::render::markdown::cell as shown;
+use super::table::thousands;
+use super::Settings;
 use crate::CliResult;
 use iomux::Backend;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
-pub const NAME: &str = "idle";
 const IDLE: [usize; 12] = [0, 10, 20, 40, 80, 160, 320, 640, 1280, 2560, 5120, 10240];
 const ACTIVE: usize = 10;
 const ROUND_TRIPS: u64 = 40_000;
+/// Rounds over every cell, for the tables; claims then get more.
+const FIRST_ROUNDS: usize = 3;
+/// A cell whose first run took longer is run once in the first rounds
+/// (poll and select among thousands of idle fds).
+const SLOW_S: f64 = 1.0;
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
@@ -25,194 +33,234 @@ pub struct Args {
     /// Backends, comma-separated [default: all]
     #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
     pub backends: Option<Vec<Backend>>,
+    /// Seconds after which no more rounds are added for undecided claims
+    #[arg(long, default_value_t = 90.0)]
+    pub budget: f64,
 }
 
-struct Row {
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Params {
+    idle: Vec<usize>,
+    #[serde(with = "by_names")]
+    backends: Vec<Backend>,
+    active: usize,
+    round_trips: u64,
+    msg_size: usize,
+    first_rounds: usize,
+    budget_s: f64,
+    #[serde(with = "by_name")]
+    load_backend: Backend,
+}
+
+/// One cell: a backend among Z idle connections.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Arm {
+    #[serde(with = "by_name")]
     backend: Backend,
     idle: usize,
+}
+
+impl std::fmt::Display for Arm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}, Z = {}", self.backend, self.idle)
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Sample {
     seconds: f64,
     p50_us: f64,
     p99_us: f64,
     server_cpu_s: f64,
     syscalls_per_request: f64,
-    note: Option<String>,
 }
 
-pub fn run(args: &Args, settings: &Settings) -> CliResult<Outcome> {
-    let idles = args.idle.clone().unwrap_or_else(|| IDLE.to_vec());
-    let backends = args.backends.clone().unwrap_or_else(|| Backend::ALL.to_vec());
-    // Cells that take under a second get this many runs (median); the
-    // slow ones (poll and select among thousands of idle fds) one.
-    let reps = 5;
-    let progress = Progress::new(NAME, (idles.len() * backends.len()) as u64);
-    let mut rows = Vec::new();
-    for &backend in &backends {
-        // Repetitions go round-robin over Z, so a slow spell of this shared
-        // machine lands on different cells in different rounds and the
-        // median per cell leaves it out.
-        let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); idles.len()];
-        let mut notes: Vec<Option<String>> = vec![None; idles.len()];
-        for rep in 0..reps {
-            for (i, &idle) in idles.iter().enumerate() {
-                // One run is enough where a run takes over a second.
-                if notes[i].is_some() || samples[i].first().is_some_and(|s| s.seconds > 1.0) {
-                    continue;
-                }
-                progress.step(&format!("{backend}: {ACTIVE} active + {idle} idle (round {}/{reps})", rep + 1));
-                match run_once(backend, idle)? {
-                    Ok(sample) => samples[i].push(sample),
-                    Err(note) => notes[i] = Some(note),
-                }
-            }
-        }
-        for (i, &idle) in idles.iter().enumerate() {
-            rows.push(summarize(backend, idle, &samples[i], notes[i].take()));
-            progress.inc(1);
-        }
-    }
-    progress.finish();
+pub struct Idle;
 
-    let time_of = |b: Backend, z: usize| {
-        rows.iter().find(|r| r.backend == b && r.idle == z && r.note.is_none()).map(|r| r.seconds)
+impl Idle {
+    /// The cells every claim compares: each backend at the least and the
+    /// most idle connections planned; None when the plan lacks them.
+    fn ends(p: &Params, backend: Backend) -> Option<(Arm, Arm)> {
+        let (z0, zn) = (*p.idle.iter().min()?, *p.idle.iter().max()?);
+        (z0 < zn && p.backends.contains(&backend)).then_some((Arm { backend, idle: z0 }, Arm { backend, idle: zn }))
+    }
+}
+
+fn growth(p: &Params, backend: Backend, quantity: String, needed: Needed) -> Spec<Arm, Sample> {
+    match Idle::ends(p, backend) {
+        Some((a, b)) => Spec::iomux(quantity, needed, vec![a, b], move |r: &RoundView<Arm, Sample>| {
+            Some(r.get(&b)?.seconds / r.get(&a)?.seconds)
+        }),
+        None => Spec::iomux(quantity, needed, vec![], |_| None),
+    }
+}
+
+impl Experiment for Idle {
+    type Args = Args;
+    type Params = Params;
+    type Arm = Arm;
+    type Sample = Sample;
+
+    const ENTRY: Entry = Entry {
+        name: "idle",
+        label: "E2",
+        title: "seconds for 40,000 round trips by 10 active connections among Z idle ones",
+        smoke: &["--idle", "0,100", "--backends", "epoll,poll,uring", "--budget", "20"],
     };
-    let mut checks = Vec::new();
-    let (first, last) = (idles.iter().min().copied(), idles.iter().max().copied());
-    if let (Some(z0), Some(zn)) = (first, last) {
-        let ratio = |b| Some(time_of(b, zn)? / time_of(b, z0)?);
-        let claim_epoll = format!("epoll: abs(time at Z = {zn} / time at Z = {z0} - 1)");
-        checks.push(
-            match ratio(Backend::Epoll) {
-                Some(r) => Check::at_most(
-                    &claim_epoll,
-                    (r - 1.0).abs(),
-                    0.10,
-                    format!("ratio {r:.3}; flat is within 10% of 1"),
-                ),
-                None => Check::not_measured(&claim_epoll, 0.10),
-            }
-            .documents("epoll's time stays flat among idle connections"),
-        );
-        let claim_poll = format!("poll: time at Z = {zn} / time at Z = {z0}");
-        checks.push(
-            match ratio(Backend::Poll) {
-                Some(r) => Check::new(&claim_poll, r, 5.0, format!("{r:.1}x from Z = {z0} to Z = {zn}")),
-                None => Check::not_measured(&claim_poll, 5.0),
-            }
-            .documents("poll's time grows with the number of idle connections"),
-        );
-    }
-    let (checks, noise) = settings.judge(checks);
+    const PUBLISHED: &'static str = "kernel 2.6.11, PIII 933 MHz, 100 Mbit LAN; a plot, no table: poll's time grows \
+                                     linearly with the number of idle connections, epoll's stays flat; with none \
+                                     idle, poll is slightly faster than epoll.";
 
-    // ---- tables
-    let mut t = Table::new(std::iter::once("idle Z".to_string()).chain(backends.iter().map(|b| b.name().to_string())));
-    let mut notes = Vec::new();
-    for &z in &idles {
-        let mut line = vec![thousands(z as f64)];
-        for &b in &backends {
-            let r = rows.iter().find(|r| r.backend == b && r.idle == z);
-            line.push(match r {
-                Some(Row { note: Some(n), .. }) => {
-                    if !notes.contains(n) {
-                        notes.push(n.clone());
+    fn plan(args: &Args, _: &Settings) -> CliResult<Params> {
+        let mut idle = args.idle.clone().unwrap_or_else(|| IDLE.to_vec());
+        idle.sort_unstable();
+        idle.dedup();
+        let backends = args.backends.clone().unwrap_or_else(|| Backend::ALL.to_vec());
+        if !(args.budget.is_finite() && args.budget >= 0.0) {
+            return Err(format!("--budget {}: must be a number of seconds, 0 or more", args.budget).into());
+        }
+        if let Some(&most) = idle.last() {
+            cell::require_loopback("E2", most + ACTIVE)?;
+        }
+        Ok(Params {
+            idle,
+            backends,
+            active: ACTIVE,
+            round_trips: ROUND_TRIPS,
+            msg_size: 100,
+            first_rounds: FIRST_ROUNDS,
+            budget_s: args.budget,
+            load_backend: cell::LOAD_BACKEND,
+        })
+    }
+
+    fn budget(p: &Params, _: &Settings) -> Duration {
+        Duration::from_secs_f64(p.budget_s)
+    }
+
+    fn claims(p: &Params) -> Vec<Spec<Arm, Sample>> {
+        let (z0, zn) = (p.idle.first().copied().unwrap_or(0), p.idle.last().copied().unwrap_or(0));
+        vec![
+            growth(p, Backend::Epoll, format!("epoll: time at Z = {zn} / time at Z = {z0}"), Needed::Within(0.9, 1.1))
+                .documents("epoll's time stays flat among idle connections"),
+            growth(p, Backend::Poll, format!("poll: time at Z = {zn} / time at Z = {z0}"), Needed::AtLeast(5.0))
+                .documents("poll's time grows with the number of idle connections"),
+        ]
+    }
+
+    fn metrics() -> Vec<Metric<Sample>> {
+        vec![
+            Metric { name: "seconds", unit: "s", higher_is_better: false, get: |s| s.seconds },
+            Metric { name: "p99 latency", unit: "us", higher_is_better: false, get: |s| s.p99_us },
+            Metric { name: "server CPU", unit: "s", higher_is_better: false, get: |s| s.server_cpu_s },
+        ]
+    }
+
+    fn measure(
+        p: &Params,
+        trial: &mut Trial<Arm, Sample>,
+        claims: &[Spec<Arm, Sample>],
+        _: &Settings,
+    ) -> CliResult<()> {
+        let mut measure = |a: &Arm| run_once(a.backend, a.idle);
+        let mut arms: Vec<Arm> =
+            p.backends.iter().flat_map(|&backend| p.idle.iter().map(move |&idle| Arm { backend, idle })).collect();
+        for _ in 0..p.first_rounds {
+            trial.round(&arms, &mut measure)?;
+            arms.retain(|a| trial.kept(a).all(|s| s.seconds <= SLOW_S));
+        }
+        trial.until_decided(claims, &mut measure)
+    }
+
+    fn view(env: &Envelope<Params, Arm, Sample>) -> CliResult<View> {
+        let p = &env.params;
+        let mut view = View {
+            intro: vec![format!(
+                "Server (iomux serve, echo) and load (iomux load, {} client) on separate CPUs. Each cell: median \
+                 of its runs, ± half its 95% interval (cells over {SLOW_S} s run once in the first {} rounds; the \
+                 cells the claims compare get more rounds).",
+                p.load_backend, p.first_rounds
+            )],
+            ..View::default()
+        };
+        let mut seconds = TableView {
+            caption: format!("Seconds for {} round trips:", thousands(p.round_trips as f64)),
+            header: std::iter::once("idle Z".to_string()).chain(p.backends.iter().map(|b| b.to_string())).collect(),
+            rows: Vec::new(),
+        };
+        for &idle in &p.idle {
+            let mut row = vec![thousands(idle as f64)];
+            for &backend in &p.backends {
+                let arm = Arm { backend, idle };
+                row.push(match env.note(&arm) {
+                    Some(n) => {
+                        if !view.notes.iter().any(|x| x == n) {
+                            view.notes.push(n.to_string());
+                        }
+                        format!("n/a [{}]", view.notes.iter().position(|x| x == n).map_or(0, |i| i + 1))
                     }
-                    format!("n/a [{}]", notes.iter().position(|x| x == n).unwrap_or(0) + 1)
-                }
-                Some(r) => format!("{:.3}", r.seconds),
-                None => "-".into(),
-            });
-        }
-        t.row(line);
-    }
-    let mut detail = Table::new(["backend", "idle Z", "p50 us", "p99 us", "server CPU s", "syscalls/request"]);
-    for r in rows.iter().filter(|r| r.note.is_none()) {
-        detail.row([
-            r.backend.name().to_string(),
-            thousands(r.idle as f64),
-            format!("{:.1}", r.p50_us),
-            format!("{:.1}", r.p99_us),
-            format!("{:.3}", r.server_cpu_s),
-            format!("{:.3}", r.syscalls_per_request),
-        ]);
-    }
-    let mut md = format!(
-        "## E2 idle: seconds for {} round trips by {ACTIVE} active connections among Z idle ones\n\n\
-         Machine: {}. Server (`iomux serve`, echo) and load (`iomux load`, io_uring client) on separate CPUs; \
-         median of up to {} runs per cell (one when a run takes over a second). Published (kernel 2.6.11, PIII 933 MHz, 100 Mbit LAN; a plot, no table): \
-         **poll's time grows linearly with Z, epoll's stays flat; at Z = 0 poll is slightly faster than epoll.**\n\n",
-        thousands(ROUND_TRIPS as f64),
-        settings.machine.summary(),
-        reps,
-    );
-    md += &t.render();
-    for (i, n) in notes.iter().enumerate() {
-        md += &format!("\n[{}] {n}  ", i + 1);
-    }
-    md += "\n\nLatency, server CPU (whole server process, including accepting the idle connections) and \
-           data-path syscalls (waits, reads, writes) per request:\n\n";
-    md += &detail.render();
-    md += "\n";
-    md += &super::render_checks(&checks, noise.as_ref());
-    println!("{md}");
-
-    let json_rows: Vec<_> = rows
-        .iter()
-        .map(|r| {
-            let mut v = json!({"backend": r.backend.name(), "idle": r.idle});
-            if let Some(n) = &r.note {
-                v["note"] = json!(n);
-                v["seconds"] = json!(null);
-            } else {
-                v["seconds"] = json!(r.seconds);
-                v["p50_us"] = json!(r.p50_us);
-                v["p99_us"] = json!(r.p99_us);
-                v["server_cpu_s"] = json!(r.server_cpu_s);
-                v["syscalls_per_request"] = json!(r.syscalls_per_request);
+                    None => shown(env.estimate(&arm, |s| s.seconds)),
+                });
             }
-            v
-        })
-        .collect();
-    let doc = json!({
-        "experiment": NAME,
-        "machine": settings.machine,
-        "params": {"active": ACTIVE, "idle": idles, "round_trips": ROUND_TRIPS, "msg_size": 100,
-                   "repetitions": reps, "load_backend": cell::LOAD_BACKEND.name()},
-        "published": "poll's time grows linearly with the number of idle connections; epoll's stays flat; \
-                      with none idle, poll is slightly faster than epoll (a plot; no figures)",
-        "rows": json_rows,
-        "noise": noise,
-        "checks": checks,
-    });
-    let series: Vec<Series> = backends
-        .iter()
-        .map(|&b| Series {
-            name: b.name().into(),
-            points: idles.iter().map(|&z| (z as f64, time_of(b, z).unwrap_or(f64::NAN))).collect(),
-            published: false,
-        })
-        .collect();
-    let axes = Axes {
-        title: "E2: seconds for 40,000 round trips vs idle connections",
-        x_label: "idle connections (N)",
-        y_label: "wall time (s)",
-        x_log: false,
-        y_log: false,
-    };
-    let svg = plot::line_chart(&axes, &series)?;
-    let files = super::output::write_experiment(&settings.out_dir, NAME, &doc, &md, Some(&svg))?;
-    Ok(Outcome { files })
-}
-
-#[derive(Clone, Copy)]
-struct Sample {
-    seconds: f64,
-    p50_us: f64,
-    p99_us: f64,
-    server_cpu_s: f64,
-    syscalls_per_request: f64,
+            seconds.rows.push(row);
+        }
+        let mut detail = TableView {
+            caption: "Latency, server CPU (the whole server process, accepting the idle connections included) and \
+                      data-path syscalls (waits, reads, writes) per request, medians:"
+                .into(),
+            header: ["backend", "idle Z", "runs", "p50 us", "p99 us", "server CPU s", "syscalls/request"]
+                .map(String::from)
+                .to_vec(),
+            rows: Vec::new(),
+        };
+        for &backend in &p.backends {
+            for &idle in &p.idle {
+                let arm = Arm { backend, idle };
+                let med = |f: fn(&Sample) -> f64| env.estimate(&arm, f).map(|e| e.median);
+                let Some(runs) = env.estimate(&arm, |s| s.seconds).map(|e| e.n) else { continue };
+                let fmt = |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
+                detail.rows.push(vec![
+                    backend.to_string(),
+                    thousands(idle as f64),
+                    runs.to_string(),
+                    fmt(med(|s| s.p50_us), 1),
+                    fmt(med(|s| s.p99_us), 1),
+                    fmt(med(|s| s.server_cpu_s), 3),
+                    fmt(med(|s| s.syscalls_per_request), 3),
+                ]);
+            }
+        }
+        view.tables = vec![seconds, detail];
+        let series: Vec<Series> = p
+            .backends
+            .iter()
+            .map(|&backend| Series {
+                name: backend.to_string(),
+                points: p
+                    .idle
+                    .iter()
+                    .map(|&idle| {
+                        let e = env.estimate(&Arm { backend, idle }, |s| s.seconds);
+                        (idle as f64, e.map_or(f64::NAN, |e| e.median))
+                    })
+                    .collect(),
+                published: false,
+            })
+            .collect();
+        let axes = Axes {
+            title: "E2: seconds for 40,000 round trips vs idle connections",
+            x_label: "idle connections (N)",
+            y_label: "wall time (s)",
+            x_log: false,
+            y_log: false,
+        };
+        view.svg = Some(plot::line_chart(&axes, &series)?);
+        Ok(view)
+    }
 }
 
 /// One run of a cell, or why the cell cannot be measured.
-fn run_once(backend: Backend, idle: usize) -> CliResult<Result<Sample, String>> {
+fn run_once(backend: Backend, idle: usize) -> Measured<Sample> {
     // select: every fd number must be below FD_SETSIZE; the server uses a
     // handful of its own (std streams, listener, waker).
     if backend == Backend::Select && idle + ACTIVE + 8 > iomux::poller::FD_SETSIZE {
@@ -226,28 +274,14 @@ fn run_once(backend: Backend, idle: usize) -> CliResult<Result<Sample, String>> 
         a.requests = Some(ROUND_TRIPS);
     })?;
     c.require_no_errors(&format!("E2 {backend} Z={idle}"))?;
-    let requests = c.load["echoes"].as_u64().unwrap_or(0).max(1) as f64;
-    let s = &c.server.stats;
+    let requests = c.result.echoes.max(1) as f64;
+    let latency = |f: fn(&crate::load::result::Latency) -> f64| c.result.latency.as_ref().map_or(f64::NAN, f);
+    let s = &c.server.typed;
     Ok(Ok(Sample {
-        seconds: f64_of(&c.load["seconds"]),
-        p50_us: f64_of(&c.load["latency"]["p50_us"]),
-        p99_us: f64_of(&c.load["latency"]["p99_us"]),
-        server_cpu_s: cell::server_cpu_s(s),
-        syscalls_per_request: data_path_syscalls(s) as f64 / requests,
+        seconds: c.result.seconds,
+        p50_us: latency(|l| l.p50_us),
+        p99_us: latency(|l| l.p99_us),
+        server_cpu_s: s.cpu_s(),
+        syscalls_per_request: data_path(s) as f64 / requests,
     }))
-}
-
-/// The cell's row: medians of its samples, or its note.
-fn summarize(backend: Backend, idle: usize, samples: &[Sample], note: Option<String>) -> Row {
-    let pick = |f: fn(&Sample) -> f64| median(&samples.iter().map(f).collect::<Vec<_>>());
-    Row {
-        backend,
-        idle,
-        seconds: pick(|s| s.seconds),
-        p50_us: pick(|s| s.p50_us),
-        p99_us: pick(|s| s.p99_us),
-        server_cpu_s: pick(|s| s.server_cpu_s),
-        syscalls_per_request: pick(|s| s.syscalls_per_request),
-        note,
-    }
 }

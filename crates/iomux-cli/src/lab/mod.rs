@@ -22,6 +22,8 @@ mod peer_cell;
 mod peers;
 mod plot;
 mod raw;
+pub mod registry;
+pub mod render;
 pub mod report;
 mod sampler;
 mod sink;
@@ -45,7 +47,7 @@ use std::time::Instant;
 #[command(args_conflicts_with_subcommands = false)]
 pub struct BenchArgs {
     #[command(subcommand)]
-    experiment: Option<Experiment>,
+    experiment: Option<registry::Which>,
     /// Quick settings (the default): short cells, fewer repetitions.
     #[arg(long, global = true, conflicts_with = "full")]
     quick: bool,
@@ -56,41 +58,19 @@ pub struct BenchArgs {
     /// Output folder [default: results/<UTC timestamp>]
     #[arg(long, global = true, value_name = "DIR")]
     out: Option<PathBuf>,
-}
-
-#[derive(clap::Subcommand, Debug)]
-enum Experiment {
-    /// E1: empty poll()/epoll_wait()/select()/io_uring waits per second
-    /// against the number of registered fds (the book's poll-vs-epoll.c).
-    SyscallRate(syscall_rate::Args),
-    /// E2: 40,000 round trips by 10 active connections among Z idle ones,
-    /// on every backend (the epoll article's poll-vs-epoll test).
-    Idle(idle::Args),
-    /// E3: 40 senders of 100-byte messages, a server that only reads: CPU
-    /// and syscalls per byte.
-    Sink(sink::Args),
-    /// E4: many connections echoing 100-byte messages: server syscalls per
-    /// echo, throughput, latency, memory per connection.
-    Echo(echo::Args),
-    /// E5: iomux's servers beside tokio, monoio, compio and a plain C
-    /// epoll server, one thread on one CPU each: echoes/s, server CPU per
-    /// echo, latency, syscalls, memory, under closed and open loops.
-    Peers(peers::Args),
-    /// io_uring's optional features, each off and on: server CPU and
-    /// syscalls per echo, E3 loopback CPU per GB.
-    UringFeatures(uring_features::Args),
-    /// E6: `iomux serve --proto http` on each backend beside nginx,
-    /// measured by wrk and h2load (with and without pipelining):
-    /// requests/s, server CPU per request, latency, errors.
-    Http(http::Args),
+    /// Every experiment at the small sizes CI's smoke run uses.
+    #[arg(long, hide = true, conflicts_with = "full")]
+    smoke: bool,
 }
 
 /// What every experiment is given.
 pub struct Settings {
     pub full: bool,
+    /// perf or strace, to count a server's syscalls from outside.
+    pub tracer: Option<child::Tracer>,
     pub out_dir: PathBuf,
     pub machine: Machine,
-    noise: noise::Monitor,
+    pub noise: noise::Monitor,
     /// When the running experiment started: its noise is counted from here.
     experiment_started: std::cell::Cell<Instant>,
 }
@@ -221,6 +201,7 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
     crate::os::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))?;
     let settings = Settings {
         full: args.full && !args.quick,
+        tracer: child::Tracer::detect(),
         out_dir,
         machine: Machine::describe(),
         noise: noise::Monitor::start(),
@@ -228,45 +209,36 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
     };
     eprintln!(
         "iomux bench: {} settings; results in {}",
-        if settings.full { "full" } else { "quick" },
+        if args.smoke {
+            "smoke"
+        } else if settings.full {
+            "full"
+        } else {
+            "quick"
+        },
         settings.out_dir.display()
     );
-    let tracer = child::Tracer::detect();
     let started = Instant::now();
     let experiments = match args.experiment {
         Some(e) => vec![e],
-        None => {
-            // E5's plan (its limits for 10,000 connections too) before E1:
-            // a machine that cannot run it is told now, not minutes on.
-            peers::check(&peers::Args::default(), &settings)?;
-            http::check(&http::Args::default(), &settings)?;
-            eprintln!(
-                "iomux bench: running E1 syscall-rate, E2 idle, E3 sink, E4 echo, E5 peers, uring-features, E6 http"
-            );
-            vec![
-                Experiment::SyscallRate(Default::default()),
-                Experiment::Idle(Default::default()),
-                Experiment::Sink(Default::default()),
-                Experiment::Echo(Default::default()),
-                Experiment::Peers(Default::default()),
-                Experiment::UringFeatures(Default::default()),
-                Experiment::Http(Default::default()),
-            ]
-        }
+        None if args.smoke => registry::ENTRIES.iter().map(smoke_of).collect::<CliResult<Vec<_>>>()?,
+        None => registry::Which::all(),
     };
+    // Every experiment's flags and limits before the first runs: a machine
+    // that cannot run one is told now, not minutes on.
+    for e in &experiments {
+        e.check(&settings)?;
+    }
+    if experiments.len() > 1 {
+        let names: Vec<String> =
+            experiments.iter().map(|e| format!("{} {}", e.entry().label, e.entry().name)).collect();
+        eprintln!("iomux bench: running {}", names.join(", "));
+    }
     warn_if_busy(&settings);
     let mut outcomes = Vec::new();
-    for experiment in experiments {
+    for experiment in &experiments {
         settings.experiment_started.set(Instant::now());
-        outcomes.push(match experiment {
-            Experiment::SyscallRate(a) => syscall_rate::run(&a, &settings)?,
-            Experiment::Idle(a) => idle::run(&a, &settings)?,
-            Experiment::Sink(a) => sink::run(&a, &settings, tracer)?,
-            Experiment::Echo(a) => echo::run(&a, &settings, tracer)?,
-            Experiment::Peers(a) => peers::run(&a, &settings, tracer)?,
-            Experiment::UringFeatures(a) => uring_features::run(&a, &settings)?,
-            Experiment::Http(a) => http::run(&a, &settings)?,
-        });
+        outcomes.push(experiment.run(&settings)?);
     }
     let report = report::write(&settings.out_dir)?;
     for outcome in &outcomes {
@@ -283,6 +255,19 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
     // last, so the answer is what the screen shows when the run ends.
     print!("{}", summary::terminal(&summary::load(&settings.out_dir)));
     Ok(ExitCode::SUCCESS)
+}
+
+/// An experiment with its smoke flags, parsed as the command line would be.
+fn smoke_of(entry: &harness::experiment::Entry) -> CliResult<registry::Which> {
+    #[derive(clap::Parser)]
+    struct Line {
+        #[command(subcommand)]
+        which: registry::Which,
+    }
+    let line = std::iter::once("bench").chain(std::iter::once(entry.name)).chain(entry.smoke.iter().copied());
+    let parsed = <Line as clap::Parser>::try_parse_from(line)
+        .map_err(|e| format!("{}'s smoke flags {:?}: {e}", entry.name, entry.smoke))?;
+    Ok(parsed.which)
 }
 
 /// Says so before the first experiment if other processes are busy now.

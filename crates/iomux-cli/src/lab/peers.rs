@@ -311,7 +311,8 @@ impl Row {
     }
 }
 
-pub fn run(args: &Args, settings: &Settings, tracer: Option<Tracer>) -> CliResult<Outcome> {
+pub fn run(args: &Args, settings: &Settings) -> CliResult<Outcome> {
+    let tracer = settings.tracer;
     let plan = plan(args, settings)?;
     let perf = tracer == Some(Tracer::Perf);
     let scratch = crate::os::PrivateDir::new("iomux-lab-peers", "load results")

@@ -65,7 +65,8 @@ pub fn cell(backend: Backend, paced: bool, seconds: f64, serve_flags: &[String])
     })
 }
 
-pub fn run(args: &Args, settings: &Settings, _tracer: Option<Tracer>) -> CliResult<Outcome> {
+pub fn run(args: &Args, settings: &Settings) -> CliResult<Outcome> {
+    let tracer = settings.tracer;
     let seconds = args.seconds.unwrap_or(if settings.full { 10.0 } else { 2.0 });
     if !(seconds.is_finite() && seconds > 0.0) {
         return Err(format!("--seconds must be positive, not {seconds}").into());

@@ -9,7 +9,7 @@ mod hist;
 pub mod merge;
 mod pattern;
 mod procs;
-mod result;
+pub mod result;
 pub(crate) mod sources;
 mod split;
 mod summary;

@@ -5,5 +5,43 @@
 
 pub mod claim;
 pub mod envelope;
+pub mod experiment;
 pub mod stats;
 pub mod trial;
+
+/// Serde for a value written by name (`Display`) and read back with
+/// `FromStr`, such as a backend.
+pub mod by_name {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    pub fn serialize<T: Display, S: Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(v)
+    }
+
+    pub fn deserialize<'de, T: FromStr, D: Deserializer<'de>>(d: D) -> Result<T, D::Error>
+    where
+        T::Err: Display,
+    {
+        String::deserialize(d)?.parse().map_err(D::Error::custom)
+    }
+}
+
+/// [`by_name`] for a list.
+pub mod by_names {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    pub fn serialize<T: Display, S: Serializer>(v: &[T], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(v.iter().map(|x| x.to_string()))
+    }
+
+    pub fn deserialize<'de, T: FromStr, D: Deserializer<'de>>(d: D) -> Result<Vec<T>, D::Error>
+    where
+        T::Err: Display,
+    {
+        Vec::<String>::deserialize(d)?.iter().map(|s| s.parse().map_err(D::Error::custom)).collect()
+    }
+}

@@ -25,6 +25,11 @@ pub const MAX_RETAKES: usize = 2;
 /// give a 95% interval for a median (see `stats`).
 pub const MIN_ROUNDS: usize = 6;
 
+/// The round counts at which undecided claims are looked at again: about
+/// 1.5 times apart, so the sequence has few looks (each a chance to decide
+/// wrongly) and the last, 40, bounds an experiment's rounds.
+pub const LOOKS: [usize; 6] = [MIN_ROUNDS, 9, 13, 19, 28, MAX_ROUNDS];
+
 /// Rounds of one experiment never exceed this, whatever the budget.
 pub const MAX_ROUNDS: usize = 40;
 
@@ -242,25 +247,37 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
     }
 
     /// Adds rounds of the arms that undecided claims rest on, until every
-    /// claim is decided, or the budget or [`MAX_ROUNDS`] is spent. A round
-    /// that would likely end past the budget is not started.
+    /// claim is decided, or the budget or [`MAX_ROUNDS`] is spent. Claims
+    /// are looked at only at the round counts in [`LOOKS`], not after every
+    /// round: stopping at the first of many looks that happens to decide
+    /// would make a wrong decision likelier than the intervals say. A
+    /// round that would likely end past the budget is not started.
     pub fn until_decided(&mut self, specs: &[Spec<K, S>], measure: &mut dyn FnMut(&K) -> Measured<S>) -> CliResult<()> {
         let mut last_round = Duration::ZERO;
-        while self.rounds < MAX_ROUNDS {
-            let mut arms: Vec<K> = Vec::new();
-            for spec in specs.iter().filter(|s| !self.decided(s)) {
-                for a in &spec.arms {
-                    if !arms.contains(a) {
-                        arms.push(a.clone());
-                    }
-                }
-            }
-            if arms.is_empty() || self.started.elapsed() + last_round > self.budget {
+        let mut pending: Vec<usize> = (0..specs.len()).filter(|&i| !self.decided(&specs[i])).collect();
+        let looks: Vec<usize> = LOOKS.iter().copied().filter(|&l| l > self.rounds).collect();
+        for look in looks {
+            if pending.is_empty() {
                 break;
             }
-            let start = Instant::now();
-            self.round(&arms, measure)?;
-            last_round = start.elapsed();
+            let mut arms: Vec<K> = Vec::new();
+            for a in pending.iter().flat_map(|&i| &specs[i].arms) {
+                if !arms.contains(a) {
+                    arms.push(a.clone());
+                }
+            }
+            if arms.is_empty() {
+                break;
+            }
+            while self.rounds < look {
+                if self.started.elapsed() + last_round > self.budget {
+                    return Ok(());
+                }
+                let start = Instant::now();
+                self.round(&arms, measure)?;
+                last_round = start.elapsed();
+            }
+            pending.retain(|&i| !self.decided(&specs[i]));
         }
         Ok(())
     }
@@ -409,6 +426,8 @@ mod tests {
         let claim = trial.judge(&specs[0]);
         assert_eq!(claim.verdict, claim::Verdict::Holds, "{}", claim.why);
         assert!(claim.excluded >= 1, "{claim:?}");
-        assert_eq!(claim.estimate.map(|e| e.n), Some(MIN_ROUNDS));
+        // Five quiet rounds at the first look (6) do not decide; the next
+        // look, at 9 rounds, has 8.
+        assert_eq!((trial.rounds(), claim.estimate.map(|e| e.n)), (LOOKS[1], Some(LOOKS[1] - 1)));
     }
 }

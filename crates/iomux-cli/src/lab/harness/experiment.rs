@@ -1,0 +1,172 @@
+//! The experiment contract: what an experiment provides, and the one
+//! driver that runs any of them, from checked flags to written files.
+//!
+//! An experiment names its arms (the configurations it measures), its
+//! sample (what one measurement of an arm gives), the metrics of that
+//! sample, its claims (each a quantity computed from one round's samples),
+//! and a view of its results. The driver measures the first rounds, adds
+//! rounds until the claims decide, judges them, and writes the envelope;
+//! Markdown, HTML, SVG and the terminal are drawn from the envelope alone.
+
+use super::claim::Claim;
+use super::envelope::{self, Envelope, Figure, NoiseSummary, SCHEMA};
+use super::stats::Estimate;
+use super::trial::{Spec, Trial};
+use crate::lab::{render, Outcome, Settings};
+use crate::CliResult;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::fmt::Display;
+use std::time::{Duration, Instant};
+
+/// How the lab lists an experiment.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry {
+    /// The subcommand and file name: "idle".
+    pub name: &'static str,
+    /// As the documents number it: "E2".
+    pub label: &'static str,
+    /// The heading of its page.
+    pub title: &'static str,
+    /// Flags for CI's smoke run: small sizes, every code path.
+    pub smoke: &'static [&'static str],
+}
+
+/// One number a sample carries, by which runs are compared.
+pub struct Metric<S> {
+    pub name: &'static str,
+    pub unit: &'static str,
+    pub higher_is_better: bool,
+    pub get: fn(&S) -> f64,
+}
+
+/// A table of an experiment's page, cells as shown.
+#[derive(Clone, Debug, Default)]
+pub struct TableView {
+    pub caption: String,
+    pub header: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+/// An experiment's results as a person reads them; plain text, no markup.
+#[derive(Clone, Debug, Default)]
+pub struct View {
+    /// Paragraphs above the tables: method, published figures.
+    pub intro: Vec<String>,
+    pub tables: Vec<TableView>,
+    /// Footnotes: why some cells could not be measured.
+    pub notes: Vec<String>,
+    pub svg: Option<String>,
+}
+
+pub trait Experiment {
+    type Args: Default;
+    /// The checked flags and what the machine allows; written to the JSON.
+    type Params: Serialize + DeserializeOwned;
+    type Arm: Clone + PartialEq + Display + Serialize + DeserializeOwned;
+    type Sample: Serialize + DeserializeOwned;
+
+    const ENTRY: Entry;
+    /// The documents' published finding, in words.
+    const PUBLISHED: &'static str;
+
+    /// Checks the flags and the machine before anything is measured.
+    fn plan(args: &Self::Args, settings: &Settings) -> CliResult<Self::Params>;
+
+    /// Wall time after which no more rounds start for undecided claims.
+    fn budget(params: &Self::Params, settings: &Settings) -> Duration;
+
+    fn claims(params: &Self::Params) -> Vec<Spec<Self::Arm, Self::Sample>>;
+
+    fn metrics() -> Vec<Metric<Self::Sample>>;
+
+    /// Measures every arm in its first rounds, then calls
+    /// `trial.until_decided(claims, ...)` with the same measurement.
+    fn measure(
+        params: &Self::Params,
+        trial: &mut Trial<Self::Arm, Self::Sample>,
+        claims: &[Spec<Self::Arm, Self::Sample>],
+        settings: &Settings,
+    ) -> CliResult<()>;
+
+    /// Tables and plot, from the envelope alone.
+    fn view(env: &Envelope<Self::Params, Self::Arm, Self::Sample>) -> CliResult<View>;
+}
+
+impl<P, K: PartialEq, S> Envelope<P, K, S> {
+    /// The kept samples of `arm`.
+    pub fn kept<'s>(&'s self, arm: &'s K) -> impl Iterator<Item = &'s S> + 's {
+        self.takes.iter().filter(move |t| t.kept && &t.arm == arm).map(|t| &t.value)
+    }
+
+    /// The median and interval of `field` over the kept samples of `arm`.
+    pub fn estimate(&self, arm: &K, field: impl Fn(&S) -> f64) -> Option<Estimate> {
+        Estimate::of(&self.kept(arm).map(field).collect::<Vec<_>>())
+    }
+
+    /// Why `arm` could not be measured, if it could not.
+    pub fn note(&self, arm: &K) -> Option<&str> {
+        self.unmeasurable.iter().find(|(k, _)| k == arm).map(|(_, n)| n.as_str())
+    }
+}
+
+/// Every arm that has kept samples, in the order first measured.
+fn arms<K: Clone + PartialEq, S>(env: &Envelope<impl Sized, K, S>) -> Vec<K> {
+    let mut arms: Vec<K> = Vec::new();
+    for t in env.takes.iter().filter(|t| t.kept) {
+        if !arms.contains(&t.arm) {
+            arms.push(t.arm.clone());
+        }
+    }
+    arms
+}
+
+/// One figure per arm and metric, for `iomux report A B`.
+fn figures<E: Experiment>(env: &Envelope<E::Params, E::Arm, E::Sample>) -> Vec<Figure> {
+    let mut out = Vec::new();
+    for arm in arms(env) {
+        for m in E::metrics() {
+            let samples: Vec<f64> = env.kept(&arm).map(m.get).filter(|v| v.is_finite()).collect();
+            out.push(Figure {
+                name: format!("{arm}: {}", m.name),
+                unit: m.unit.into(),
+                higher_is_better: m.higher_is_better,
+                estimate: Estimate::of(&samples),
+                samples,
+            });
+        }
+    }
+    out
+}
+
+/// Runs `E` from its flags: plan, measure, judge, write JSON, Markdown and
+/// SVG, print the Markdown.
+pub fn execute<E: Experiment>(args: &E::Args, settings: &Settings) -> CliResult<Outcome> {
+    let params = E::plan(args, settings)?;
+    let started = Instant::now();
+    let specs = E::claims(&params);
+    let mut trial = Trial::new(&settings.noise, E::ENTRY.name, E::budget(&params, settings));
+    E::measure(&params, &mut trial, &specs, settings)?;
+    let claims: Vec<Claim> = specs.iter().map(|s| trial.judge(s)).collect();
+    let rounds = trial.rounds();
+    let (takes, unmeasurable) = trial.finish();
+    let mut env = Envelope {
+        experiment: E::ENTRY.name.into(),
+        schema: SCHEMA,
+        machine: settings.machine.clone(),
+        params,
+        published: E::PUBLISHED.into(),
+        claims,
+        figures: Vec::new(),
+        noise: NoiseSummary::of(rounds, &takes, settings.noise.since(started)),
+        takes,
+        unmeasurable,
+    };
+    env.figures = figures::<E>(&env);
+    let view = E::view(&env)?;
+    let markdown = render::markdown::page(&E::ENTRY, &env.machine, &env.published, &view, &env.claims, &env.noise);
+    println!("{markdown}");
+    let mut files = vec![envelope::write(&settings.out_dir, &env)?];
+    files.extend(render::write_page(&settings.out_dir, E::ENTRY.name, &markdown, view.svg.as_deref())?);
+    Ok(Outcome { files })
+}

@@ -1,0 +1,177 @@
+//! The one list of experiments. It makes the `iomux bench` subcommands,
+//! the default run and its order, the report's order and labels, and CI's
+//! smoke run: adding an experiment is its file and one line here.
+
+use super::harness::experiment::{execute, Entry, Experiment};
+use super::{Outcome, Settings};
+use crate::CliResult;
+
+/// What the registry needs of an experiment; every [`Experiment`] has it.
+pub trait Registered {
+    type Args: clap::Args + Default + std::fmt::Debug;
+    const ENTRY: Entry;
+    /// Checks the flags and the machine before anything runs.
+    fn check(args: &Self::Args, settings: &Settings) -> CliResult<()>;
+    fn run(args: &Self::Args, settings: &Settings) -> CliResult<Outcome>;
+}
+
+impl<E: Experiment> Registered for E
+where
+    E::Args: clap::Args + std::fmt::Debug,
+{
+    type Args = E::Args;
+    const ENTRY: Entry = E::ENTRY;
+    fn check(args: &E::Args, settings: &Settings) -> CliResult<()> {
+        E::plan(args, settings).map(drop)
+    }
+    fn run(args: &E::Args, settings: &Settings) -> CliResult<Outcome> {
+        execute::<E>(args, settings)
+    }
+}
+
+macro_rules! registry {
+    ($( $(#[$doc:meta])* $variant:ident => $ty:ty ),* $(,)?) => {
+        /// An experiment and its flags.
+        #[derive(clap::Subcommand, Debug)]
+        pub enum Which {
+            $( $(#[$doc])* $variant(<$ty as Registered>::Args), )*
+        }
+
+        /// Every experiment, in the order the bench runs and the report shows them.
+        pub const ENTRIES: &[Entry] = &[ $( <$ty as Registered>::ENTRY, )* ];
+
+        impl Which {
+            /// Every experiment with its default flags.
+            pub fn all() -> Vec<Which> {
+                vec![ $( Which::$variant(Default::default()), )* ]
+            }
+            pub fn entry(&self) -> &'static Entry {
+                match self { $( Which::$variant(_) => &<$ty as Registered>::ENTRY, )* }
+            }
+            pub fn check(&self, settings: &Settings) -> CliResult<()> {
+                match self { $( Which::$variant(a) => <$ty as Registered>::check(a, settings), )* }
+            }
+            pub fn run(&self, settings: &Settings) -> CliResult<Outcome> {
+                match self { $( Which::$variant(a) => <$ty as Registered>::run(a, settings), )* }
+            }
+        }
+    };
+}
+
+registry! {
+    /// E1: empty poll()/epoll_wait()/select()/io_uring waits per second
+    /// against the number of registered fds (the book's poll-vs-epoll.c).
+    SyscallRate => legacy::SyscallRate,
+    /// E2: 40,000 round trips by 10 active connections among Z idle ones,
+    /// on every backend (the epoll article's poll-vs-epoll test).
+    Idle => super::idle::Idle,
+    /// E3: 40 senders of 100-byte messages, a server that only reads: CPU
+    /// and syscalls per byte.
+    Sink => legacy::Sink,
+    /// E4: many connections echoing 100-byte messages: server syscalls per
+    /// echo, throughput, latency, memory per connection.
+    Echo => legacy::Echo,
+    /// E5: iomux's servers beside tokio, monoio, compio and a plain C
+    /// epoll server, one thread on one CPU each: echoes/s, server CPU per
+    /// echo, latency, syscalls, memory, under closed and open loops.
+    Peers => legacy::Peers,
+    /// io_uring's optional features, each off and on: server CPU and
+    /// syscalls per echo, E3 loopback CPU per GB.
+    UringFeatures => legacy::UringFeatures,
+    /// E6: `iomux serve --proto http` on each backend beside nginx,
+    /// measured by wrk and h2load (with and without pipelining):
+    /// requests/s, server CPU per request, latency, errors.
+    Http => legacy::Http,
+}
+
+/// The entry named `name`.
+pub fn entry(name: &str) -> Option<&'static Entry> {
+    ENTRIES.iter().find(|e| e.name == name)
+}
+
+/// "E2" for "idle"; the name itself when it is not registered.
+pub fn label(name: &str) -> &str {
+    entry(name).map_or(name, |e| e.label)
+}
+
+/// Experiments not yet on the harness: their own run and checks, written
+/// as schema 1.
+mod legacy {
+    use super::*;
+    use crate::lab::{echo, http, peers, sink, syscall_rate, uring_features};
+
+    macro_rules! legacy {
+        ($ty:ident, $module:ident, $label:literal, $title:literal, [$($smoke:literal),*], $check:expr) => {
+            pub struct $ty;
+            impl Registered for $ty {
+                type Args = $module::Args;
+                const ENTRY: Entry = Entry { name: $module::NAME, label: $label, title: $title, smoke: &[$($smoke),*] };
+                fn check(args: &Self::Args, settings: &Settings) -> CliResult<()> {
+                    let check: fn(&Self::Args, &Settings) -> CliResult<()> = $check;
+                    check(args, settings)
+                }
+                fn run(args: &Self::Args, settings: &Settings) -> CliResult<Outcome> {
+                    $module::run(args, settings)
+                }
+            }
+        };
+    }
+
+    legacy!(
+        SyscallRate,
+        syscall_rate,
+        "E1",
+        "empty waits per second against registered fds",
+        ["--quick", "--fds", "1,100,1000"],
+        |_, _| Ok(())
+    );
+    legacy!(
+        Sink,
+        sink,
+        "E3",
+        "40 senders, a server that only reads",
+        ["--seconds", "0.5", "--backends", "poll,epoll-et,uring"],
+        |_, _| Ok(())
+    );
+    legacy!(
+        Echo,
+        echo,
+        "E4",
+        "connections echoing 100-byte messages",
+        ["--conns", "400", "--messages", "10"],
+        |_, _| Ok(())
+    );
+    legacy!(
+        Peers,
+        peers,
+        "E5",
+        "iomux beside tokio, monoio, compio and a C epoll server",
+        [
+            "--servers",
+            "iomux-epoll,iomux-uring,c-epoll,tokio",
+            "--scenarios",
+            "closed-100",
+            "--reps",
+            "1",
+            "--seconds",
+            "0.5"
+        ],
+        peers::check
+    );
+    legacy!(
+        UringFeatures,
+        uring_features,
+        "io_uring",
+        "io_uring's optional features, each off and on",
+        ["--seconds", "0.3", "--reps", "1", "--conns", "100"],
+        |_, _| Ok(())
+    );
+    legacy!(
+        Http,
+        http,
+        "E6",
+        "iomux serve --proto http beside nginx, by wrk and h2load",
+        ["--backends", "epoll,uring", "--reps", "1", "--seconds", "1"],
+        http::check
+    );
+}

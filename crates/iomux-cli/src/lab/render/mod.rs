@@ -1,0 +1,23 @@
+//! Renderers of typed results: Markdown pages, the HTML report and the
+//! terminal's verdicts. None of them reads anything but the envelope.
+
+pub mod markdown;
+
+use crate::CliResult;
+use std::path::{Path, PathBuf};
+
+/// Writes `<name>.md` and, when there is a plot, `<name>.svg`.
+pub fn write_page(dir: &Path, name: &str, markdown: &str, svg: Option<&str>) -> CliResult<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    let mut put = |file: String, body: &str| -> CliResult<()> {
+        let path = dir.join(file);
+        std::fs::write(&path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        written.push(path);
+        Ok(())
+    };
+    put(format!("{name}.md"), markdown)?;
+    if let Some(svg) = svg {
+        put(format!("{name}.svg"), svg)?;
+    }
+    Ok(written)
+}
