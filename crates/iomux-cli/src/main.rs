@@ -85,8 +85,8 @@ fn main() -> ExitCode {
         Command::Limits(args) => limits::run(args),
         Command::Merge(args) => load::merge::run(args),
         Command::Peer(args) => peer::run(args),
-        Command::Report { dir, other: None, .. } => lab::report::write(&dir).map(|path| {
-            print!("{}", lab::summary::terminal(&lab::summary::load(&dir)));
+        Command::Report { dir, other: None, .. } => lab::report(&dir).map(|(path, verdicts)| {
+            print!("{verdicts}");
             println!("wrote {}", path.display());
             for line in lab::browser::screenshot_and_check(&path) {
                 println!("{line}");

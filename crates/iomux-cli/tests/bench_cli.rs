@@ -84,14 +84,30 @@ fn client_server_experiments_write_rows_and_a_report() {
         serde_json::from_str(&std::fs::read_to_string(out.join(format!("{name}.json"))).unwrap()).unwrap()
     };
 
-    let idle = run(&["idle", "--idle", "0,20", "--backends", "epoll,poll"]);
+    let idle = run(&["idle", "--idle", "0,20", "--backends", "epoll,poll", "--budget", "5"]);
     assert!(idle.contains("poll's time grows linearly"), "published claim printed: {idle}");
-    let rows = read("idle")["rows"].as_array().unwrap().clone();
-    assert_eq!(rows.len(), 4);
-    for r in &rows {
-        assert!(r["seconds"].as_f64().unwrap() > 0.0, "{r}");
-        assert!(r["syscalls_per_request"].as_f64().unwrap() >= 2.0, "a read and a write per request at least: {r}");
+    let doc = read("idle");
+    assert_eq!(doc["schema"], 2);
+    let takes = doc["takes"].as_array().unwrap().clone();
+    for backend in ["epoll", "poll"] {
+        for z in [0, 20] {
+            let of_arm = takes.iter().filter(|t| t["arm"]["backend"] == backend && t["arm"]["idle"] == z).count();
+            assert!(of_arm >= 3, "{backend} Z={z}: {of_arm} takes, fewer than the first three rounds");
+        }
     }
+    for t in &takes {
+        let v = &t["value"];
+        assert!(v["seconds"].as_f64().unwrap() > 0.0, "{t}");
+        assert!(v["syscalls_per_request"].as_f64().unwrap() >= 2.0, "a read and a write per request at least: {t}");
+    }
+    // Both claims measured in at least six paired rounds (a 95% interval).
+    let claims = doc["claims"].as_array().unwrap();
+    assert_eq!(claims.len(), 2);
+    for c in claims {
+        assert!(c["estimate"]["n"].as_u64().unwrap() >= 6, "{c}");
+        assert!(c["estimate"]["lo"].as_f64() <= c["estimate"]["hi"].as_f64(), "{c}");
+    }
+    assert!(doc["figures"].as_array().unwrap().iter().any(|f| f["name"] == "epoll, Z = 20: seconds"));
 
     run(&["sink", "--seconds", "0.3", "--backends", "epoll,uring"]);
     let rows = read("sink")["rows"].as_array().unwrap().clone();

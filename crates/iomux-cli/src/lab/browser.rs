@@ -594,14 +594,16 @@ mod tests {
                 std::fs::copy(&path, dir.0.join(path.file_name().unwrap())).unwrap();
             }
         }
-        let report = super::super::report::write(&dir.0).unwrap();
+        let report = super::super::report(&dir.0).unwrap().0;
         let shot = dir.0.join("screenshot.png");
         let Some(c) = checked(&report, &shot) else { return };
 
         assert!(c.errors.is_empty(), "page errors: {:#?}", c.errors);
-        let plotted = super::super::report::ORDER
+        let plotted = super::super::registry::ENTRIES
             .iter()
-            .filter(|n| fixture.join(format!("{n}.md")).exists() && fixture.join(format!("{n}.svg")).exists())
+            .filter(|e| {
+                fixture.join(format!("{}.json", e.name)).exists() && fixture.join(format!("{}.svg", e.name)).exists()
+            })
             .count();
         // The first plot also stands beside the verdicts.
         assert_eq!(

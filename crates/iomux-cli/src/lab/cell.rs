@@ -147,11 +147,6 @@ pub fn data_path(stats: &crate::stats::ServerStats) -> u64 {
 use iomux::Syscall::*;
 const DATA_PATH: [iomux::Syscall; 8] = [EpollPwait, Ppoll, Pselect6, IoUringEnter, Read, Recvfrom, Write, Sendto];
 
-/// As [`data_path`], from stats as JSON.
-pub fn data_path_syscalls(stats: &Value) -> u64 {
-    DATA_PATH.iter().map(|k| stats["syscalls"][k.name()].as_u64().unwrap_or(0)).sum()
-}
-
 /// A server's CPU time, user + system, from its stats.
 pub fn server_cpu_s(stats: &Value) -> f64 {
     f64_of(&stats["user_cpu_s"]) + f64_of(&stats["sys_cpu_s"])

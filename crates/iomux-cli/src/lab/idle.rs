@@ -285,3 +285,53 @@ fn run_once(backend: Backend, idle: usize) -> Measured<Sample> {
         syscalls_per_request: data_path(s) as f64 / requests,
     }))
 }
+
+/// An E2 result with `seconds` for each (backend, Z), `rounds` times (a
+/// little spread, so intervals have width), made as `execute` makes one:
+/// for tests of what reads results.
+#[cfg(test)]
+pub fn fixture(seconds: &[(Backend, usize, f64)], rounds: usize) -> Envelope<Params, Arm, Sample> {
+    use super::harness::envelope::{NoiseSummary, SCHEMA};
+    struct Quiet;
+    impl super::harness::trial::Meter for Quiet {
+        fn others_since(&self, _: std::time::Instant) -> Option<f64> {
+            Some(0.0)
+        }
+    }
+    let params = Params {
+        idle: vec![0, 100],
+        backends: vec![Backend::Epoll, Backend::Poll],
+        active: ACTIVE,
+        round_trips: ROUND_TRIPS,
+        msg_size: 100,
+        first_rounds: rounds,
+        budget_s: 0.0,
+        load_backend: cell::LOAD_BACKEND,
+    };
+    let arms: Vec<Arm> = seconds.iter().map(|&(backend, idle, _)| Arm { backend, idle }).collect();
+    let mut trial: Trial<Arm, Sample> = Trial::new(&Quiet, "fixture", Duration::ZERO);
+    for round in 0..rounds {
+        let spread = 1.0 + 0.002 * (round % 3) as f64;
+        let mut measure = |a: &Arm| -> Measured<Sample> {
+            let s = seconds.iter().find(|x| x.0 == a.backend && x.1 == a.idle).map_or(f64::NAN, |x| x.2) * spread;
+            Ok(Ok(Sample { seconds: s, p50_us: 80.0, p99_us: 200.0, server_cpu_s: s, syscalls_per_request: 2.1 }))
+        };
+        trial.round(&arms, &mut measure).unwrap();
+    }
+    let claims = Idle::claims(&params).iter().map(|spec| trial.judge(spec)).collect();
+    let (takes, unmeasurable) = trial.finish();
+    let mut env = Envelope {
+        experiment: "idle".into(),
+        schema: SCHEMA,
+        machine: super::machine::Machine::default(),
+        params,
+        published: Idle::PUBLISHED.into(),
+        claims,
+        figures: Vec::new(),
+        noise: NoiseSummary::of(rounds, &takes, None),
+        takes,
+        unmeasurable,
+    };
+    env.figures = super::harness::experiment::figures::<Idle>(&env);
+    env
+}

@@ -24,10 +24,9 @@ mod plot;
 mod raw;
 pub mod registry;
 pub mod render;
-pub mod report;
+pub mod results;
 mod sampler;
 mod sink;
-pub mod summary;
 mod syscall_rate;
 mod syscount;
 mod table;
@@ -61,6 +60,10 @@ pub struct BenchArgs {
     /// Every experiment at the small sizes CI's smoke run uses.
     #[arg(long, hide = true, conflicts_with = "full")]
     smoke: bool,
+    /// Print the experiments' names, one per line, in the order a full
+    /// run takes them, and exit.
+    #[arg(long)]
+    list: bool,
 }
 
 /// What every experiment is given.
@@ -185,6 +188,12 @@ pub fn render_checks(checks: &[Check], noise: Option<&noise::Noise>) -> String {
 }
 
 pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
+    if args.list {
+        for e in registry::ENTRIES {
+            println!("{}", e.name);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     // The output folder first: one that cannot be written fails the run
     // now, not after the experiments.
     let out = output::OutDir::prepare(args.out.clone().unwrap_or_else(output::default_dir))?;
@@ -240,7 +249,8 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
         settings.experiment_started.set(Instant::now());
         outcomes.push(experiment.run(&settings)?);
     }
-    let report = report::write(&settings.out_dir)?;
+    let folder = results::Folder::read(&settings.out_dir)?;
+    let report = render::html::write_report(&folder)?;
     for outcome in &outcomes {
         for file in &outcome.files {
             eprintln!("wrote {}", file.display());
@@ -251,10 +261,17 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
         eprintln!("{line}");
     }
     eprintln!("iomux bench: done in {:.0} s", started.elapsed().as_secs_f64());
-    // Each experiment printed its tables as it finished; the verdicts come
+    // Each experiment printed its page as it finished; the verdicts come
     // last, so the answer is what the screen shows when the run ends.
-    print!("{}", summary::terminal(&summary::load(&settings.out_dir)));
+    print!("{}", render::terminal::verdicts(&folder));
     Ok(ExitCode::SUCCESS)
+}
+
+/// `iomux report DIR`: writes DIR/report.html from the JSON in DIR, and
+/// returns its path and the verdicts for the terminal.
+pub fn report(dir: &std::path::Path) -> CliResult<(PathBuf, String)> {
+    let folder = results::Folder::read(dir)?;
+    Ok((render::html::write_report(&folder)?, render::terminal::verdicts(&folder)))
 }
 
 /// An experiment with its smoke flags, parsed as the command line would be.

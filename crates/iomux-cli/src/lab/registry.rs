@@ -2,7 +2,8 @@
 //! the default run and its order, the report's order and labels, and CI's
 //! smoke run: adding an experiment is its file and one line here.
 
-use super::harness::experiment::{execute, Entry, Experiment};
+use super::harness::envelope::Envelope;
+use super::harness::experiment::{execute, Entry, Experiment, View};
 use super::{Outcome, Settings};
 use crate::CliResult;
 
@@ -13,6 +14,9 @@ pub trait Registered {
     /// Checks the flags and the machine before anything runs.
     fn check(args: &Self::Args, settings: &Settings) -> CliResult<()>;
     fn run(args: &Self::Args, settings: &Settings) -> CliResult<Outcome>;
+    /// Its page from its JSON; None for results this version cannot draw
+    /// (written as schema 1).
+    fn view_json(text: &str) -> CliResult<Option<View>>;
 }
 
 impl<E: Experiment> Registered for E
@@ -27,6 +31,10 @@ where
     fn run(args: &E::Args, settings: &Settings) -> CliResult<Outcome> {
         execute::<E>(args, settings)
     }
+    fn view_json(text: &str) -> CliResult<Option<View>> {
+        let env: Envelope<E::Params, E::Arm, E::Sample> = serde_json::from_str(text)?;
+        E::view(&env).map(Some)
+    }
 }
 
 macro_rules! registry {
@@ -39,6 +47,11 @@ macro_rules! registry {
 
         /// Every experiment, in the order the bench runs and the report shows them.
         pub const ENTRIES: &[Entry] = &[ $( <$ty as Registered>::ENTRY, )* ];
+
+        /// Each experiment's page from its JSON.
+        #[allow(clippy::type_complexity)]
+        const VIEWS: &[(&str, fn(&str) -> CliResult<Option<View>>)] =
+            &[ $( (<$ty as Registered>::ENTRY.name, <$ty as Registered>::view_json), )* ];
 
         impl Which {
             /// Every experiment with its default flags.
@@ -84,14 +97,12 @@ registry! {
     Http => legacy::Http,
 }
 
-/// The entry named `name`.
-pub fn entry(name: &str) -> Option<&'static Entry> {
-    ENTRIES.iter().find(|e| e.name == name)
-}
-
-/// "E2" for "idle"; the name itself when it is not registered.
-pub fn label(name: &str) -> &str {
-    entry(name).map_or(name, |e| e.label)
+/// The view of the experiment named `name` from its JSON text.
+pub fn view_json(name: &str, text: &str) -> CliResult<Option<View>> {
+    match VIEWS.iter().find(|(n, _)| *n == name) {
+        Some((_, view)) => view(text),
+        None => Ok(None),
+    }
 }
 
 /// Experiments not yet on the harness: their own run and checks, written
@@ -112,6 +123,9 @@ mod legacy {
                 }
                 fn run(args: &Self::Args, settings: &Settings) -> CliResult<Outcome> {
                     $module::run(args, settings)
+                }
+                fn view_json(_: &str) -> CliResult<Option<View>> {
+                    Ok(None)
                 }
             }
         };

@@ -2,7 +2,6 @@
 //! server only reads. What it costs the server per byte (seed 002).
 
 use super::cell::{self, f64_of};
-use super::child::Tracer;
 use super::plot;
 use super::table::Table;
 use super::{Check, Outcome, Settings};
@@ -66,7 +65,6 @@ pub fn cell(backend: Backend, paced: bool, seconds: f64, serve_flags: &[String])
 }
 
 pub fn run(args: &Args, settings: &Settings) -> CliResult<Outcome> {
-    let tracer = settings.tracer;
     let seconds = args.seconds.unwrap_or(if settings.full { 10.0 } else { 2.0 });
     if !(seconds.is_finite() && seconds > 0.0) {
         return Err(format!("--seconds must be positive, not {seconds}").into());

@@ -77,19 +77,16 @@ impl Claim {
         self.source == Source::Documents
     }
 
-    /// "1.010 [0.990, 1.030] (needed >= 0.8)", or "-".
+    /// "1.010 [0.990, 1.030] (needed >= 0.8)", or "-". Results of schema
+    /// 1 hold one value and no interval: "1.010, one value (needed ...)".
     pub fn measured(&self) -> String {
         match &self.estimate {
+            Some(e) if e.n == 0 => format!("{}, one value (needed {})", number(e.median), self.needed.describe()),
             Some(e) => {
                 format!("{} [{}, {}] (needed {})", number(e.median), number(e.lo), number(e.hi), self.needed.describe())
             }
             None => "-".into(),
         }
-    }
-
-    /// How far the median is on the claim's side (above 1 when met).
-    pub fn margin(&self) -> Option<f64> {
-        self.estimate.map(|e| self.needed.margin(e.median))
     }
 }
 

@@ -42,7 +42,10 @@ pub struct NoiseSummary {
 }
 
 impl NoiseSummary {
+    /// `whole` is dropped when nothing was measured: a reading over a run
+    /// that only found its tools missing says nothing of any figure.
     pub fn of<K, S>(rounds: usize, takes: &[Take<K, S>], whole: Option<Noise>) -> NoiseSummary {
+        let whole = whole.filter(|_| !takes.is_empty());
         NoiseSummary {
             rounds,
             takes: takes.len(),
@@ -55,16 +58,20 @@ impl NoiseSummary {
 
     /// One sentence for an experiment's page and the terminal.
     pub fn sentence(&self) -> String {
+        if self.takes == 0 {
+            return "Nothing was measured, so there is no noise reading.".into();
+        }
         let whole = self.whole.as_ref().map_or(String::new(), |n| format!(" Over the whole run: {}.", n.describe()));
-        format!(
-            "{} samples in {} rounds; {} taken while other processes used more than {:.0}% of a CPU were measured \
-             again (up to {} times) and left out.{whole}",
-            self.takes,
-            self.rounds,
-            self.excluded,
-            self.threshold * 100.0,
-            self.max_retakes
-        )
+        let excluded = match self.excluded {
+            0 => format!("none ran while other processes used more than {:.0}% of a CPU", self.threshold * 100.0),
+            n => format!(
+                "{n} ran while other processes used more than {:.0}% of a CPU and were left out (each measured again, \
+                 up to {} times)",
+                self.threshold * 100.0,
+                self.max_retakes
+            ),
+        };
+        format!("{} samples in {} rounds; {excluded}.{whole}", self.takes, self.rounds)
     }
 }
 
@@ -92,6 +99,9 @@ pub struct Envelope<P, K, S> {
 #[derive(Clone, Debug)]
 pub struct Header {
     pub experiment: String,
+    pub machine: Option<Machine>,
+    /// The documents' published finding, in words (empty if none).
+    pub published: String,
     pub schema: u32,
     pub claims: Vec<Claim>,
     pub figures: Vec<Figure>,
@@ -103,6 +113,8 @@ pub struct Header {
 #[derive(Deserialize)]
 struct HeaderV2 {
     experiment: String,
+    machine: Option<Machine>,
+    published: String,
     schema: u32,
     claims: Vec<Claim>,
     figures: Vec<Figure>,
@@ -135,6 +147,8 @@ struct CheckV1 {
 #[derive(Deserialize)]
 struct HeaderV1 {
     experiment: String,
+    #[serde(default)]
+    machine: Option<Machine>,
     #[serde(default)]
     checks: Vec<CheckV1>,
     #[serde(default)]
@@ -177,12 +191,6 @@ impl CheckV1 {
 }
 
 impl Header {
-    /// Reads `path`, a JSON file of either schema.
-    pub fn read(path: &Path) -> CliResult<Header> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        Header::parse(&text).map_err(|e| format!("{}: {e}", path.display()).into())
-    }
-
     pub fn parse(text: &str) -> Result<Header, serde_json::Error> {
         #[derive(Deserialize)]
         struct Schema {
@@ -197,6 +205,8 @@ impl Header {
             let h: HeaderV2 = serde_json::from_str(text)?;
             return Ok(Header {
                 experiment: h.experiment,
+                machine: h.machine,
+                published: h.published,
                 schema: h.schema,
                 claims: h.claims,
                 figures: h.figures,
@@ -207,17 +217,14 @@ impl Header {
         let h: HeaderV1 = serde_json::from_str(text)?;
         Ok(Header {
             experiment: h.experiment,
+            machine: h.machine,
+            published: String::new(),
             schema: 1,
             claims: h.checks.into_iter().map(CheckV1::into_claim).collect(),
             figures: Vec::new(),
             noise: None,
             legacy_noise: h.noise,
         })
-    }
-
-    /// Whether the machine's noise left claims undecided.
-    pub fn busy_rounds(&self) -> usize {
-        self.claims.iter().map(|c| c.excluded).max().unwrap_or(0)
     }
 }
 

@@ -41,7 +41,7 @@ pub struct Metric<S> {
 }
 
 /// A table of an experiment's page, cells as shown.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct TableView {
     pub caption: String,
     pub header: Vec<String>,
@@ -122,7 +122,7 @@ fn arms<K: Clone + PartialEq, S>(env: &Envelope<impl Sized, K, S>) -> Vec<K> {
 }
 
 /// One figure per arm and metric, for `iomux report A B`.
-fn figures<E: Experiment>(env: &Envelope<E::Params, E::Arm, E::Sample>) -> Vec<Figure> {
+pub fn figures<E: Experiment>(env: &Envelope<E::Params, E::Arm, E::Sample>) -> Vec<Figure> {
     let mut out = Vec::new();
     for arm in arms(env) {
         for m in E::metrics() {

@@ -67,8 +67,14 @@ pub struct Spec<K, S> {
     /// The arms the quantity reads; a round counts when all were measured.
     pub arms: Vec<K>,
     /// The quantity from one round's samples of `arms`.
-    pub value: Box<dyn Fn(&RoundView<K, S>) -> Option<f64>>,
+    pub value: Quantity<K, S>,
 }
+
+/// A claim's quantity from one round's samples.
+pub type Quantity<K, S> = Box<dyn Fn(&RoundView<K, S>) -> Option<f64>>;
+
+/// Arms that could not be measured, with why.
+pub type Unmeasurable<K> = Vec<(K, String)>;
 
 /// One round's samples of a claim's arms.
 pub struct RoundView<'r, K, S> {
@@ -116,7 +122,7 @@ pub type Measured<S> = CliResult<Result<S, String>>;
 pub struct Trial<'a, K, S> {
     meter: &'a dyn Meter,
     pub takes: Vec<Take<K, S>>,
-    pub unmeasurable: Vec<(K, String)>,
+    pub unmeasurable: Unmeasurable<K>,
     rounds: usize,
     started: Instant,
     budget: Duration,
@@ -287,22 +293,7 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
         self.takes.iter().filter(move |t| t.kept && &t.arm == arm).map(|t| &t.value)
     }
 
-    /// The median and interval of `field` over one arm's kept samples.
-    pub fn estimate(&self, arm: &K, field: impl Fn(&S) -> f64) -> Option<Estimate> {
-        Estimate::of(&self.kept(arm).map(field).collect::<Vec<_>>())
-    }
-
-    /// Why `arm` could not be measured, if it could not.
-    pub fn note(&self, arm: &K) -> Option<&str> {
-        self.note_of(arm)
-    }
-
-    /// Takes that were not kept.
-    pub fn excluded(&self) -> usize {
-        self.takes.iter().filter(|t| !t.kept).count()
-    }
-
-    pub fn finish(self) -> (Vec<Take<K, S>>, Vec<(K, String)>) {
+    pub fn finish(self) -> (Vec<Take<K, S>>, Unmeasurable<K>) {
         self.progress.finish();
         (self.takes, self.unmeasurable)
     }
@@ -354,7 +345,7 @@ mod tests {
         let mut measure = |_: &&str| -> Measured<f64> { Ok(Ok(1.0)) };
         trial.round(&["a", "b"], &mut measure).unwrap();
         assert_eq!(trial.takes.len(), 4);
-        assert_eq!(trial.excluded(), 2);
+        assert_eq!(trial.takes.iter().filter(|t| !t.kept).count(), 2);
         assert_eq!(trial.kept(&"b").count(), 1);
     }
 

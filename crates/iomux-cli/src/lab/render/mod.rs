@@ -1,7 +1,9 @@
 //! Renderers of typed results: Markdown pages, the HTML report and the
 //! terminal's verdicts. None of them reads anything but the envelope.
 
+pub mod html;
 pub mod markdown;
+pub mod terminal;
 
 use crate::CliResult;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,127 @@
+//! A results folder as typed data: each registered experiment's JSON (its
+//! claims, figures and noise) and, for results of this schema, its page.
+//! What `iomux report DIR`, `iomux report A B` and the end of a bench read.
+
+use super::harness::envelope::Header;
+use super::harness::experiment::{Entry, View};
+use super::registry;
+use crate::CliResult;
+use std::path::{Path, PathBuf};
+
+/// One experiment's results.
+pub struct Result {
+    pub entry: &'static Entry,
+    pub header: Header,
+    /// Results of an older schema get only their plot (the SVG file beside
+    /// the JSON); their tables are in the Markdown file.
+    pub view: Option<View>,
+    pub older: bool,
+}
+
+/// Every experiment found in a folder, in the registry's order.
+pub struct Folder {
+    pub dir: PathBuf,
+    pub results: Vec<Result>,
+}
+
+impl Folder {
+    /// Reads `dir`. A folder that cannot be read, or holds no experiment's
+    /// JSON, is an error; so is a JSON file that does not parse.
+    pub fn read(dir: &Path) -> CliResult<Folder> {
+        std::fs::read_dir(dir).map_err(|e| format!("cannot read the results folder {}: {e}", dir.display()))?;
+        let mut results = Vec::new();
+        for entry in registry::ENTRIES {
+            let path = dir.join(format!("{}.json", entry.name));
+            let text = match std::fs::read_to_string(&path) {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(format!("cannot read {}: {e}", path.display()).into()),
+            };
+            let header = Header::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            if header.experiment != entry.name {
+                return Err(
+                    format!("{} holds results of {:?}, not {}", path.display(), header.experiment, entry.name).into()
+                );
+            }
+            let older = header.schema < 2;
+            let view = if older {
+                let svg = std::fs::read_to_string(dir.join(format!("{}.svg", entry.name))).ok();
+                Some(View { svg, ..View::default() })
+            } else {
+                registry::view_json(entry.name, &text).map_err(|e| format!("{}: {e}", path.display()))?
+            };
+            results.push(Result { entry, header, view, older });
+        }
+        if results.is_empty() {
+            return Err(format!("{} holds no experiment results (*.json from iomux bench)", dir.display()).into());
+        }
+        Ok(Folder { dir: dir.to_path_buf(), results })
+    }
+
+    /// The first machine description found.
+    pub fn machine(&self) -> Option<&super::machine::Machine> {
+        self.results.iter().find_map(|r| r.header.machine.as_ref())
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Result> {
+        self.results.iter().find(|r| r.entry.name == name)
+    }
+}
+
+impl Folder {
+    /// Whether the machine's noise left any verdict undecided, and one
+    /// sentence on it for the top of the report and the terminal.
+    pub fn noise_line(&self) -> (bool, String) {
+        let (mut takes, mut excluded) = (0, 0);
+        let mut undecided: Vec<String> = Vec::new();
+        let mut older_busy: Vec<String> = Vec::new();
+        for r in &self.results {
+            if let Some(n) = &r.header.noise {
+                takes += n.takes;
+                excluded += n.excluded;
+            }
+            let k = r.header.claims.iter().filter(|c| c.why.starts_with("machine busy")).count();
+            if k > 0 {
+                undecided.push(format!("{} ({k})", r.entry.label));
+            }
+            if let Some(n) = r.header.legacy_noise.as_ref().filter(|n| n.busy) {
+                older_busy.push(format!(
+                    "{} ({:.1}% of a CPU on average, {:.0}% in the busiest second)",
+                    r.entry.label,
+                    n.other_cpu_share * 100.0,
+                    n.peak_other_cpu_share * 100.0
+                ));
+            }
+        }
+        let threshold = super::harness::trial::SAMPLE_THRESHOLD * 100.0;
+        let mut text = match (takes, excluded) {
+            (0, _) => String::new(),
+            (_, 0) => format!(
+                "None of the {takes} samples ran while other processes used more than {threshold:.0}% of a CPU."
+            ),
+            _ => format!(
+                "{excluded} of {takes} samples ran while other processes used more than {threshold:.0}% of a CPU; \
+                 they were measured again and left out of every figure and verdict."
+            ),
+        };
+        if !undecided.is_empty() {
+            text += &format!(
+                "{}The machine was busy: claims of {} are inconclusive because only busy samples would decide them. \
+                 Re-run on a quieter machine for those.",
+                if text.is_empty() { "" } else { " " },
+                undecided.join(", ")
+            );
+        }
+        if !older_busy.is_empty() {
+            text += &format!(
+                "{}Measured by an older iomux while the machine was busy (its verdicts inconclusive): {}.",
+                if text.is_empty() { "" } else { " " },
+                older_busy.join(", ")
+            );
+        }
+        if text.is_empty() {
+            text = "No sample records the machine's noise (results written by an older iomux).".into();
+        }
+        (!undecided.is_empty() || !older_busy.is_empty(), text)
+    }
+}
