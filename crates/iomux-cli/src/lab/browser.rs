@@ -302,8 +302,12 @@ pub fn screenshot_and_check(report_html: &Path) -> Vec<String> {
 /// /usr/bin/chromium) at 1400x900 with no network, measures it, and saves
 /// a screenshot of the first screen to `screenshot_png`. About two seconds.
 pub fn check(report_html: &Path, screenshot_png: &Path) -> Result<BrowserCheck, BrowserError> {
-    let chromium = std::env::var_os("CHROMIUM").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_CHROMIUM));
-    check_with(&chromium, report_html, screenshot_png)
+    check_with(&chromium_path(), report_html, screenshot_png)
+}
+
+/// `$CHROMIUM`, else where Debian's package puts it.
+pub fn chromium_path() -> PathBuf {
+    std::env::var_os("CHROMIUM").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_CHROMIUM))
 }
 
 fn check_with(chromium: &Path, report_html: &Path, screenshot_png: &Path) -> Result<BrowserCheck, BrowserError> {

@@ -20,6 +20,8 @@ const ACTIVE: usize = 10;
 const ROUND_TRIPS: u64 = 40_000;
 /// Rounds over every cell, for the tables; claims then get more.
 const FIRST_ROUNDS: usize = 3;
+/// Seconds of added rounds, by default.
+const BUDGET_S: f64 = 90.0;
 /// A cell whose first run took longer is run once in the first rounds
 /// (poll and select among thousands of idle fds).
 const SLOW_S: f64 = 1.0;
@@ -33,9 +35,10 @@ pub struct Args {
     /// Backends, comma-separated [default: all]
     #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
     pub backends: Option<Vec<Backend>>,
-    /// Seconds after which no more rounds are added for undecided claims
-    #[arg(long, default_value_t = 90.0)]
-    pub budget: f64,
+    /// Seconds for rounds added after the first ones, while a claim is
+    /// undecided (its 95% interval straddles its threshold) [default: 90]
+    #[arg(long, value_parser = crate::lab::harness::parse_budget)]
+    pub budget: Option<f64>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -106,6 +109,7 @@ impl Experiment for Idle {
         label: "E2",
         title: "seconds for 40,000 round trips by 10 active connections among Z idle ones",
         smoke: &["--idle", "0,100", "--backends", "epoll,poll,uring", "--budget", "20"],
+        needs: &[],
     };
     const PUBLISHED: &'static str = "kernel 2.6.11, PIII 933 MHz, 100 Mbit LAN; a plot, no table: poll's time grows \
                                      linearly with the number of idle connections, epoll's stays flat; with none \
@@ -116,9 +120,6 @@ impl Experiment for Idle {
         idle.sort_unstable();
         idle.dedup();
         let backends = args.backends.clone().unwrap_or_else(|| Backend::ALL.to_vec());
-        if !(args.budget.is_finite() && args.budget >= 0.0) {
-            return Err(format!("--budget {}: must be a number of seconds, 0 or more", args.budget).into());
-        }
         if let Some(&most) = idle.last() {
             cell::require_loopback("E2", most + ACTIVE)?;
         }
@@ -129,7 +130,7 @@ impl Experiment for Idle {
             round_trips: ROUND_TRIPS,
             msg_size: 100,
             first_rounds: FIRST_ROUNDS,
-            budget_s: args.budget,
+            budget_s: args.budget.unwrap_or(BUDGET_S),
             load_backend: cell::LOAD_BACKEND,
         })
     }

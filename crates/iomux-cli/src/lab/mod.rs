@@ -30,6 +30,7 @@ mod sink;
 mod syscall_rate;
 mod syscount;
 mod table;
+mod tools;
 mod uring_features;
 mod wait_peers;
 
@@ -64,6 +65,12 @@ pub struct BenchArgs {
     /// run takes them, and exit.
     #[arg(long)]
     list: bool,
+    /// Do not install missing tools (wrk, h2load, nginx for E6; Chromium
+    /// for report.png); say what to run instead. Without it, a root run
+    /// on a machine with apt-get installs them through scripts/install-*,
+    /// printing each command first.
+    #[arg(long, global = true, env = "IOMUX_NO_INSTALL", value_parser = clap::builder::FalseyValueParser::new())]
+    no_install: bool,
 }
 
 /// What every experiment is given.
@@ -243,6 +250,9 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
             experiments.iter().map(|e| format!("{} {}", e.entry().label, e.entry().name)).collect();
         eprintln!("iomux bench: running {}", names.join(", "));
     }
+    let mut needs: Vec<&str> = experiments.iter().flat_map(|e| e.entry().needs.iter().copied()).collect();
+    needs.push("chromium");
+    tools::bring(&needs, !args.no_install);
     warn_if_busy(&settings);
     let mut outcomes = Vec::new();
     for experiment in &experiments {

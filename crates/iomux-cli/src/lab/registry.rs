@@ -74,7 +74,7 @@ macro_rules! registry {
 registry! {
     /// E1: empty poll()/epoll_wait()/select()/io_uring waits per second
     /// against the number of registered fds (the book's poll-vs-epoll.c).
-    SyscallRate => legacy::SyscallRate,
+    SyscallRate => super::syscall_rate::SyscallRate,
     /// E2: 40,000 round trips by 10 active connections among Z idle ones,
     /// on every backend (the epoll article's poll-vs-epoll test).
     Idle => super::idle::Idle,
@@ -109,14 +109,16 @@ pub fn view_json(name: &str, text: &str) -> CliResult<Option<View>> {
 /// as schema 1.
 mod legacy {
     use super::*;
-    use crate::lab::{echo, http, peers, sink, syscall_rate, uring_features};
+    use crate::lab::{echo, http, peers, sink, uring_features};
 
     macro_rules! legacy {
-        ($ty:ident, $module:ident, $label:literal, $title:literal, [$($smoke:literal),*], $check:expr) => {
+        (@needs) => { &[] };
+        (@needs $needs:expr) => { $needs };
+        ($ty:ident, $module:ident, $label:literal, $title:literal, [$($smoke:literal),*], $check:expr $(, needs $needs:expr)?) => {
             pub struct $ty;
             impl Registered for $ty {
                 type Args = $module::Args;
-                const ENTRY: Entry = Entry { name: $module::NAME, label: $label, title: $title, smoke: &[$($smoke),*] };
+                const ENTRY: Entry = Entry { name: $module::NAME, label: $label, title: $title, smoke: &[$($smoke),*], needs: legacy!(@needs $($needs)?) };
                 fn check(args: &Self::Args, settings: &Settings) -> CliResult<()> {
                     let check: fn(&Self::Args, &Settings) -> CliResult<()> = $check;
                     check(args, settings)
@@ -131,14 +133,6 @@ mod legacy {
         };
     }
 
-    legacy!(
-        SyscallRate,
-        syscall_rate,
-        "E1",
-        "empty waits per second against registered fds",
-        ["--quick", "--fds", "1,100,1000"],
-        |_, _| Ok(())
-    );
     legacy!(
         Sink,
         sink,
@@ -186,6 +180,7 @@ mod legacy {
         "E6",
         "iomux serve --proto http beside nginx, by wrk and h2load",
         ["--backends", "epoll,uring", "--reps", "1", "--seconds", "1"],
-        http::check
+        http::check,
+        needs & ["wrk", "h2load", "nginx"]
     );
 }

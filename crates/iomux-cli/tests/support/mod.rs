@@ -36,7 +36,10 @@ pub fn heavy() -> MutexGuard<'static, ()> {
 }
 
 pub fn iomux() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_iomux"))
+    let mut iomux = Command::new(env!("CARGO_BIN_EXE_iomux"));
+    // Tests never install packages: CI's script does, before them.
+    iomux.env("IOMUX_NO_INSTALL", "1");
+    iomux
 }
 
 /// A running `iomux serve`.

@@ -30,6 +30,9 @@ pub struct Entry {
     pub title: &'static str,
     /// Flags for CI's smoke run: small sizes, every code path.
     pub smoke: &'static [&'static str],
+    /// Programs it drives that `iomux bench` brings when missing
+    /// (see `lab::tools`).
+    pub needs: &'static [&'static str],
 }
 
 /// One number a sample carries, by which runs are compared.

@@ -45,3 +45,11 @@ pub mod by_names {
         Vec::<String>::deserialize(d)?.iter().map(|s| s.parse().map_err(D::Error::custom)).collect()
     }
 }
+
+/// Parses `--budget`: seconds, 0 or more.
+pub fn parse_budget(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("{s}: must be a number of seconds, 0 or more")),
+    }
+}

@@ -124,21 +124,19 @@ pub struct Trial<'a, K, S> {
     pub takes: Vec<Take<K, S>>,
     pub unmeasurable: Unmeasurable<K>,
     rounds: usize,
-    started: Instant,
     budget: Duration,
     progress: Progress,
 }
 
 impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
-    /// `budget`: wall time after which no further round starts for
-    /// undecided claims.
+    /// `budget`: wall time for the rounds that [`Trial::until_decided`]
+    /// adds after the first ones.
     pub fn new(meter: &'a dyn Meter, name: &str, budget: Duration) -> Self {
         Trial {
             meter,
             takes: Vec::new(),
             unmeasurable: Vec::new(),
             rounds: 0,
-            started: Instant::now(),
             budget,
             progress: Progress::new(name, 0),
         }
@@ -257,8 +255,10 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
     /// are looked at only at the round counts in [`LOOKS`], not after every
     /// round: stopping at the first of many looks that happens to decide
     /// would make a wrong decision likelier than the intervals say. A
-    /// round that would likely end past the budget is not started.
+    /// round that would likely end past the budget (counted from this
+    /// call) is not started.
     pub fn until_decided(&mut self, specs: &[Spec<K, S>], measure: &mut dyn FnMut(&K) -> Measured<S>) -> CliResult<()> {
+        let started = Instant::now();
         let mut last_round = Duration::ZERO;
         let mut pending: Vec<usize> = (0..specs.len()).filter(|&i| !self.decided(&specs[i])).collect();
         let looks: Vec<usize> = LOOKS.iter().copied().filter(|&l| l > self.rounds).collect();
@@ -276,7 +276,7 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
                 break;
             }
             while self.rounds < look {
-                if self.started.elapsed() + last_round > self.budget {
+                if started.elapsed() + last_round > self.budget {
                     return Ok(());
                 }
                 let start = Instant::now();
