@@ -194,12 +194,7 @@ impl Experiment for Idle {
             for &backend in &p.backends {
                 let arm = Arm { backend, idle };
                 row.push(match env.note(&arm) {
-                    Some(n) => {
-                        if !view.notes.iter().any(|x| x == n) {
-                            view.notes.push(n.to_string());
-                        }
-                        format!("n/a [{}]", view.notes.iter().position(|x| x == n).map_or(0, |i| i + 1))
-                    }
+                    Some(n) => view.footnote(n),
                     None => shown(env.estimate(&arm, |s| s.seconds)),
                 });
             }

@@ -80,7 +80,7 @@ registry! {
     Idle => super::idle::Idle,
     /// E3: 40 senders of 100-byte messages, a server that only reads: CPU
     /// and syscalls per byte.
-    Sink => legacy::Sink,
+    Sink => super::sink::Sink,
     /// E4: many connections echoing 100-byte messages: server syscalls per
     /// echo, throughput, latency, memory per connection.
     Echo => legacy::Echo,
@@ -109,7 +109,7 @@ pub fn view_json(name: &str, text: &str) -> CliResult<Option<View>> {
 /// as schema 1.
 mod legacy {
     use super::*;
-    use crate::lab::{echo, http, peers, sink, uring_features};
+    use crate::lab::{echo, http, peers, uring_features};
 
     macro_rules! legacy {
         (@needs) => { &[] };
@@ -133,14 +133,6 @@ mod legacy {
         };
     }
 
-    legacy!(
-        Sink,
-        sink,
-        "E3",
-        "40 senders, a server that only reads",
-        ["--seconds", "0.5", "--backends", "poll,epoll-et,uring"],
-        |_, _| Ok(())
-    );
     legacy!(
         Echo,
         echo,

@@ -1,175 +1,304 @@
 //! E3 `sink`: 40 connections send 100-byte messages without pause; the
 //! server only reads. What it costs the server per byte (seed 002).
 
-use super::cell::{self, f64_of};
+use super::cell;
+use super::harness::experiment::{Entry, Experiment, Metric, TableView, View};
+use super::harness::stats::Needed;
+use super::harness::trial::{Measured, RoundView, Spec, Trial};
+use super::harness::{by_name, by_names, envelope::Envelope};
 use super::plot;
-use super::table::Table;
-use super::{Check, Outcome, Settings};
+use super::render::markdown::cell as shown;
+use super::table::kinds_of;
+use super::Settings;
 use crate::load::LoadMode;
-use crate::progress::Progress;
 use crate::CliResult;
 use iomux::Backend;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
 
-pub const NAME: &str = "sink";
 const SENDERS: usize = 40;
-
-#[derive(clap::Args, Debug, Default)]
-pub struct Args {
-    /// Seconds of sending per backend [default: 2, --full: 10]
-    #[arg(long)]
-    pub seconds: Option<f64>,
-    /// Backends, comma-separated [default: all]
-    #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
-    pub backends: Option<Vec<Backend>>,
-}
+const QUICK_SECONDS: f64 = 1.0;
+const FULL_SECONDS: f64 = 10.0;
+const BUDGET_S: f64 = 30.0;
 
 /// The article's epoll traffic, 97,950 kbit/s, as 100-byte messages per second.
 const PUBLISHED_RATE: f64 = 97_950_000.0 / 8.0 / 100.0;
 
-pub struct Row {
-    pub backend: Backend,
-    /// Paced to the article's NIC, or as fast as loopback goes.
-    pub paced: bool,
+#[derive(clap::Args, Debug, Default)]
+pub struct Args {
+    #[arg(long, value_parser = parse_seconds,
+          help = format!("Seconds of sending per cell [default: {QUICK_SECONDS}; --full: {FULL_SECONDS}]"))]
+    pub seconds: Option<f64>,
+    /// Backends, comma-separated [default: all]
+    #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
+    pub backends: Option<Vec<Backend>>,
+    /// Seconds for rounds added after the first ones, while a claim is
+    /// undecided (its 95% interval straddles its threshold) [default: 30]
+    #[arg(long, value_parser = crate::lab::harness::parse_budget)]
+    pub budget: Option<f64>,
+}
+
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s}: must be a positive number of seconds")),
+    }
+}
+
+/// One row of the article's table (its 100 Mbit NIC saturated).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PublishedRow {
+    server: String,
+    traffic: String,
+    sys_share: String,
+    idle_share: String,
+    process_cpu: String,
+    strace: String,
+}
+
+fn published_rows() -> Vec<PublishedRow> {
+    let row = |server: &str, traffic: &str, sys: &str, idle: &str, cpu: &str, strace: &str| PublishedRow {
+        server: server.into(),
+        traffic: traffic.into(),
+        sys_share: sys.into(),
+        idle_share: idle.into(),
+        process_cpu: cpu.into(),
+        strace: strace.into(),
+    };
+    vec![
+        row("poll", "95,165 kbit/s", "~78%", "~20%", "56.9%", "111,511 poll + 347,887 read"),
+        row("epoll (ET)", "97,950 kbit/s", "~24%", "~74%", "9.9%", "323,798 epoll_wait + 654,077 read"),
+    ]
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Params {
+    #[serde(with = "by_names")]
+    backends: Vec<Backend>,
+    senders: usize,
+    msg_size: usize,
+    seconds: f64,
+    paced_msgs_per_sec: f64,
+    first_rounds: usize,
+    budget_s: f64,
+    #[serde(with = "by_name")]
+    load_backend: Backend,
+    published: Vec<PublishedRow>,
+}
+
+/// One cell: a backend, its senders paced to the article's NIC or not.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Arm {
+    #[serde(with = "by_name")]
+    backend: Backend,
+    paced: bool,
+}
+
+impl std::fmt::Display for Arm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}, {}", self.backend, if self.paced { "paced" } else { "loopback" })
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Sample {
     pub mb_per_sec: f64,
     pub user_s: f64,
     pub sys_s: f64,
     pub cpu_s_per_gb: f64,
     pub syscalls_per_mb: f64,
-    pub syscalls: serde_json::Value,
+    pub syscalls: BTreeMap<String, u64>,
 }
 
-/// One cell: SENDERS senders for `seconds` (paced or not) against a
+/// One run: SENDERS senders for `seconds` (paced or not) against a
 /// `backend` sink started with `serve_flags`.
-pub fn cell(backend: Backend, paced: bool, seconds: f64, serve_flags: &[String]) -> CliResult<Row> {
+pub fn cell(backend: Backend, paced: bool, seconds: f64, serve_flags: &[String]) -> CliResult<Sample> {
     let c = cell::run_with_flags(backend, "sink", 0, serve_flags, |a| {
         a.conns = SENDERS;
         a.mode = LoadMode::Sink;
         a.duration = Some(seconds);
         a.rate = paced.then_some(PUBLISHED_RATE);
     })?;
-    let s = &c.server.stats;
-    let bytes = s["bytes_in"].as_u64().unwrap_or(0) as f64;
-    let secs = f64_of(&c.load["seconds"]);
-    let (user, sys) = (f64_of(&s["user_cpu_s"]), f64_of(&s["sys_cpu_s"]));
-    Ok(Row {
-        backend,
-        paced,
-        mb_per_sec: bytes / 1e6 / secs,
-        user_s: user,
-        sys_s: sys,
-        cpu_s_per_gb: (user + sys) / (bytes / 1e9),
-        syscalls_per_mb: s["syscalls_total"].as_u64().unwrap_or(0) as f64 / (bytes / 1e6),
-        syscalls: s["syscalls"].clone(),
+    let s = &c.server.typed;
+    let bytes = s.bytes_in as f64;
+    Ok(Sample {
+        mb_per_sec: bytes / 1e6 / c.result.seconds,
+        user_s: s.user_cpu_s,
+        sys_s: s.sys_cpu_s,
+        cpu_s_per_gb: s.cpu_s() / (bytes / 1e9),
+        syscalls_per_mb: s.syscalls_total as f64 / (bytes / 1e6),
+        syscalls: s.syscalls.clone(),
     })
 }
 
-pub fn run(args: &Args, settings: &Settings) -> CliResult<Outcome> {
-    let seconds = args.seconds.unwrap_or(if settings.full { 10.0 } else { 2.0 });
-    if !(seconds.is_finite() && seconds > 0.0) {
-        return Err(format!("--seconds must be positive, not {seconds}").into());
-    }
-    let backends = args.backends.clone().unwrap_or_else(|| Backend::ALL.to_vec());
-    let progress = Progress::new(NAME, 2 * backends.len() as u64);
-    let mut rows = Vec::new();
-    for paced in [true, false] {
-        for &backend in &backends {
-            let pace = if paced { "at the article's 97.95 Mbit/s" } else { "unpaced" };
-            progress.step(&format!("{backend}: {SENDERS} senders {pace} for {seconds} s"));
-            rows.push(cell(backend, paced, seconds, &[])?);
-            progress.inc(1);
-        }
-    }
-    progress.finish();
+/// `backend`'s CPU per GB over `base`'s, both paced or both not.
+fn cpu_ratio(p: &Params, backend: Backend, base: Backend, paced: bool, quantity: String) -> Spec<Arm, Sample> {
+    let (a, b) = (Arm { backend, paced }, Arm { backend: base, paced });
+    let arms = if p.backends.contains(&backend) && p.backends.contains(&base) { vec![a, b] } else { vec![] };
+    Spec::iomux(quantity, Needed::AtMost(1.0), arms, move |r: &RoundView<Arm, Sample>| {
+        Some(r.get(&a)?.cpu_s_per_gb / r.get(&b)?.cpu_s_per_gb)
+    })
+}
 
-    let cpu_of =
-        |b: Backend, paced: bool| rows.iter().find(|r| r.backend == b && r.paced == paced).map(|r| r.cpu_s_per_gb);
-    let mut checks = Vec::new();
-    for b in [Backend::EpollEt, Backend::Uring] {
-        let claim = format!("{b} CPU per GB / poll's, paced as the article's NIC");
-        checks.push(
-            match (cpu_of(b, true), cpu_of(Backend::Poll, true)) {
-                (Some(x), Some(p)) => Check::at_most(&claim, x / p, 1.0, "below poll's".into()),
-                _ => Check::not_measured(&claim, 1.0),
-            }
-            .documents(&format!("{b} uses less CPU per byte than poll")),
-        );
-    }
-    let claim = "uring CPU per GB / epoll-et's, loopback";
-    checks.push(match (cpu_of(Backend::Uring, false), cpu_of(Backend::EpollEt, false)) {
-        (Some(u), Some(e)) => Check::at_most(claim, u / e, 1.0, "at most epoll-et's".into()),
-        _ => Check::not_measured(claim, 1.0),
-    });
-    let (checks, noise) = settings.judge(checks);
+pub struct Sink;
 
-    let mut t = Table::new([
-        "backend",
-        "pace",
-        "MB/s",
-        "user s",
-        "sys s",
-        "CPU s per GB",
-        "syscalls per MB",
-        "syscalls by kind",
-    ]);
-    for r in &rows {
-        t.row([
-            r.backend.name().to_string(),
-            if r.paced { "97.95 Mbit/s".to_string() } else { "loopback".to_string() },
-            format!("{:.1}", r.mb_per_sec),
-            format!("{:.3}", r.user_s),
-            format!("{:.3}", r.sys_s),
-            format!("{:.3}", r.cpu_s_per_gb),
-            format!("{:.1}", r.syscalls_per_mb),
-            super::table::kinds(&r.syscalls),
-        ]);
-    }
-    let mut published =
-        Table::new(["published (100 Mbit NIC)", "traffic", "server %sys", "server %idle", "process CPU", "strace -c"]);
-    published.row(["poll", "95,165 kbit/s", "~78%", "~20%", "56.9%", "111,511 poll + 347,887 read"]);
-    published.row(["epoll (ET)", "97,950 kbit/s", "~24%", "~74%", "9.9%", "323,798 epoll_wait + 654,077 read"]);
-    let mut md = format!(
-        "## E3 sink: {SENDERS} senders, 100-byte messages, the server only reads ({seconds} s per backend)\n\n\
-         Machine: {}. Each backend runs twice: with the senders paced to the article's measured 97.95 Mbit/s \
-         (its 100 Mbit NIC was the bottleneck, so the server mostly waited for data: the regime the article's \
-         CPU figures describe), and unpaced on loopback, where the network is not the bottleneck and every \
-         server is busy copying bytes. The figure to compare is CPU per byte. Server CPU is the whole server \
-         process's, including io_uring's SQPOLL kernel thread.\n\n",
-        settings.machine.summary()
-    );
-    md += &t.render();
-    md += "\nPublished (the article's test; CPU share of one machine while the NIC was saturated):\n\n";
-    md += &published.render();
-    md += "\n";
-    md += &super::render_checks(&checks, noise.as_ref());
-    println!("{md}");
+impl Experiment for Sink {
+    type Args = Args;
+    type Params = Params;
+    type Arm = Arm;
+    type Sample = Sample;
 
-    let doc = json!({
-        "experiment": NAME,
-        "machine": settings.machine,
-        "params": {"senders": SENDERS, "msg_size": 100, "seconds": seconds, "paced_msgs_per_sec": PUBLISHED_RATE,
-                   "load_backend": cell::LOAD_BACKEND.name()},
-        "published": {
-            "poll": {"kbit_per_sec": 95165, "sys_pct": 78, "idle_pct": 20, "process_cpu_pct": 56.9,
-                     "strace": {"poll": 111511, "read": 347887}},
-            "epoll_et": {"kbit_per_sec": 97950, "sys_pct": 24, "idle_pct": 74, "process_cpu_pct": 9.9,
-                         "strace": {"epoll_wait": 323798, "read": 654077}}
-        },
-        "rows": rows.iter().map(|r| json!({
-            "backend": r.backend.name(), "paced": r.paced, "mb_per_sec": r.mb_per_sec, "user_s": r.user_s, "sys_s": r.sys_s,
-            "cpu_s_per_gb": r.cpu_s_per_gb, "syscalls_per_mb": r.syscalls_per_mb, "syscalls": r.syscalls,
-        })).collect::<Vec<_>>(),
-        "noise": noise,
-        "checks": checks,
-    });
-    let bars = |paced: bool| -> Vec<(String, f64)> {
-        rows.iter().filter(|r| r.paced == paced).map(|r| (r.backend.name().to_string(), r.cpu_s_per_gb)).collect()
+    const ENTRY: Entry = Entry {
+        name: "sink",
+        label: "E3",
+        title: "40 senders, a server that only reads",
+        smoke: &["--seconds", "0.3", "--backends", "poll,epoll-et,uring", "--budget", "5"],
+        needs: &[],
     };
-    const CPU_PER_GB: &str = "CPU s per GB received (user + system)";
-    let svg = plot::bar_panels(&[
-        plot::Panel { title: "E3: CPU s per GB, paced (97.95 Mbit/s)", y_label: CPU_PER_GB, bars: bars(true) },
-        plot::Panel { title: "E3: CPU s per GB, loopback", y_label: CPU_PER_GB, bars: bars(false) },
-    ])?;
-    let files = super::output::write_experiment(&settings.out_dir, NAME, &doc, &md, Some(&svg))?;
-    Ok(Outcome { files })
+    const PUBLISHED: &'static str = "the article's test, 100 Mbit NIC saturated: poll moved 95,165 kbit/s with the \
+                                     machine ~78% in the kernel; epoll (ET) 97,950 kbit/s with ~24%.";
+
+    fn plan(args: &Args, settings: &Settings) -> CliResult<Params> {
+        Ok(Params {
+            backends: args.backends.clone().unwrap_or_else(|| Backend::ALL.to_vec()),
+            senders: SENDERS,
+            msg_size: 100,
+            seconds: args.seconds.unwrap_or(if settings.full { FULL_SECONDS } else { QUICK_SECONDS }),
+            paced_msgs_per_sec: PUBLISHED_RATE,
+            first_rounds: if settings.full { 5 } else { 3 },
+            budget_s: args.budget.unwrap_or(BUDGET_S),
+            load_backend: cell::LOAD_BACKEND,
+            published: published_rows(),
+        })
+    }
+
+    fn budget(p: &Params, _: &Settings) -> Duration {
+        Duration::from_secs_f64(p.budget_s)
+    }
+
+    fn claims(p: &Params) -> Vec<Spec<Arm, Sample>> {
+        let mut claims: Vec<Spec<Arm, Sample>> = [Backend::EpollEt, Backend::Uring]
+            .into_iter()
+            .map(|b| {
+                cpu_ratio(p, b, Backend::Poll, true, format!("{b} CPU per GB / poll's, paced as the article's NIC"))
+                    .documents(&format!("{b} uses less CPU per byte than poll"))
+            })
+            .collect();
+        claims.push(cpu_ratio(
+            p,
+            Backend::Uring,
+            Backend::EpollEt,
+            false,
+            "uring CPU per GB / epoll-et's, loopback".into(),
+        ));
+        claims
+    }
+
+    fn metrics() -> Vec<Metric<Sample>> {
+        vec![
+            Metric { name: "MB/s", unit: "MB/s", higher_is_better: true, get: |s| s.mb_per_sec },
+            Metric { name: "CPU s per GB", unit: "s", higher_is_better: false, get: |s| s.cpu_s_per_gb },
+        ]
+    }
+
+    fn measure(
+        p: &Params,
+        trial: &mut Trial<Arm, Sample>,
+        claims: &[Spec<Arm, Sample>],
+        _: &Settings,
+    ) -> CliResult<()> {
+        let mut measure = |a: &Arm| -> Measured<Sample> { cell(a.backend, a.paced, p.seconds, &[]).map(Ok) };
+        let arms: Vec<Arm> = [true, false]
+            .into_iter()
+            .flat_map(|paced| p.backends.iter().map(move |&backend| Arm { backend, paced }))
+            .collect();
+        for _ in 0..p.first_rounds {
+            trial.round(&arms, &mut measure)?;
+        }
+        trial.until_decided(claims, &mut measure)
+    }
+
+    fn view(env: &Envelope<Params, Arm, Sample>) -> CliResult<View> {
+        let p = &env.params;
+        let intro = format!(
+            "{} senders of {}-byte messages for {} s per cell. Each backend runs twice: with the senders paced to \
+             the article's measured 97.95 Mbit/s (its 100 Mbit NIC was the bottleneck, so the server mostly waited \
+             for data: the regime the article's CPU figures describe), and unpaced on loopback, where every server \
+             is busy copying bytes. The figure to compare is CPU per byte. Server CPU is the whole server \
+             process's, including io_uring's SQPOLL kernel thread. Cells: median ± half its 95% interval.",
+            p.senders, p.msg_size, p.seconds
+        );
+        let mut measured = TableView {
+            caption: String::new(),
+            header: [
+                "backend",
+                "pace",
+                "runs",
+                "MB/s",
+                "CPU s per GB",
+                "user s",
+                "sys s",
+                "syscalls per MB",
+                "syscalls by kind (one run)",
+            ]
+            .map(String::from)
+            .to_vec(),
+            rows: Vec::new(),
+        };
+        for paced in [true, false] {
+            for &backend in &p.backends {
+                let arm = Arm { backend, paced };
+                let Some(last) = env.kept(&arm).last() else { continue };
+                let med =
+                    |f: fn(&Sample) -> f64| env.estimate(&arm, f).map_or("-".into(), |e| format!("{:.3}", e.median));
+                measured.rows.push(vec![
+                    backend.to_string(),
+                    if paced { "97.95 Mbit/s".into() } else { "loopback".into() },
+                    env.kept(&arm).count().to_string(),
+                    shown(env.estimate(&arm, |s| s.mb_per_sec)),
+                    shown(env.estimate(&arm, |s| s.cpu_s_per_gb)),
+                    med(|s| s.user_s),
+                    med(|s| s.sys_s),
+                    med(|s| s.syscalls_per_mb),
+                    kinds_of(&last.syscalls),
+                ]);
+            }
+        }
+        let published = TableView {
+            caption: "Published (the article's test; CPU share of one machine while the NIC was saturated):".into(),
+            header: ["published (100 Mbit NIC)", "traffic", "server %sys", "server %idle", "process CPU", "strace -c"]
+                .map(String::from)
+                .to_vec(),
+            rows: p
+                .published
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.server.clone(),
+                        r.traffic.clone(),
+                        r.sys_share.clone(),
+                        r.idle_share.clone(),
+                        r.process_cpu.clone(),
+                        r.strace.clone(),
+                    ]
+                })
+                .collect(),
+        };
+        let bars = |paced: bool| -> Vec<(String, f64)> {
+            p.backends
+                .iter()
+                .map(|&backend| {
+                    let e = env.estimate(&Arm { backend, paced }, |s| s.cpu_s_per_gb);
+                    (backend.to_string(), e.map_or(f64::NAN, |e| e.median))
+                })
+                .collect()
+        };
+        const CPU_PER_GB: &str = "CPU s per GB received (user + system)";
+        let svg = plot::bar_panels(&[
+            plot::Panel { title: "E3: CPU s per GB, paced (97.95 Mbit/s)", y_label: CPU_PER_GB, bars: bars(true) },
+            plot::Panel { title: "E3: CPU s per GB, loopback", y_label: CPU_PER_GB, bars: bars(false) },
+        ])?;
+        Ok(View { intro: vec![intro], tables: vec![measured, published], notes: Vec::new(), svg: Some(svg) })
+    }
 }

@@ -543,10 +543,7 @@ impl Experiment for SyscallRate {
             for subject in Subject::ALL {
                 let arm = Arm { fds: n, subject };
                 row.push(match env.note(&arm) {
-                    Some(why) => {
-                        view.notes.push(format!("{arm}: {why}"));
-                        format!("n/a [{}]", view.notes.len())
-                    }
+                    Some(why) => view.footnote(&format!("{arm}: {why}")),
                     None => shown(env.estimate(&arm, |s| s.calls_per_sec)),
                 });
             }
@@ -555,8 +552,8 @@ impl Experiment for SyscallRate {
         for (n, why) in &p.not_possible {
             let mut row = vec![thousands(*n as f64)];
             row.extend(book_cells(*n));
-            view.notes.push(format!("{} fds: {why}", thousands(*n as f64)));
-            row.extend(Subject::ALL.iter().map(|_| format!("n/a [{}]", view.notes.len())));
+            let cell = view.footnote(&format!("{} fds: {why}", thousands(*n as f64)));
+            row.extend(Subject::ALL.iter().map(|_| cell.clone()));
             rates.rows.push(row);
         }
         let library: Vec<Subject> = Subject::ALL.into_iter().filter(|s| s.is_library()).collect();

@@ -67,6 +67,11 @@ pub fn thousands(x: f64) -> String {
     out
 }
 
+/// Syscalls by name as one cell: "read 1,000, write 998".
+pub fn kinds_of(syscalls: &std::collections::BTreeMap<String, u64>) -> String {
+    syscalls.iter().map(|(k, v)| format!("{k} {}", thousands(*v as f64))).collect::<Vec<_>>().join(", ")
+}
+
 /// A stats JSON's `syscalls` object as one cell: "read 1,000, write 998".
 pub fn kinds(syscalls: &serde_json::Value) -> String {
     syscalls

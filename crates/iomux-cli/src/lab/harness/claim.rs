@@ -141,7 +141,7 @@ pub fn judge(needed: Needed, rounds: &Rounds) -> (Option<Estimate>, Verdict, Str
                     rounds.all.len()
                 )
             } else if !confident {
-                format!("only {quiet_n} rounds: a 95% interval needs 6")
+                format!("only {quiet_n} rounds: too few for a 95% interval (6 needed)")
             } else if all_decide {
                 format!(
                     "machine busy: {interval} straddles {}; only the {excluded} busy rounds would decide it",

@@ -62,6 +62,21 @@ pub struct View {
     pub svg: Option<String>,
 }
 
+impl View {
+    /// The cell of an arm that could not be measured: "n/a [k]", its
+    /// reason footnote k (each reason noted once).
+    pub fn footnote(&mut self, why: &str) -> String {
+        let k = match self.notes.iter().position(|n| n == why) {
+            Some(i) => i + 1,
+            None => {
+                self.notes.push(why.to_string());
+                self.notes.len()
+            }
+        };
+        format!("n/a [{k}]")
+    }
+}
+
 pub trait Experiment {
     type Args: Default;
     /// The checked flags and what the machine allows; written to the JSON.
@@ -113,10 +128,11 @@ impl<P, K: PartialEq, S> Envelope<P, K, S> {
     }
 }
 
-/// Every arm that has kept samples, in the order first measured.
+/// Every arm measured, in the order first measured (an arm whose every
+/// sample was busy has figures without an estimate).
 fn arms<K: Clone + PartialEq, S>(env: &Envelope<impl Sized, K, S>) -> Vec<K> {
     let mut arms: Vec<K> = Vec::new();
-    for t in env.takes.iter().filter(|t| t.kept) {
+    for t in &env.takes {
         if !arms.contains(&t.arm) {
             arms.push(t.arm.clone());
         }
