@@ -31,12 +31,6 @@ impl Progress {
         }
     }
 
-    pub fn inc(&self, n: u64) {
-        if let Some(bar) = &self.bar {
-            bar.inc(n);
-        }
-    }
-
     pub fn set_position(&self, pos: u64) {
         if let Some(bar) = &self.bar {
             bar.set_position(pos);

@@ -245,8 +245,8 @@ fn graceful_stop_flushes_output(backend: &str) {
     let mut s = server.connect();
     let data = Rng::new(5).bytes(12 << 20);
     s.write_all(&data).unwrap();
-    // Let the server read all of it (it cannot send it: we are not reading).
-    std::thread::sleep(Duration::from_millis(500));
+    // The server reads all of it (it cannot send it: we are not reading).
+    wait_until_server_read(&s, Duration::from_secs(30));
     let pid = server.pid().to_string();
     std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     let mut back = Vec::new();
@@ -473,7 +473,9 @@ fn procs_drain_on_sigterm() {
             s
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
+    for s in &conns {
+        wait_until_server_read(s, Duration::from_secs(30));
+    }
     signal(server.pid(), "-TERM");
     for (i, s) in conns.iter_mut().enumerate() {
         let mut back = Vec::new();

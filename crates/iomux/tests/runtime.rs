@@ -1193,12 +1193,12 @@ fn max_conns_pauses_accepting(backend: Backend) {
     assert_eq!(read_exact(&mut second, 1), b"b");
     let mut third = connect(server.addr); // the kernel completes the handshake
     third.write_all(b"ec").unwrap();
-    thread::sleep(Duration::from_millis(100));
-    assert_eq!(probe.accepted.load(SeqCst), 2, "{backend}: accepted past max_conns");
     drop(first);
     assert_eq!(read_exact(&mut third, 1), b"c", "{backend}: the third, once the first closed");
     assert_eq!(probe.accepted.load(SeqCst), 3);
     let finished = server.stop();
+    // Never more than two at once, however early the third was offered.
+    assert_eq!(finished.stats.peak_conns, 2, "{backend}: accepted past max_conns");
     let mut reasons = closes(&finished.handlers);
     reasons.sort();
     assert_eq!(reasons, [Reason::PeerClosed, Reason::Shutdown, Reason::Shutdown], "{backend}");

@@ -569,6 +569,8 @@ mod tests {
         match check(report, shot) {
             Ok(c) => Some(c),
             Err(BrowserError::Missing(why)) => {
+                // CI installs Chromium first (.ci/run): there, missing is a failure.
+                assert!(std::env::var("CI").is_err(), "CI=true but {why}");
                 // Straight to the stderr handle: libtest captures eprintln!
                 // of a passing test, and a skip must be seen.
                 use std::io::Write;

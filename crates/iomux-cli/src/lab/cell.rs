@@ -6,7 +6,6 @@ use crate::load::{self, LoadArgs};
 use crate::CliResult;
 use iomux::runtime::Control;
 use iomux::Backend;
-use serde_json::Value;
 use std::time::{Duration, Instant};
 
 /// The CPUs for server and load: apart when the machine has two or more.
@@ -38,7 +37,6 @@ pub fn require_loopback(what: &str, conns: usize) -> CliResult<()> {
 pub const LOAD_BACKEND: Backend = Backend::Uring;
 
 pub struct Cell {
-    pub load: Value,
     pub result: load::result::LoadResult,
     pub server: ServerResult,
     /// Server RSS before the load started.
@@ -135,7 +133,7 @@ fn run_cell(
     };
     let rss_peak = server.peak_rss();
     let server = server.stop()?;
-    Ok(Cell { load: outcome.json, result: outcome.result, server, rss_before, rss_peak })
+    Ok(Cell { result: outcome.result, server, rss_before, rss_peak })
 }
 
 /// Syscalls of the data path: waits, reads and writes (not accepting,
@@ -146,12 +144,3 @@ pub fn data_path(stats: &crate::stats::ServerStats) -> u64 {
 
 use iomux::Syscall::*;
 const DATA_PATH: [iomux::Syscall; 8] = [EpollPwait, Ppoll, Pselect6, IoUringEnter, Read, Recvfrom, Write, Sendto];
-
-/// A server's CPU time, user + system, from its stats.
-pub fn server_cpu_s(stats: &Value) -> f64 {
-    f64_of(&stats["user_cpu_s"]) + f64_of(&stats["sys_cpu_s"])
-}
-
-pub fn f64_of(v: &Value) -> f64 {
-    v.as_f64().unwrap_or(f64::NAN)
-}

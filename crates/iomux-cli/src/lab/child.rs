@@ -7,7 +7,6 @@
 use crate::load::LoadArgs;
 use crate::CliResult;
 use iomux::Backend;
-use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -63,9 +62,7 @@ pub struct ServerChild {
 
 /// What the server reported when it stopped.
 pub struct ServerResult {
-    /// `iomux serve`'s stats; null for a peer.
-    pub stats: Value,
-    /// The same, typed; all zero for a peer.
+    /// `iomux serve`'s stats; all zero for a peer.
     pub typed: crate::stats::ServerStats,
     /// Syscalls the external tracer counted for the whole process.
     pub traced: Option<u64>,
@@ -307,7 +304,7 @@ impl ServerChild {
             if !(status.success() || status.signal() == Some(libc::SIGTERM)) {
                 return Err(format!("{what} exited with {status}: {}", self.last_said()).into());
             }
-            return Ok(ServerResult { stats: Value::Null, typed: Default::default(), traced: self.traced() });
+            return Ok(ServerResult { typed: Default::default(), traced: self.traced() });
         };
         if !status.success() {
             let _ = std::fs::remove_file(&stats_path);
@@ -316,10 +313,8 @@ impl ServerChild {
         let text = std::fs::read_to_string(&stats_path)
             .map_err(|e| format!("reading server stats {}: {e}", stats_path.display()))?;
         let _ = std::fs::remove_file(&stats_path);
-        let stats: Value = serde_json::from_str(&text)?;
-        let typed =
-            serde_json::from_value(stats.clone()).map_err(|e| format!("server stats {}: {e}", stats_path.display()))?;
-        Ok(ServerResult { stats, typed, traced: self.traced() })
+        let typed = serde_json::from_str(&text).map_err(|e| format!("server stats {}: {e}", stats_path.display()))?;
+        Ok(ServerResult { typed, traced: self.traced() })
     }
 
     /// The tracer's count, once the server has exited.

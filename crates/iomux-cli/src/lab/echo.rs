@@ -1,19 +1,23 @@
 //! E4 `echo`: many connections, each echoing K messages of 100 B; total
-//! syscalls per echo (the "epoll vs io_uring" article, seed 004).
+//! server syscalls per echo (the "epoll vs io_uring" article, seed 004).
+//! Up to what one process holds, server and load run as one process each;
+//! beyond it (the article's million) as several each (`echo_large`).
 
-use super::cell::{self, f64_of};
-use super::child::Tracer;
+use super::cell;
+use super::echo_large;
+use super::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+use super::harness::stats::Needed;
+use super::harness::trial::{Measured, RoundView, Spec, Trial};
+use super::harness::{by_name, by_names, envelope::Envelope};
 use super::plot;
-use super::table::{thousands, Table};
-use super::{Check, Outcome, Settings};
-use crate::progress::Progress;
+use super::render::markdown::cell as shown;
+use super::table::{kinds, thousands};
+use super::Settings;
 use crate::CliResult;
 use iomux::Backend;
-use serde_json::{json, Value};
-
-pub const NAME: &str = "echo";
-/// The article's finding E4 tests (0.29 against 2.11 syscalls per echo).
-pub const IO_URING_FRACTION: &str = "io_uring needs a fraction of epoll's syscalls per echo";
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
@@ -37,261 +41,484 @@ pub struct Args {
     /// article's two servers]
     #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
     pub backends: Option<Vec<Backend>>,
+    /// Seconds for rounds added after the first ones, while a claim is
+    /// undecided [default: 30; at full size: 0]
+    #[arg(long, value_parser = crate::lab::harness::parse_budget)]
+    pub budget: Option<f64>,
 }
 
 /// The article's size.
 const FULL_CONNS: usize = 1_000_000;
 /// The article's two servers.
 const FULL_BACKENDS: [Backend; 2] = [Backend::Epoll, Backend::UringSqpoll];
-
 const DEFAULT_BACKENDS: [Backend; 6] =
     [Backend::Epoll, Backend::EpollEt, Backend::Uring, Backend::UringSqpoll, Backend::Poll, Backend::Select];
+const BUDGET_S: f64 = 30.0;
+/// select can watch only fd numbers below FD_SETSIZE.
+const SELECT_CONNS: usize = 1000;
 
-struct Row {
-    backend: Backend,
-    conns: usize,
-    echoes: u64,
-    seconds: f64,
-    echoes_per_sec: f64,
-    syscalls_per_echo: f64,
-    syscalls_total: u64,
-    p50_us: f64,
-    p99_us: f64,
-    rss_bytes_per_conn: f64,
-    /// CPU per echo of the server (its whole run) and of the load (while
-    /// measuring): the load must stay the cheaper side.
-    server_cpu_us_per_echo: f64,
-    load_cpu_us_per_echo: f64,
-    syscalls: Value,
-    note: Option<String>,
+/// One row of the article's table (1,000,000 connections x 100 echoes).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PublishedRow {
+    pub server: String,
+    pub wall_ms: u64,
+    pub syscalls: u64,
+    pub syscalls_per_echo: f64,
 }
 
-/// How a tracer's count compares with the library's own.
-struct CrossCheck {
-    tracer: Tracer,
-    backend: Backend,
-    traced: u64,
-    counted: u64,
-}
-
-pub fn run(args: &Args, settings: &Settings) -> CliResult<Outcome> {
-    let tracer = settings.tracer;
-    let hard = settings.machine.nofile_hard as usize;
-    // One server process holds every connection plus a few fds of its own.
-    let server_max = hard.saturating_sub(crate::limits::FDS_OVERHEAD as usize);
-    let conns = match args.conns {
-        Some(0) => return Err("--conns must be at least 1".into()),
-        Some(c) => c,
-        None if settings.full => FULL_CONNS,
-        None => 2000.min(server_max),
-    };
-    let messages = match args.messages {
-        Some(0) => return Err("--messages must be at least 1".into()),
-        Some(m) => m,
-        None => 100,
-    };
-    // One process each side, one source address: beyond either limit the
-    // run needs several processes and the load's own choice of sources.
-    let one_source = crate::limits::ports_per_source(crate::load::sources::port_range()) as usize;
-    if conns > server_max.min(one_source) || args.procs > 1 {
-        let backends = args.backends.clone().unwrap_or_else(|| FULL_BACKENDS.to_vec());
-        if let Some(b) = backends.iter().find(|b| **b == Backend::Select) {
-            return Err(format!("{b} cannot hold {conns} connections (FD_SETSIZE is 1024)").into());
-        }
-        return super::echo_large::report(&backends, conns, messages, args.procs, settings, tracer);
-    }
-    cell::require_loopback("E4", conns)?;
-    let backends = args.backends.clone().unwrap_or_else(|| DEFAULT_BACKENDS.to_vec());
-    let reps = if settings.full { 1 } else { 3 };
-    let progress = Progress::new(NAME, backends.len() as u64);
-    let mut rows = Vec::new();
-    let mut cross: Option<CrossCheck> = None;
-    for &backend in &backends {
-        // select can watch only fd numbers below FD_SETSIZE.
-        let limit = if backend == Backend::Select { 1000 } else { conns };
-        let n = conns.min(limit);
-        progress.step(&format!("{backend}: {n} connections x {messages} messages"));
-        // Runs per backend; the one with the median syscalls per echo is
-        // kept whole (how often the server finds a batch varies run to run).
-        let mut runs = Vec::new();
-        for rep in 0..reps {
-            let trace = if rep == 0 && cross.is_none() && backend == Backend::Epoll { tracer } else { None };
-            let c = cell::run(backend, "echo", trace, |a| {
-                a.conns = n;
-                a.threads = args.threads.max(1);
-                a.per_conn = Some(messages);
-            })?;
-            c.require_no_errors(&format!("E4 {backend}"))?;
-            let s = &c.server.stats;
-            let echoes = c.load["echoes"].as_u64().unwrap_or(0);
-            let total = s["syscalls_total"].as_u64().unwrap_or(0);
-            if let (Some(t), Some(traced)) = (trace, c.server.traced) {
-                cross = Some(CrossCheck { tracer: t, backend, traced, counted: total });
-            }
-            runs.push(Row {
-                backend,
-                conns: n,
-                echoes,
-                seconds: f64_of(&c.load["seconds"]),
-                echoes_per_sec: f64_of(&c.load["echoes_per_sec"]),
-                syscalls_per_echo: total as f64 / echoes.max(1) as f64,
-                syscalls_total: total,
-                p50_us: f64_of(&c.load["latency"]["p50_us"]),
-                p99_us: f64_of(&c.load["latency"]["p99_us"]),
-                rss_bytes_per_conn: c.rss_peak.saturating_sub(c.rss_before) as f64 / n as f64,
-                server_cpu_us_per_echo: cell::server_cpu_s(s) * 1e6 / echoes.max(1) as f64,
-                load_cpu_us_per_echo: f64_of(&c.load["cpu_us_per_echo"]),
-                syscalls: s["syscalls"].clone(),
-                note: (n < conns).then(|| {
-                    format!("select: capped at {n} connections, its fd numbers must stay below FD_SETSIZE (1024)")
-                }),
-            });
-        }
-        runs.sort_by(|a, b| a.syscalls_per_echo.total_cmp(&b.syscalls_per_echo));
-        let middle = runs.len() / 2;
-        rows.push(runs.swap_remove(middle));
-        progress.inc(1);
-    }
-    progress.finish();
-
-    let per_echo = |b: Backend| rows.iter().find(|r| r.backend == b).map(|r| r.syscalls_per_echo);
-    let claim = "uring syscalls per echo / epoll's";
-    let checks = vec![match (per_echo(Backend::Uring), per_echo(Backend::Epoll)) {
-        (Some(u), Some(e)) => Check::at_most(claim, u / e, 0.1, "at most a tenth".into()),
-        _ => Check::not_measured(claim, 0.1),
-    }
-    .documents(IO_URING_FRACTION)];
-    let (checks, noise) = settings.judge(checks);
-
-    let mut t = Table::new([
-        "backend",
-        "conns",
-        "echoes",
-        "seconds",
-        "echoes/s",
-        "syscalls",
-        "syscalls/echo",
-        "p50 us",
-        "p99 us",
-        "RSS B/conn",
-    ]);
-    let mut notes = Vec::new();
-    for r in &rows {
-        let mut name = r.backend.name().to_string();
-        if let Some(n) = &r.note {
-            notes.push(n.clone());
-            name += &format!(" [{}]", notes.len());
-        }
-        t.row([
-            name,
-            thousands(r.conns as f64),
-            thousands(r.echoes as f64),
-            format!("{:.3}", r.seconds),
-            thousands(r.echoes_per_sec),
-            thousands(r.syscalls_total as f64),
-            format!("{:.3}", r.syscalls_per_echo),
-            format!("{:.0}", r.p50_us),
-            format!("{:.0}", r.p99_us),
-            format!("{:.0}", r.rss_bytes_per_conn),
-        ]);
-    }
-    let mut kinds = Table::new(["backend", "server syscalls by kind"]);
-    for r in &rows {
-        kinds.row([r.backend.name().to_string(), super::table::kinds(&r.syscalls)]);
-    }
-    let mut published =
-        Table::new(["published (1,000,000 conns x 100 echoes)", "total syscalls", "per echo", "wall time"]);
-    published.row(["epoll", "211,000,000", "2.11", "632,008 ms"]);
-    published.row(["io_uring (batching + SQPOLL)", "28,640,000 (98% io_uring_enter)", "0.29", "626,473 ms"]);
-    let mut md = format!(
-        "## E4 echo: {} connections x {messages} messages of 100 B, server syscalls per echo\n\n\
-         Machine: {}. Server and load on separate CPUs; the load (io_uring client, {} threads) opens every \
-         connection, then each sends {messages} messages, one at a time. Syscalls are the server's own count \
-         (all kinds, start to exit); each row is the run with the median syscalls per echo of {reps} runs \
-         (a full run: one); RSS per connection is the server's peak RSS (VmHWM) over its RSS before the load, per connection.\n\n",
-        thousands(conns as f64),
-        settings.machine.summary(),
-        args.threads.max(1),
-    );
-    md += &format!(
-        "The article used 1,000,000 connections from 50 client threads against a server on another machine; \
-         this run holds {} in one server process (at most {} fit in one here: RLIMIT_NOFILE hard limit {hard}). \
-         `--full` runs the article's size, the server and the load as several processes each.\n\n",
-        thousands(conns as f64),
-        thousands(server_max as f64),
-    );
-    md += &t.render();
-    for (i, n) in notes.iter().enumerate() {
-        md += &format!("\n[{}] {n}  ", i + 1);
-    }
-    md += "\n\n";
-    md += &kinds.render();
-    md += "\nPublished (the article: 50 client threads x 20,000 connections, a separate i5-12500H server, 1 Gbit LAN, strace -c):\n\n";
-    md += &published.render();
-    let cross_json = match &cross {
-        Some(x) => {
-            let ratio = x.counted as f64 / x.traced as f64;
-            md += &format!(
-                "\nCross-check ({}), {} server: the tracer counted {} syscalls for the whole process, the library \
-                 {} ({:.1}%); the rest are the process's own start-up and exit (threads, memory maps, signal \
-                 set-up, writing the stats).\n",
-                x.tracer.name(),
-                x.backend,
-                thousands(x.traced as f64),
-                thousands(x.counted as f64),
-                100.0 * ratio
-            );
-            json!({"tool": x.tracer.name(), "backend": x.backend.name(), "traced": x.traced,
-                   "library": x.counted, "library_share": ratio})
-        }
-        None => {
-            md += "\nCross-check: neither `perf` nor `strace` works here, so the library's count stands alone.\n";
-            Value::Null
-        }
-    };
-    md += "\n";
-    md += &super::render_checks(&checks, noise.as_ref());
-    println!("{md}");
-
-    let doc = json!({
-        "experiment": NAME,
-        "machine": settings.machine,
-        "params": {"conns": conns, "threads": args.threads.max(1), "messages_per_conn": messages, "msg_size": 100,
-                   "load_backend": cell::LOAD_BACKEND.name()},
-        "published": [
-            {"backend": "epoll", "syscalls": 211_000_000u64, "syscalls_per_echo": 2.11, "wall_ms": 632_008},
-            {"backend": "io_uring (batching + SQPOLL)", "syscalls": 28_640_000u64, "syscalls_per_echo": 0.29,
-             "wall_ms": 626_473}
-        ],
-        "cross_check": cross_json,
-        "rows": rows.iter().map(|r| {
-            let mut v = json!({
-                "backend": r.backend.name(), "conns": r.conns, "echoes": r.echoes, "seconds": r.seconds,
-                "echoes_per_sec": r.echoes_per_sec, "syscalls_per_echo": r.syscalls_per_echo,
-                "syscalls_total": r.syscalls_total, "p50_us": r.p50_us, "p99_us": r.p99_us,
-                "rss_bytes_per_conn": r.rss_bytes_per_conn, "syscalls": r.syscalls,
-                "server_cpu_us_per_echo": r.server_cpu_us_per_echo, "load_cpu_us_per_echo": r.load_cpu_us_per_echo,
-            });
-            if let Some(n) = &r.note {
-                v["note"] = json!(n);
-            }
-            v
-        }).collect::<Vec<_>>(),
-        "noise": noise,
-        "checks": checks,
-    });
-    let mut per_echo_bars: Vec<(String, f64)> =
-        rows.iter().map(|r| (r.backend.name().to_string(), r.syscalls_per_echo)).collect();
-    per_echo_bars.push(("paper epoll".into(), 2.11));
-    per_echo_bars.push(("paper uring".into(), 0.29));
-    let svg = plot::bar_panels(&[
-        plot::Panel { title: "E4: server syscalls per echo", y_label: "syscalls per echo", bars: per_echo_bars },
-        plot::Panel {
-            title: "E4: echoes per second",
-            y_label: "echoes per second",
-            bars: rows.iter().map(|r| (r.backend.name().to_string(), r.echoes_per_sec)).collect(),
+/// The article's figures, the only place they are written.
+fn published_rows() -> Vec<PublishedRow> {
+    vec![
+        PublishedRow { server: "epoll".into(), wall_ms: 632_008, syscalls: 211_000_000, syscalls_per_echo: 2.11 },
+        PublishedRow {
+            server: "io_uring (batching + SQPOLL)".into(),
+            wall_ms: 626_473,
+            syscalls: 28_640_000,
+            syscalls_per_echo: 0.29,
         },
-    ])?;
-    let files = super::output::write_experiment(&settings.out_dir, NAME, &doc, &md, Some(&svg))?;
-    Ok(Outcome { files })
+    ]
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Params {
+    #[serde(with = "by_names")]
+    backends: Vec<Backend>,
+    conns: usize,
+    messages: u64,
+    msg_size: usize,
+    threads: u16,
+    /// Processes each side; 0: one process each, in the lab's own cells.
+    procs: usize,
+    first_rounds: usize,
+    budget_s: f64,
+    /// The most connections one server process holds here.
+    server_max: usize,
+    nofile_hard: u64,
+    tracer: Option<String>,
+    #[serde(with = "by_name")]
+    load_backend: Backend,
+    published: Vec<PublishedRow>,
+}
+
+impl Params {
+    fn large(&self) -> bool {
+        self.procs > 0
+    }
+}
+
+/// A backend serving E4.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Arm {
+    #[serde(with = "by_name")]
+    backend: Backend,
+}
+
+impl std::fmt::Display for Arm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.backend.fmt(f)
+    }
+}
+
+/// The kernel's memory for the connections (large runs only), per
+/// connection, over both ends.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KernelMemory {
+    pub slab_bytes_per_conn: f64,
+    pub tcp_bytes_per_conn: f64,
+    pub machine_used_peak_bytes: u64,
+    pub tcp_sockets_peak: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Sample {
+    pub conns: usize,
+    pub echoes: u64,
+    /// The echo phase.
+    pub seconds: f64,
+    /// Large runs: the longest load loop's life, first connect to last echo.
+    pub wall_s: Option<f64>,
+    pub setup_s: f64,
+    pub echoes_per_sec: f64,
+    pub syscalls_total: u64,
+    pub syscalls_per_echo: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub server_cpu_us_per_echo: f64,
+    pub load_cpu_us_per_echo: Option<f64>,
+    /// Server peak RSS less its RSS before the load, per connection.
+    pub rss_bytes_per_conn: f64,
+    pub kernel: Option<KernelMemory>,
+    /// What the external tracer counted for the whole server, when it ran.
+    pub traced: Option<u64>,
+    pub syscalls: BTreeMap<String, u64>,
+}
+
+pub struct Echo;
+
+/// One run of E4 at `p`'s size against `backend`.
+fn run_once(p: &Params, backend: Backend, trace: Option<super::child::Tracer>) -> CliResult<Sample> {
+    if p.large() {
+        return echo_large::run(backend, p.conns, p.messages, p.procs, trace);
+    }
+    let n = if backend == Backend::Select { p.conns.min(SELECT_CONNS) } else { p.conns };
+    let c = cell::run(backend, "echo", trace, |a| {
+        a.conns = n;
+        a.threads = p.threads.max(1);
+        a.per_conn = Some(p.messages);
+    })?;
+    c.require_no_errors(&format!("E4 {backend}"))?;
+    let rss_per_conn = c.rss_peak.saturating_sub(c.rss_before) as f64 / n as f64;
+    Ok(Sample::of(n, &c.result, &c.server, rss_per_conn, None))
+}
+
+impl Sample {
+    /// From the load's result and the server's: `n` connections, server
+    /// memory per connection, the kernel's (large runs).
+    pub fn of(
+        n: usize,
+        load: &crate::load::result::LoadResult,
+        server: &super::child::ServerResult,
+        rss_bytes_per_conn: f64,
+        kernel: Option<KernelMemory>,
+    ) -> Sample {
+        let s = &server.typed;
+        let echoes = load.echoes.max(1) as f64;
+        let latency = |f: fn(&crate::load::result::Latency) -> f64| load.latency.as_ref().map_or(f64::NAN, f);
+        // A large run's load loops report their own lives: the longest is
+        // the article's wall time, first connect to last echo.
+        let client: Option<crate::stats::ServerStats> = serde_json::from_value(load.client.clone()).ok();
+        Sample {
+            conns: n,
+            echoes: load.echoes,
+            seconds: load.seconds,
+            wall_s: kernel.as_ref().and(client.map(|c| c.wall_s)),
+            setup_s: load.setup_s,
+            echoes_per_sec: load.echoes_per_sec,
+            syscalls_total: s.syscalls_total,
+            syscalls_per_echo: s.syscalls_total as f64 / echoes,
+            p50_us: latency(|l| l.p50_us),
+            p99_us: latency(|l| l.p99_us),
+            p999_us: latency(|l| l.p999_us),
+            server_cpu_us_per_echo: s.cpu_s() * 1e6 / echoes,
+            load_cpu_us_per_echo: load.cpu_us_per_echo,
+            rss_bytes_per_conn,
+            kernel,
+            traced: server.traced,
+            syscalls: s.syscalls.clone(),
+        }
+    }
+}
+
+impl Experiment for Echo {
+    experiment_types!(Args, Params, Arm, Sample);
+
+    const ENTRY: Entry = Entry {
+        name: "echo",
+        label: "E4",
+        title: "connections echoing 100-byte messages",
+        smoke: &["--conns", "400", "--messages", "10", "--budget", "5"],
+        needs: &[],
+    };
+    const PUBLISHED: &'static str = "the article: 1,000,000 connections x 100 echoes from 50 client threads, a \
+                                     separate i5-12500H server, 1 Gbit LAN, strace -c: epoll 2.11 syscalls per \
+                                     echo, io_uring (batching + SQPOLL) 0.29.";
+
+    fn plan(args: &Args, settings: &Settings) -> CliResult<Params> {
+        let nofile_hard = settings.machine.nofile_hard;
+        // One server process holds every connection plus a few fds of its own.
+        let server_max = (nofile_hard as usize).saturating_sub(crate::limits::FDS_OVERHEAD as usize);
+        let conns = match args.conns {
+            Some(0) => return Err("--conns must be at least 1".into()),
+            Some(c) => c,
+            None if settings.full => FULL_CONNS,
+            None => 2000.min(server_max),
+        };
+        let messages = match args.messages {
+            Some(0) => return Err("--messages must be at least 1".into()),
+            Some(m) => m,
+            None => 100,
+        };
+        // One process each side, one source address: beyond either limit
+        // the run needs several processes and the load's own sources.
+        let one_source = crate::limits::ports_per_source(crate::load::sources::port_range()) as usize;
+        let large = conns > server_max.min(one_source) || args.procs > 1;
+        let backends = args.backends.clone().unwrap_or_else(|| {
+            if large || settings.full {
+                FULL_BACKENDS.to_vec()
+            } else {
+                DEFAULT_BACKENDS.to_vec()
+            }
+        });
+        if large {
+            if let Some(b) = backends.iter().find(|b| **b == Backend::Select) {
+                return Err(format!("{b} cannot hold {conns} connections (FD_SETSIZE is 1024)").into());
+            }
+            echo_large::require(conns, args.procs)?;
+        } else {
+            cell::require_loopback("E4", conns)?;
+        }
+        let procs = if large { echo_large::procs_for(conns, args.procs) } else { 0 };
+        Ok(Params {
+            backends,
+            conns,
+            messages,
+            msg_size: 100,
+            threads: args.threads.max(1),
+            procs,
+            first_rounds: if large { 1 } else { 3 },
+            budget_s: args.budget.unwrap_or(if large { 0.0 } else { BUDGET_S }),
+            server_max,
+            nofile_hard,
+            tracer: settings.tracer.map(|t| t.name().to_string()),
+            load_backend: cell::LOAD_BACKEND,
+            published: published_rows(),
+        })
+    }
+
+    fn budget(p: &Params, _: &Settings) -> Duration {
+        Duration::from_secs_f64(p.budget_s)
+    }
+
+    fn claims(p: &Params) -> Vec<Spec<Arm, Sample>> {
+        // The article's io_uring server batched and ran SQPOLL: that one is
+        // compared when the run has it, and it must need as small a
+        // fraction of epoll's syscalls as the article's (0.29 / 2.11).
+        let uring = if p.backends.contains(&Backend::UringSqpoll) { Backend::UringSqpoll } else { Backend::Uring };
+        let (u, e) = (Arm { backend: uring }, Arm { backend: Backend::Epoll });
+        let arms =
+            if p.backends.contains(&uring) && p.backends.contains(&Backend::Epoll) { vec![u, e] } else { vec![] };
+        let published =
+            |server: &str| p.published.iter().find(|r| r.server.starts_with(server)).map(|r| r.syscalls_per_echo);
+        let fraction = published("io_uring").zip(published("epoll")).map_or(f64::NAN, |(u, e)| u / e);
+        vec![Spec::iomux(
+            format!("{uring} syscalls per echo / epoll's"),
+            Needed::AtMost(fraction),
+            arms,
+            move |r: &RoundView<Arm, Sample>| Some(r.get(&u)?.syscalls_per_echo / r.get(&e)?.syscalls_per_echo),
+        )
+        .documents("io_uring needs a fraction of epoll's syscalls per echo, as small as the article's (0.29 / 2.11)")]
+    }
+
+    fn metrics() -> Vec<Metric<Sample>> {
+        vec![
+            Metric { name: "syscalls per echo", unit: "", higher_is_better: false, get: |s| s.syscalls_per_echo },
+            Metric { name: "echoes/s", unit: "1/s", higher_is_better: true, get: |s| s.echoes_per_sec },
+            Metric { name: "p99 latency", unit: "us", higher_is_better: false, get: |s| s.p99_us },
+            Metric {
+                name: "server CPU per echo",
+                unit: "us",
+                higher_is_better: false,
+                get: |s| s.server_cpu_us_per_echo,
+            },
+        ]
+    }
+
+    fn measure(
+        p: &Params,
+        trial: &mut Trial<Arm, Sample>,
+        claims: &[Spec<Arm, Sample>],
+        s: &Settings,
+    ) -> CliResult<()> {
+        // The tracer cross-checks the library's count once, on epoll's
+        // first run.
+        let mut cross_checked = false;
+        let mut measure = |a: &Arm| -> Measured<Sample> {
+            let trace = if !cross_checked && a.backend == Backend::Epoll { s.tracer } else { None };
+            cross_checked |= trace.is_some();
+            run_once(p, a.backend, trace).map(Ok)
+        };
+        let arms: Vec<Arm> = p.backends.iter().map(|&backend| Arm { backend }).collect();
+        for _ in 0..p.first_rounds {
+            trial.round(&arms, &mut measure)?;
+        }
+        trial.until_decided(claims, &mut measure)
+    }
+
+    fn view(env: &Envelope<Params, Arm, Sample>) -> CliResult<View> {
+        let p = &env.params;
+        let mut view = View { intro: vec![intro(p)], ..View::default() };
+        let mut rows = TableView {
+            caption: "Medians of the kept runs ± half their 95% interval:".into(),
+            header: [
+                "backend",
+                "conns",
+                "runs",
+                "echoes",
+                "set-up s",
+                "echo phase s",
+                "wall s",
+                "echoes/s",
+                "syscalls",
+                "syscalls/echo",
+                "server CPU us/echo",
+                "load CPU us/echo",
+                "p50 us",
+                "p99 us",
+                "p99.9 us",
+                "server RSS B/conn",
+            ]
+            .map(String::from)
+            .to_vec(),
+            rows: Vec::new(),
+        };
+        let mut by_kind = TableView {
+            caption: String::new(),
+            header: vec!["backend".into(), "server syscalls by kind (one run)".into()],
+            rows: Vec::new(),
+        };
+        let mut kernel = TableView {
+            caption: "Kernel memory while the connections were held (both ends of each connection):".into(),
+            header: ["backend", "kernel slab B/conn", "kernel TCP B/conn", "TCP sockets at peak", "machine peak used"]
+                .map(String::from)
+                .to_vec(),
+            rows: Vec::new(),
+        };
+        for &backend in &p.backends {
+            let arm = Arm { backend };
+            let Some(last) =
+                env.kept(&arm).last().or_else(|| env.takes.iter().rev().find(|t| t.arm == arm).map(|t| &t.value))
+            else {
+                continue;
+            };
+            let med = |f: fn(&Sample) -> f64, digits: usize| {
+                env.estimate(&arm, f).map_or("-".into(), |e| format!("{:.digits$}", e.median))
+            };
+            let mut name = backend.to_string();
+            if last.conns < p.conns {
+                let why = format!(
+                    "{backend}: capped at {} connections, its fd numbers must stay below FD_SETSIZE (1024)",
+                    last.conns
+                );
+                name = format!("{name} {}", view.footnote(&why));
+            }
+            rows.rows.push(vec![
+                name,
+                thousands(last.conns as f64),
+                env.kept(&arm).count().to_string(),
+                thousands(last.echoes as f64),
+                med(|s| s.setup_s, 2),
+                med(|s| s.seconds, 3),
+                med(|s| s.wall_s.unwrap_or(f64::NAN), 1),
+                shown(env.estimate(&arm, |s| s.echoes_per_sec)),
+                thousands(last.syscalls_total as f64),
+                shown(env.estimate(&arm, |s| s.syscalls_per_echo)),
+                med(|s| s.server_cpu_us_per_echo, 2),
+                med(|s| s.load_cpu_us_per_echo.unwrap_or(f64::NAN), 2),
+                med(|s| s.p50_us, 0),
+                med(|s| s.p99_us, 0),
+                med(|s| s.p999_us, 0),
+                med(|s| s.rss_bytes_per_conn, 0),
+            ]);
+            by_kind.rows.push(vec![backend.to_string(), kinds(&last.syscalls)]);
+            if let Some(k) = &last.kernel {
+                kernel.rows.push(vec![
+                    backend.to_string(),
+                    format!("{:.0}", k.slab_bytes_per_conn),
+                    format!("{:.0}", k.tcp_bytes_per_conn),
+                    thousands(k.tcp_sockets_peak as f64),
+                    format!("{:.2} GiB", k.machine_used_peak_bytes as f64 / f64::from(1u32 << 30)),
+                ]);
+            }
+        }
+        let published = TableView {
+            caption: "Published (the article: 50 client threads x 20,000 connections, a separate i5-12500H server, \
+                      1 Gbit LAN, strace -c):"
+                .into(),
+            header: ["published (1,000,000 conns x 100 echoes)", "wall ms", "total syscalls", "per echo"]
+                .map(String::from)
+                .to_vec(),
+            rows: p
+                .published
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.server.clone(),
+                        thousands(r.wall_ms as f64),
+                        thousands(r.syscalls as f64),
+                        format!("{:.2}", r.syscalls_per_echo),
+                    ]
+                })
+                .collect(),
+        };
+        view.tables = vec![rows, by_kind];
+        if !kernel.rows.is_empty() {
+            view.tables.push(kernel);
+        }
+        view.tables.push(published);
+        view.notes.push(cross_check(env));
+        view.svg = Some(svg(env)?);
+        Ok(view)
+    }
+}
+
+fn intro(p: &Params) -> String {
+    if p.large() {
+        return format!(
+            "{} connections x {} messages of {} B. One process may hold {} descriptors here, so the server is \
+             `iomux serve --procs {}` (workers sharing the port through SO_REUSEPORT, all on CPU 0) and the load \
+             `iomux load --procs {}` ({} client, on CPU 1, spreading its connections over source addresses in \
+             127.0.0.0/8). Wall time runs from the first connect to the last echo (the longest load loop's life), \
+             as the article's; set-up to the last connection established; echoes/s over the echo phase. Server \
+             RSS per connection is the workers' summed peak RSS less their RSS once listening; kernel memory per \
+             connection is the peak of /proc/meminfo Slab and of /proc/net/sockstat TCP mem during the run less \
+             before it.",
+            thousands(p.conns as f64),
+            p.messages,
+            p.msg_size,
+            thousands(p.nofile_hard as f64),
+            p.procs,
+            p.procs,
+            p.load_backend
+        );
+    }
+    format!(
+        "{} connections x {} messages of {} B. Server and load on separate CPUs; the load ({} client, {} threads) \
+         opens every connection, then each sends its messages one at a time. Syscalls are the server's own count \
+         (all kinds, start to exit); RSS per connection is the server's peak RSS (VmHWM) over its RSS before the \
+         load. The article used 1,000,000 connections against a server on another machine; one process holds at \
+         most {} here (RLIMIT_NOFILE hard limit {}); `--full` runs the article's size, the server and the load as \
+         several processes each.",
+        thousands(p.conns as f64),
+        p.messages,
+        p.msg_size,
+        p.load_backend,
+        p.threads,
+        thousands(p.server_max as f64),
+        p.nofile_hard
+    )
+}
+
+/// How the tracer's count compares with the library's own.
+fn cross_check(env: &Envelope<Params, Arm, Sample>) -> String {
+    let traced = env.takes.iter().find_map(|t| Some((t.arm, t.value.traced?, t.value.syscalls_total)));
+    match (&env.params.tracer, traced) {
+        (Some(tool), Some((arm, traced, counted))) => format!(
+            "Cross-check ({tool}), {arm} server: the tracer counted {} syscalls for the whole server, the library {} \
+             ({:.1}%); the rest are the processes' own start-up and exit (threads, memory maps, signal set-up, \
+             writing the stats).",
+            thousands(traced as f64),
+            thousands(counted as f64),
+            100.0 * counted as f64 / traced.max(1) as f64
+        ),
+        _ => "Cross-check: neither `perf` nor `strace` ran, so the library's count stands alone.".into(),
+    }
+}
+
+fn svg(env: &Envelope<Params, Arm, Sample>) -> CliResult<String> {
+    let p = &env.params;
+    let median =
+        |backend: Backend, f: fn(&Sample) -> f64| env.estimate(&Arm { backend }, f).map_or(f64::NAN, |e| e.median);
+    let mut per_echo: Vec<(String, f64)> =
+        p.backends.iter().map(|&b| (b.to_string(), median(b, |s| s.syscalls_per_echo))).collect();
+    for r in &p.published {
+        let name = if r.server == "epoll" { "paper epoll" } else { "paper uring" };
+        per_echo.push((name.into(), r.syscalls_per_echo));
+    }
+    let rate: Vec<(String, f64)> =
+        p.backends.iter().map(|&b| (b.to_string(), median(b, |s| s.echoes_per_sec))).collect();
+    plot::bar_panels(&[
+        plot::Panel { title: "E4: server syscalls per echo", y_label: "syscalls per echo", bars: per_echo },
+        plot::Panel { title: "E4: echoes per second", y_label: "echoes per second", bars: rate },
+    ])
 }

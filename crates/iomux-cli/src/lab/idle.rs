@@ -2,7 +2,7 @@
 //! 40,000 round trips (the Chinese epoll article's "poll vs epoll" test).
 
 use super::cell::{self, data_path};
-use super::harness::experiment::{Entry, Experiment, Metric, TableView, View};
+use super::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
 use super::harness::stats::Needed;
 use super::harness::trial::{Measured, RoundView, Spec, Trial};
 use super::harness::{by_name, by_names, envelope::Envelope};
@@ -99,10 +99,7 @@ fn growth(p: &Params, backend: Backend, quantity: String, needed: Needed) -> Spe
 }
 
 impl Experiment for Idle {
-    type Args = Args;
-    type Params = Params;
-    type Arm = Arm;
-    type Sample = Sample;
+    experiment_types!(Args, Params, Arm, Sample);
 
     const ENTRY: Entry = Entry {
         name: "idle",
@@ -194,7 +191,7 @@ impl Experiment for Idle {
             for &backend in &p.backends {
                 let arm = Arm { backend, idle };
                 row.push(match env.note(&arm) {
-                    Some(n) => view.footnote(n),
+                    Some(n) => format!("n/a {}", view.footnote(n)),
                     None => shown(env.estimate(&arm, |s| s.seconds)),
                 });
             }
@@ -288,12 +285,7 @@ fn run_once(backend: Backend, idle: usize) -> Measured<Sample> {
 #[cfg(test)]
 pub fn fixture(seconds: &[(Backend, usize, f64)], rounds: usize) -> Envelope<Params, Arm, Sample> {
     use super::harness::envelope::{NoiseSummary, SCHEMA};
-    struct Quiet;
-    impl super::harness::trial::Meter for Quiet {
-        fn others_since(&self, _: std::time::Instant) -> Option<f64> {
-            Some(0.0)
-        }
-    }
+    use super::harness::trial::Quiet;
     let params = Params {
         idle: vec![0, 100],
         backends: vec![Backend::Epoll, Backend::Poll],

@@ -38,7 +38,6 @@ pub use table::thousands;
 
 use crate::CliResult;
 use machine::Machine;
-use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -81,117 +80,12 @@ pub struct Settings {
     pub out_dir: PathBuf,
     pub machine: Machine,
     pub noise: noise::Monitor,
-    /// When the running experiment started: its noise is counted from here.
-    experiment_started: std::cell::Cell<Instant>,
-}
-
-impl Settings {
-    /// The running experiment's checks, judged against what other
-    /// processes used since it started, and that use.
-    pub fn judge(&self, checks: Vec<Check>) -> (Vec<Check>, Option<noise::Noise>) {
-        let noise = self.noise.since(self.experiment_started.get());
-        (noise::judge(checks, noise.as_ref()), noise)
-    }
 }
 
 /// What an experiment hands back: the files it wrote (its verdicts are in
 /// its JSON, where the summary reads them).
 pub struct Outcome {
     pub files: Vec<PathBuf>,
-}
-
-pub use harness::claim::{Source, Verdict};
-
-/// One acceptance ratio, measured in this run.
-#[derive(Clone, Debug, Serialize)]
-pub struct Check {
-    pub claim: String,
-    /// None when the run did not measure what the claim needs.
-    pub value: Option<f64>,
-    /// ">=" or "<=": how the value must compare with the threshold.
-    pub needed: &'static str,
-    pub threshold: f64,
-    pub met: Option<bool>,
-    pub detail: String,
-    pub source: Source,
-    /// The claim in words, for the summary; empty for iomux's goals,
-    /// whose `claim` says it.
-    pub statement: String,
-    /// Set by [`noise::judge`] once the experiment's noise is known.
-    pub verdict: Verdict,
-    pub why: String,
-}
-
-impl Check {
-    fn measured(claim: &str, value: f64, needed: &'static str, threshold: f64, met: bool, detail: String) -> Check {
-        Check {
-            claim: claim.into(),
-            value: Some(value),
-            needed,
-            threshold,
-            met: Some(met),
-            why: "not judged against the machine's noise yet".into(),
-            detail,
-            source: Source::Iomux,
-            statement: String::new(),
-            // Only noise::judge gives a final verdict: a path that skipped
-            // it must not write an unguarded "does not hold".
-            verdict: Verdict::Inconclusive,
-        }
-    }
-    /// The value must be at least `threshold`.
-    pub fn new(claim: &str, value: f64, threshold: f64, detail: String) -> Check {
-        Check::measured(claim, value, ">=", threshold, value >= threshold, detail)
-    }
-    /// The value must be at most `threshold`.
-    pub fn at_most(claim: &str, value: f64, threshold: f64, detail: String) -> Check {
-        Check::measured(claim, value, "<=", threshold, value <= threshold, detail)
-    }
-    pub fn not_measured(claim: &str, threshold: f64) -> Check {
-        Check {
-            claim: claim.into(),
-            value: None,
-            needed: "",
-            threshold,
-            met: None,
-            detail: "not measured in this run".into(),
-            source: Source::Iomux,
-            statement: String::new(),
-            verdict: Verdict::NotMeasurable,
-            why: "not measured in this run".into(),
-        }
-    }
-    /// Marks the check as testing the documents' `statement`.
-    pub fn documents(mut self, statement: &str) -> Check {
-        self.source = Source::Documents;
-        self.statement = statement.into();
-        self
-    }
-}
-
-/// The checks' table, after a paragraph on the machine's noise.
-pub fn render_checks(checks: &[Check], noise: Option<&noise::Noise>) -> String {
-    let mut t = table::Table::new(["check (ratio from this run)", "measured", "needed", "verdict", "why"]);
-    for c in checks {
-        let value = c.value.map_or("-".into(), |v| if v >= 100.0 { table::thousands(v) } else { format!("{v:.3}") });
-        t.row([
-            c.claim.clone(),
-            value,
-            format!("{} {}", c.needed, c.threshold),
-            c.verdict.as_str().into(),
-            c.why.clone(),
-        ]);
-    }
-    let count = |v: Verdict| checks.iter().filter(|c| c.verdict == v).count();
-    format!(
-        "{}{}\nVerdicts: {} hold, {} do not hold, {} inconclusive, {} not measurable.\n",
-        noise::Noise::markdown(noise),
-        t.render(),
-        count(Verdict::Holds),
-        count(Verdict::DoesNotHold),
-        count(Verdict::Inconclusive),
-        count(Verdict::NotMeasurable)
-    )
 }
 
 pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
@@ -221,7 +115,6 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
         out_dir,
         machine: Machine::describe(),
         noise: noise::Monitor::start(),
-        experiment_started: std::cell::Cell::new(Instant::now()),
     };
     eprintln!(
         "iomux bench: {} settings; results in {}",
@@ -256,7 +149,6 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
     warn_if_busy(&settings);
     let mut outcomes = Vec::new();
     for experiment in &experiments {
-        settings.experiment_started.set(Instant::now());
         outcomes.push(experiment.run(&settings)?);
     }
     let folder = results::Folder::read(&settings.out_dir)?;

@@ -10,7 +10,6 @@
 //! counts as others' too. Sampled every [`PERIOD`] by a thread, so the
 //! busiest second of an experiment shows as well as its mean.
 
-use super::{Check, Verdict};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -239,38 +238,6 @@ impl Noise {
     }
 }
 
-/// Each check's verdict, given what others used while it was measured:
-/// "does not hold" only on a quiet machine; on a busy one (or one whose
-/// noise could not be read) a measured check is inconclusive, whichever
-/// way its ratio fell, because noise can push a ratio either way.
-pub fn judge(checks: Vec<Check>, noise: Option<&Noise>) -> Vec<Check> {
-    checks
-        .into_iter()
-        .map(|mut c| {
-            (c.verdict, c.why) = match (c.met, noise) {
-                (None, _) => (Verdict::NotMeasurable, c.detail.clone()),
-                (Some(true), Some(n)) if !n.busy => (Verdict::Holds, c.detail.clone()),
-                // The detail states what the claim expects; say it was not met.
-                (Some(false), Some(n)) if !n.busy => {
-                    (Verdict::DoesNotHold, format!("not met: needed {} {} ({})", c.needed, c.threshold, c.detail))
-                }
-                (Some(met), Some(n)) => (
-                    Verdict::Inconclusive,
-                    format!(
-                        "machine busy: {:.0}% of a CPU used by other processes ({:.0}% in the busiest second); \
-                         the value would {} the claim",
-                        n.other_cpu_share * 100.0,
-                        n.peak_other_cpu_share * 100.0,
-                        if met { "support" } else { "not support" }
-                    ),
-                ),
-                (Some(_), None) => (Verdict::Inconclusive, "machine noise could not be read (/proc/stat)".into()),
-            };
-            c
-        })
-        .collect()
-}
-
 struct Shared {
     stop: AtomicBool,
     readings: Mutex<Vec<Reading>>,
@@ -371,45 +338,6 @@ mod tests {
         let n = Noise::from_readings(&r).unwrap();
         assert!((n.other_cpu_share - 0.3).abs() < 1e-9 && (n.steal_share - 0.3).abs() < 1e-9, "{n:?}");
         assert!(n.busy);
-    }
-
-    fn quiet_or_busy(busy: bool) -> Noise {
-        Noise {
-            seconds: 10.0,
-            other_cpu_share: if busy { 0.9 } else { 0.02 },
-            steal_share: 0.0,
-            peak_other_cpu_share: if busy { 1.0 } else { 0.05 },
-            peak_at_s: 3.0,
-            own_cpu_share: 1.5,
-            mean_threshold: MEAN_THRESHOLD,
-            peak_threshold: PEAK_THRESHOLD,
-            busy,
-        }
-    }
-
-    #[test]
-    fn does_not_hold_only_on_a_quiet_machine() {
-        let checks = || {
-            vec![
-                Check::new("a", 2.0, 1.0, "fine".into()),
-                Check::at_most("b", 2.0, 1.0, "too high".into()),
-                Check::not_measured("c", 1.0),
-            ]
-        };
-        let verdicts =
-            |noise: Option<&Noise>| -> Vec<Verdict> { judge(checks(), noise).iter().map(|c| c.verdict).collect() };
-        assert_eq!(
-            verdicts(Some(&quiet_or_busy(false))),
-            [Verdict::Holds, Verdict::DoesNotHold, Verdict::NotMeasurable]
-        );
-        let busy = judge(checks(), Some(&quiet_or_busy(true)));
-        assert_eq!(
-            busy.iter().map(|c| c.verdict).collect::<Vec<_>>(),
-            [Verdict::Inconclusive, Verdict::Inconclusive, Verdict::NotMeasurable]
-        );
-        assert!(busy[1].why.contains("90% of a CPU used by other processes"), "{}", busy[1].why);
-        assert!(busy[1].why.ends_with("would not support the claim"), "{}", busy[1].why);
-        assert_eq!(verdicts(None)[..2], [Verdict::Inconclusive, Verdict::Inconclusive]);
     }
 
     #[test]

@@ -64,30 +64,6 @@ impl OutDir {
     }
 }
 
-/// Writes one experiment's files and returns their paths.
-pub fn write_experiment(
-    dir: &Path,
-    name: &str,
-    json: &serde_json::Value,
-    markdown: &str,
-    svg: Option<&str>,
-) -> CliResult<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create output folder {}: {e}", dir.display()))?;
-    let mut written = Vec::new();
-    let mut put = |file: String, body: &[u8]| -> CliResult<()> {
-        let path = dir.join(file);
-        std::fs::write(&path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        written.push(path);
-        Ok(())
-    };
-    put(format!("{name}.json"), serde_json::to_string_pretty(json)?.as_bytes())?;
-    put(format!("{name}.md"), markdown.as_bytes())?;
-    if let Some(svg) = svg {
-        put(format!("{name}.svg"), svg.as_bytes())?;
-    }
-    Ok(written)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

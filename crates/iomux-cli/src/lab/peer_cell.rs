@@ -17,15 +17,15 @@
 //! 10 ms) record on that clock meanwhile, and the window is cut out of
 //! their samples afterwards, interpolating at its two edges.
 
-use super::cell::{cpus, f64_of, LOAD_BACKEND};
+use super::cell::{cpus, LOAD_BACKEND};
 use super::child::ServerChild;
 use super::sampler::{Readings, Sampler, Timeline};
 use super::syscount::SyscallCounter;
+use crate::load::result::LoadResult;
 use crate::CliResult;
 use iomux::Backend;
 use iomux_peers::Peer;
-use serde::Serialize;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -74,7 +74,7 @@ pub struct Load {
 const LOAD_SLACK: Duration = Duration::from_secs(120);
 
 /// What one cell measured.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Run {
     /// The load's window: its start of measuring to its last answer (Unix s).
     pub window: (f64, f64),
@@ -91,14 +91,14 @@ pub struct Run {
     pub load_cpu_us_per_echo: f64,
     pub load_util: f64,
     /// "load's own report" (its JSON's `cpu_s`, when it has one) or "sampled".
-    pub load_cpu_source: &'static str,
+    pub load_cpu_source: String,
     pub p50_us: f64,
     pub p99_us: f64,
     pub p999_us: f64,
     /// The server's VmRSS at the end of the window.
     pub rss_bytes: Option<f64>,
     pub syscalls_per_echo: Option<f64>,
-    pub syscalls_source: Option<&'static str>,
+    pub syscalls_source: Option<String>,
 }
 
 /// How a cell counts the server's syscalls.
@@ -219,17 +219,16 @@ fn measure(
     let text = std::fs::read_to_string(&json_path);
     let _ = std::fs::remove_file(&json_path);
     let _ = std::fs::remove_file(&err_path);
-    let report: Option<Value> = text.ok().and_then(|t| serde_json::from_str(&t).ok());
+    let report: Option<LoadResult> = text.ok().and_then(|t| serde_json::from_str(&t).ok());
     // A server that failed mid-run is why the load failed: say so first.
     let server_failed = stopped.as_ref().err().map_or(String::new(), |e| format!("{e}; "));
     let Some(report) = report else {
         let last = said.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
         return Err(format!("{server_failed}iomux load exited with {status} and wrote no result: {last}").into());
     };
-    let errors = report["errors"]["total"].as_u64().unwrap_or(u64::MAX);
-    let connected = report["connected"].as_u64().unwrap_or(0);
+    let (errors, connected) = (report.errors.total, report.connected);
     if errors > 0 || connected != load.conns as u64 || !status.success() {
-        let first = report["errors"]["first"].as_str().unwrap_or("");
+        let first = report.errors.first.as_deref().unwrap_or("");
         return Err(format!(
             "{server_failed}the load connected {connected} of {}, counted {errors} errors (exit {status}); first: {first}",
             load.conns
@@ -276,19 +275,20 @@ fn wait_sampled(child: &mut Child, sampler: &Sampler, limit: Duration) -> CliRes
 
 /// The cell's figures from the load's report and what was sampled.
 fn figures(
-    report: &Value,
+    report: &LoadResult,
     (server, load): (Option<&Readings>, Option<&Readings>),
     perf: Option<&Timeline>,
 ) -> CliResult<Run> {
-    let start = report["measure_window"][0].as_f64().ok_or("the load reported no measure window")?;
-    let end = report["drained_at"].as_f64().ok_or("the load reported no drained_at")?;
+    let start = report.measure_window.ok_or("the load reported no measure window")?.0;
+    let end = report.drained_at.ok_or("the load reported no drained_at")?;
     let window = (start, end);
     let window_s = end - start;
-    let echoes = report["echoes"].as_u64().unwrap_or(0);
+    let echoes = report.echoes;
     if echoes == 0 || window_s <= 0.0 {
         return Err(format!("no echoes in the window ({echoes} in {window_s:.3} s)").into());
     }
     let per_echo_us = |s: f64| s * 1e6 / echoes as f64;
+    let latency = |f: fn(&crate::load::result::Latency) -> f64| report.latency.as_ref().map_or(f64::NAN, f);
     let cut = |r: Option<&Readings>, who: &str| {
         r.and_then(|r| r.cpu_s.over(window))
             .ok_or_else(|| format!("the {who}'s CPU time was not sampled on both sides of the window"))
@@ -296,21 +296,21 @@ fn figures(
     let server_cpu_s = cut(server, "server")?;
     // The load's own figure, where its JSON has one: its loops' CPU over
     // this same window, read in-process; else sampled like the server's.
-    let (load_cpu_s, load_cpu_source) = match report.get("cpu_s").and_then(Value::as_f64) {
-        Some(s) => (s, "load's own report"),
-        None => (cut(load, "load")?, "sampled"),
+    let (load_cpu_s, load_cpu_source) = match report.cpu_s {
+        Some(s) => (s, "load's own report".to_string()),
+        None => (cut(load, "load")?, "sampled".to_string()),
     };
     let (syscalls_per_echo, syscalls_source) = match perf {
         Some(t) => {
             let n = t.over(window).ok_or("perf's counts do not cover the window")?;
-            (Some(n / echoes as f64), Some(PERF_SOURCE))
+            (Some(n / echoes as f64), Some(PERF_SOURCE.to_string()))
         }
         None => (None, None),
     };
     Ok(Run {
         window,
         window_s,
-        setup_s: f64_of(&report["setup_s"]),
+        setup_s: report.setup_s,
         echoes,
         echoes_per_sec: echoes as f64 / window_s,
         server_cpu_s,
@@ -320,9 +320,9 @@ fn figures(
         load_cpu_us_per_echo: per_echo_us(load_cpu_s),
         load_util: load_cpu_s / window_s,
         load_cpu_source,
-        p50_us: f64_of(&report["latency"]["p50_us"]),
-        p99_us: f64_of(&report["latency"]["p99_us"]),
-        p999_us: f64_of(&report["latency"]["p999_us"]),
+        p50_us: latency(|l| l.p50_us),
+        p99_us: latency(|l| l.p99_us),
+        p999_us: latency(|l| l.p999_us),
         rss_bytes: server.and_then(|r| r.rss_bytes.last_until(end)),
         syscalls_per_echo,
         syscalls_source,

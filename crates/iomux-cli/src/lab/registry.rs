@@ -83,18 +83,18 @@ registry! {
     Sink => super::sink::Sink,
     /// E4: many connections echoing 100-byte messages: server syscalls per
     /// echo, throughput, latency, memory per connection.
-    Echo => legacy::Echo,
+    Echo => super::echo::Echo,
     /// E5: iomux's servers beside tokio, monoio, compio and a plain C
     /// epoll server, one thread on one CPU each: echoes/s, server CPU per
     /// echo, latency, syscalls, memory, under closed and open loops.
-    Peers => legacy::Peers,
+    Peers => super::peers::Peers,
     /// io_uring's optional features, each off and on: server CPU and
     /// syscalls per echo, E3 loopback CPU per GB.
-    UringFeatures => legacy::UringFeatures,
+    UringFeatures => super::uring_features::UringFeatures,
     /// E6: `iomux serve --proto http` on each backend beside nginx,
     /// measured by wrk and h2load (with and without pipelining):
     /// requests/s, server CPU per request, latency, errors.
-    Http => legacy::Http,
+    Http => super::http::Http,
 }
 
 /// The view of the experiment named `name` from its JSON text.
@@ -103,76 +103,4 @@ pub fn view_json(name: &str, text: &str) -> CliResult<Option<View>> {
         Some((_, view)) => view(text),
         None => Ok(None),
     }
-}
-
-/// Experiments not yet on the harness: their own run and checks, written
-/// as schema 1.
-mod legacy {
-    use super::*;
-    use crate::lab::{echo, http, peers, uring_features};
-
-    macro_rules! legacy {
-        (@needs) => { &[] };
-        (@needs $needs:expr) => { $needs };
-        ($ty:ident, $module:ident, $label:literal, $title:literal, [$($smoke:literal),*], $check:expr $(, needs $needs:expr)?) => {
-            pub struct $ty;
-            impl Registered for $ty {
-                type Args = $module::Args;
-                const ENTRY: Entry = Entry { name: $module::NAME, label: $label, title: $title, smoke: &[$($smoke),*], needs: legacy!(@needs $($needs)?) };
-                fn check(args: &Self::Args, settings: &Settings) -> CliResult<()> {
-                    let check: fn(&Self::Args, &Settings) -> CliResult<()> = $check;
-                    check(args, settings)
-                }
-                fn run(args: &Self::Args, settings: &Settings) -> CliResult<Outcome> {
-                    $module::run(args, settings)
-                }
-                fn view_json(_: &str) -> CliResult<Option<View>> {
-                    Ok(None)
-                }
-            }
-        };
-    }
-
-    legacy!(
-        Echo,
-        echo,
-        "E4",
-        "connections echoing 100-byte messages",
-        ["--conns", "400", "--messages", "10"],
-        |_, _| Ok(())
-    );
-    legacy!(
-        Peers,
-        peers,
-        "E5",
-        "iomux beside tokio, monoio, compio and a C epoll server",
-        [
-            "--servers",
-            "iomux-epoll,iomux-uring,c-epoll,tokio",
-            "--scenarios",
-            "closed-100",
-            "--reps",
-            "1",
-            "--seconds",
-            "0.5"
-        ],
-        peers::check
-    );
-    legacy!(
-        UringFeatures,
-        uring_features,
-        "io_uring",
-        "io_uring's optional features, each off and on",
-        ["--seconds", "0.3", "--reps", "1", "--conns", "100"],
-        |_, _| Ok(())
-    );
-    legacy!(
-        Http,
-        http,
-        "E6",
-        "iomux serve --proto http beside nginx, by wrk and h2load",
-        ["--backends", "epoll,uring", "--reps", "1", "--seconds", "1"],
-        http::check,
-        needs & ["wrk", "h2load", "nginx"]
-    );
 }

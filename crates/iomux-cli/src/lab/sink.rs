@@ -2,13 +2,13 @@
 //! server only reads. What it costs the server per byte (seed 002).
 
 use super::cell;
-use super::harness::experiment::{Entry, Experiment, Metric, TableView, View};
+use super::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
 use super::harness::stats::Needed;
 use super::harness::trial::{Measured, RoundView, Spec, Trial};
 use super::harness::{by_name, by_names, envelope::Envelope};
 use super::plot;
 use super::render::markdown::cell as shown;
-use super::table::kinds_of;
+use super::table::kinds;
 use super::Settings;
 use crate::load::LoadMode;
 use crate::CliResult;
@@ -144,10 +144,7 @@ fn cpu_ratio(p: &Params, backend: Backend, base: Backend, paced: bool, quantity:
 pub struct Sink;
 
 impl Experiment for Sink {
-    type Args = Args;
-    type Params = Params;
-    type Arm = Arm;
-    type Sample = Sample;
+    experiment_types!(Args, Params, Arm, Sample);
 
     const ENTRY: Entry = Entry {
         name: "sink",
@@ -261,7 +258,7 @@ impl Experiment for Sink {
                     med(|s| s.user_s),
                     med(|s| s.sys_s),
                     med(|s| s.syscalls_per_mb),
-                    kinds_of(&last.syscalls),
+                    kinds(&last.syscalls),
                 ]);
             }
         }

@@ -6,7 +6,7 @@
 //! Each sample counts back-to-back waits with a zero timeout.
 
 use super::harness::envelope::Envelope;
-use super::harness::experiment::{Entry, Experiment, Metric, TableView, View};
+use super::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
 use super::harness::stats::{median, Needed};
 use super::harness::trial::{Measured, RoundView, Spec, Trial};
 use super::measure::calls_per_sec;
@@ -376,10 +376,7 @@ fn ratio_at(p: &Params, n: usize, a: Subject, b: Subject, quantity: &str, needed
 }
 
 impl Experiment for SyscallRate {
-    type Args = Args;
-    type Params = Params;
-    type Arm = Arm;
-    type Sample = Sample;
+    experiment_types!(Args, Params, Arm, Sample);
 
     const ENTRY: Entry = Entry {
         name: "syscall-rate",
@@ -543,7 +540,7 @@ impl Experiment for SyscallRate {
             for subject in Subject::ALL {
                 let arm = Arm { fds: n, subject };
                 row.push(match env.note(&arm) {
-                    Some(why) => view.footnote(&format!("{arm}: {why}")),
+                    Some(why) => format!("n/a {}", view.footnote(&format!("{arm}: {why}"))),
                     None => shown(env.estimate(&arm, |s| s.calls_per_sec)),
                 });
             }
@@ -552,7 +549,7 @@ impl Experiment for SyscallRate {
         for (n, why) in &p.not_possible {
             let mut row = vec![thousands(*n as f64)];
             row.extend(book_cells(*n));
-            let cell = view.footnote(&format!("{} fds: {why}", thousands(*n as f64)));
+            let cell = format!("n/a {}", view.footnote(&format!("{} fds: {why}", thousands(*n as f64))));
             row.extend(Subject::ALL.iter().map(|_| cell.clone()));
             rates.rows.push(row);
         }

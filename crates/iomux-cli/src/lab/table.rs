@@ -68,19 +68,8 @@ pub fn thousands(x: f64) -> String {
 }
 
 /// Syscalls by name as one cell: "read 1,000, write 998".
-pub fn kinds_of(syscalls: &std::collections::BTreeMap<String, u64>) -> String {
+pub fn kinds(syscalls: &std::collections::BTreeMap<String, u64>) -> String {
     syscalls.iter().map(|(k, v)| format!("{k} {}", thousands(*v as f64))).collect::<Vec<_>>().join(", ")
-}
-
-/// A stats JSON's `syscalls` object as one cell: "read 1,000, write 998".
-pub fn kinds(syscalls: &serde_json::Value) -> String {
-    syscalls
-        .as_object()
-        .map(|o| {
-            o.iter().map(|(k, v)| format!("{k} {}", thousands(v.as_f64().unwrap_or(f64::NAN)))).collect::<Vec<_>>()
-        })
-        .unwrap_or_default()
-        .join(", ")
 }
 
 #[cfg(test)]

@@ -202,6 +202,10 @@ struct Pacer {
     tick_ns: u64,
     /// Messages scheduled so far (sent, or skipped for a closed connection).
     next: u64,
+    /// With a duration: when sending ends. A message due then or later is
+    /// never sent, even when a stalled loop wakes past the end, so the
+    /// rate times the duration is what goes out.
+    end: Option<Instant>,
 }
 
 impl Pacer {
@@ -398,7 +402,9 @@ impl Client {
         }
         if let Some(rate) = self.plan.rate_per_conn {
             let gap_ns = 1e9 / rate / self.active.len() as f64;
-            self.pacer = Some(Pacer { start: now, gap_ns, tick_ns: self.plan.tick.as_nanos().max(1) as u64, next: 0 });
+            let end = self.plan.duration.map(|d| now + self.plan.warmup + d);
+            let tick_ns = self.plan.tick.as_nanos().max(1) as u64;
+            self.pacer = Some(Pacer { start: now, gap_ns, tick_ns, next: 0, end });
             return self.pace(io, now);
         }
         for i in 0..self.active.len() {
@@ -495,7 +501,7 @@ impl Client {
         let n = self.active.len() as u64;
         while self.sending {
             let due = pacer.due(pacer.next);
-            if due > now {
+            if due > now || pacer.end.is_some_and(|end| due >= end) {
                 break;
             }
             let id = self.active[(pacer.next % n) as usize];
@@ -740,13 +746,13 @@ mod tests {
     fn the_schedule_keeps_the_rate_on_the_tick_grid() {
         let start = Instant::now();
         // 30 us between messages, on a 100 us grid.
-        let p = Pacer { start, gap_ns: 30_000.0, tick_ns: 100_000, next: 0 };
+        let p = Pacer { start, gap_ns: 30_000.0, tick_ns: 100_000, next: 0, end: None };
         let at = |k| p.due(k).duration_since(start).as_micros();
         assert_eq!([at(0), at(1), at(3), at(4), at(7), at(10)], [0, 100, 100, 200, 300, 300]);
         // Over any whole number of ticks, the rate is the rate asked for.
         assert_eq!((0..1000).filter(|&k| at(k) <= 3_000).count(), 101);
         // Without a grid (1 ns), each message is due at its own time.
-        let exact = Pacer { start, gap_ns: 30_000.0, tick_ns: 1, next: 0 };
+        let exact = Pacer { start, gap_ns: 30_000.0, tick_ns: 1, next: 0, end: None };
         assert_eq!(exact.due(7).duration_since(start).as_nanos(), 210_000);
     }
 }

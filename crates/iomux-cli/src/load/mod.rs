@@ -324,7 +324,6 @@ fn check_descriptors(conns: usize, threads: usize, procs: u16) -> CliResult<()> 
 pub struct Outcome {
     pub report: Report,
     pub result: LoadResult,
-    pub json: serde_json::Value,
     /// --hdr-log: the intervals, to be written.
     pub log: Option<Log>,
 }
@@ -500,8 +499,7 @@ pub fn execute_with(args: &LoadArgs, show_progress: bool, control: &Control) -> 
         intervals: std::mem::take(&mut report.intervals),
     });
     let result = LoadResult::of_run(args, &report, &finished.stats, &clock)?;
-    let json = result.to_json()?;
-    Ok(Outcome { report, result, json, log })
+    Ok(Outcome { report, result, log })
 }
 
 /// One progress update: on the bar, or as a line for the parent process.

@@ -275,3 +275,42 @@ pub fn load(addr: std::net::SocketAddr, args: &[&str]) -> LoadRun {
     let output = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     LoadRun { report: serde_json::from_str(&text).unwrap_or(serde_json::Value::Null), status: out.status, output }
 }
+
+/// The send and receive queues (bytes) of the TCP socket from `local` to
+/// `remote`, as /proc/net/tcp shows them; None when there is none.
+fn tcp_queues(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> Option<(u64, u64)> {
+    let hex = |a: std::net::SocketAddr| match a {
+        std::net::SocketAddr::V4(v4) => format!("{:08X}:{:04X}", u32::from_le_bytes(v4.ip().octets()), v4.port()),
+        std::net::SocketAddr::V6(_) => String::new(),
+    };
+    let (local, remote) = (hex(local), hex(remote));
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.get(1) != Some(&local.as_str()) || f.get(2) != Some(&remote.as_str()) {
+            return None;
+        }
+        let (tx, rx) = f.get(4)?.split_once(':')?;
+        Some((u64::from_str_radix(tx, 16).ok()?, u64::from_str_radix(rx, 16).ok()?))
+    })
+}
+
+/// Waits until the server has read everything sent on `s`: nothing is
+/// left unsent or unacknowledged on our side, nothing unread on the
+/// server's. Panics after `limit`.
+pub fn wait_until_server_read(s: &TcpStream, limit: Duration) {
+    let (ours, theirs) = (s.local_addr().unwrap(), s.peer_addr().unwrap());
+    let deadline = Instant::now() + limit;
+    loop {
+        let sent = tcp_queues(ours, theirs).map(|q| q.0);
+        let unread = tcp_queues(theirs, ours).map(|q| q.1);
+        if sent == Some(0) && unread == Some(0) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server did not read all we sent within {limit:?} (ours unsent: {sent:?}, its unread: {unread:?})"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

@@ -63,8 +63,8 @@ pub struct View {
 }
 
 impl View {
-    /// The cell of an arm that could not be measured: "n/a [k]", its
-    /// reason footnote k (each reason noted once).
+    /// "[k]": the mark of footnote k, which says `why` (each reason noted
+    /// once).
     pub fn footnote(&mut self, why: &str) -> String {
         let k = match self.notes.iter().position(|n| n == why) {
             Some(i) => i + 1,
@@ -73,9 +73,21 @@ impl View {
                 self.notes.len()
             }
         };
-        format!("n/a [{k}]")
+        format!("[{k}]")
     }
 }
+
+/// An [`Experiment`] impl's four types in one line:
+/// `experiment_types!(Args, Params, Arm, Sample);`.
+macro_rules! experiment_types {
+    ($args:ty, $params:ty, $arm:ty, $sample:ty) => {
+        type Args = $args;
+        type Params = $params;
+        type Arm = $arm;
+        type Sample = $sample;
+    };
+}
+pub(crate) use experiment_types;
 
 pub trait Experiment {
     type Args: Default;

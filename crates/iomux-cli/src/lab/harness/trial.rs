@@ -1,5 +1,5 @@
-//! How an experiment samples: arms measured in rounds of rotating order,
-//! every sample with the noise reading of its own window (measured again
+//! How an experiment samples: arms measured in rounds, in a balanced
+//! (Williams) order, every sample with the noise reading of its own window (measured again
 //! when other processes used the CPU during it), and more rounds, within a
 //! time budget, until every claim's interval decides.
 
@@ -38,6 +38,17 @@ pub const MAX_ROUNDS: usize = 40;
 pub trait Meter {
     /// Others' mean CPU share (1.0 = a whole CPU) from `since` to now.
     fn others_since(&self, since: Instant) -> Option<f64>;
+}
+
+/// A machine with nothing else running, for tests of what reads results.
+#[cfg(test)]
+pub struct Quiet;
+
+#[cfg(test)]
+impl Meter for Quiet {
+    fn others_since(&self, _: Instant) -> Option<f64> {
+        Some(0.0)
+    }
 }
 
 impl Meter for crate::lab::noise::Monitor {
@@ -118,6 +129,26 @@ impl<K, S> Spec<K, S> {
 /// on this machine (it is then not tried again).
 pub type Measured<S> = CliResult<Result<S, String>>;
 
+/// The arms' order in round `round`: row `round` of a Williams design.
+/// Row r is 0, 1, n-1, 2, n-2, 3, ... each plus r (mod n); for an odd n
+/// the next n rows are those reversed. So in the first rounds each arm
+/// runs first at most ceil(rounds / n) times, and over n rounds (2n for an
+/// odd n) each runs directly after every other equally often: no arm
+/// always runs first, or always follows the same one.
+pub fn order(n: usize, round: usize) -> Vec<usize> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let period = if n.is_multiple_of(2) { n } else { 2 * n };
+    let r = round % period;
+    let base = (0..n).map(|j| if j % 2 == 1 { j.div_ceil(2) } else { (n - j / 2) % n });
+    let mut row: Vec<usize> = base.map(|b| (b + r) % n).collect();
+    if r >= n {
+        row.reverse();
+    }
+    row
+}
+
 /// Every take of one experiment, and the arms it could not measure.
 pub struct Trial<'a, K, S> {
     meter: &'a dyn Meter,
@@ -150,26 +181,18 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
         self.unmeasurable.iter().find(|(k, _)| k == arm).map(|(_, n)| n.as_str())
     }
 
-    /// Measures each arm once more. Arms go in a rotating order, reversed
-    /// every other round (A B, B A, ...), so a slow spell of a shared
-    /// machine falls on different arms in different rounds.
+    /// Measures each arm once more, in the order of row `round` of a
+    /// Williams design ([`order`]), so a slow spell of a shared machine, or
+    /// a warm or cold start, falls on different arms in different rounds.
     pub fn round(&mut self, arms: &[K], measure: &mut dyn FnMut(&K) -> Measured<S>) -> CliResult<()> {
         let round = self.rounds;
         self.rounds += 1;
-        let mut order: Vec<&K> = arms.iter().collect();
-        let len = order.len();
-        if len > 0 {
-            order.rotate_left((round / 2) % len);
-        }
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        for arm in order {
+        for arm in order(arms.len(), round).into_iter().map(|i| &arms[i]) {
             if self.note_of(arm).is_some() {
                 continue;
             }
             for attempt in 0..=MAX_RETAKES {
-                self.progress.set_message(&format!(
+                self.progress.step(&format!(
                     "round {}: {arm}{}",
                     round + 1,
                     if attempt > 0 { " (again: the machine was busy)" } else { "" }
@@ -301,6 +324,48 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
 
 #[cfg(test)]
 mod tests {
+    /// How often arm `b` runs directly after arm `a`, over `rounds`.
+    fn follows(n: usize, rounds: usize) -> Vec<Vec<usize>> {
+        let mut after = vec![vec![0; n]; n];
+        for r in 0..rounds {
+            for pair in order(n, r).windows(2) {
+                after[pair[0]][pair[1]] += 1;
+            }
+        }
+        after
+    }
+
+    #[test]
+    fn each_round_runs_every_arm_once_in_a_balanced_order() {
+        for n in 1..=9 {
+            for rounds in 1..=3 * n {
+                let mut first = vec![0; n];
+                for r in 0..rounds {
+                    let o = order(n, r);
+                    let mut sorted = o.clone();
+                    sorted.sort();
+                    assert_eq!(sorted, (0..n).collect::<Vec<_>>(), "n {n}, round {r}: {o:?}");
+                    first[o[0]] += 1;
+                }
+                let most = first.iter().max().copied().unwrap_or(0);
+                assert!(most <= rounds.div_ceil(n), "n {n}, {rounds} rounds: first {first:?}");
+            }
+            // Carry-over balance: over a whole design each arm runs
+            // directly after every other equally often.
+            let (period, times) = if n % 2 == 0 { (n, 1) } else { (2 * n, 2) };
+            let after = follows(n, period);
+            for a in 0..n {
+                for b in 0..n {
+                    assert_eq!(after[a][b], if a == b { 0 } else { times }, "n {n}: {b} after {a}: {after:?}");
+                }
+            }
+        }
+        assert_eq!(order(8, 0), vec![0, 1, 7, 2, 6, 3, 5, 4]);
+        assert_eq!(order(2, 1), vec![1, 0], "two arms alternate: A B, B A");
+        assert_eq!(order(1, 5), vec![0]);
+        assert!(order(0, 0).is_empty());
+    }
+
     use super::*;
     use std::cell::{Cell, RefCell};
 
@@ -323,7 +388,7 @@ mod tests {
     }
 
     #[test]
-    fn rounds_rotate_and_reverse() {
+    fn rounds_follow_the_williams_rows() {
         let meter = Scripted { busy: vec![], taken: Cell::new(0) };
         let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
         let order = RefCell::new(String::new());
@@ -334,7 +399,7 @@ mod tests {
         for _ in 0..4 {
             trial.round(&["a", "b", "c"], &mut measure).unwrap();
         }
-        assert_eq!(order.into_inner(), "abccbabcaacb");
+        assert_eq!(order.into_inner(), "abcbcacabcba");
     }
 
     #[test]
@@ -372,12 +437,15 @@ mod tests {
     fn the_budget_bounds_an_undecidable_claim() {
         let meter = Scripted { busy: vec![], taken: Cell::new(0) };
         let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_millis(30));
-        let n = Cell::new(0u32);
+        let b_taken = Cell::new(0u32);
         // The ratio swings around the threshold for ever.
         let mut measure = |k: &&str| -> Measured<f64> {
-            n.set(n.get() + 1);
             std::thread::sleep(Duration::from_millis(2));
-            Ok(Ok(if *k == "b" { 1.0 + if n.get() % 4 < 2 { 0.2 } else { -0.2 } } else { 1.0 }))
+            if *k == "a" {
+                return Ok(Ok(1.0));
+            }
+            b_taken.set(b_taken.get() + 1);
+            Ok(Ok(if b_taken.get().is_multiple_of(2) { 1.2 } else { 0.8 }))
         };
         let specs = [ratio_spec(Needed::AtLeast(1.0))];
         trial.until_decided(&specs, &mut measure).unwrap();
