@@ -109,7 +109,7 @@ fn client_server_experiments_write_rows_and_a_report() {
     for backend in ["epoll", "poll"] {
         for z in [0, 20] {
             let of_arm = takes.iter().filter(|t| t["arm"]["backend"] == backend && t["arm"]["idle"] == z).count();
-            assert!(of_arm >= 3, "{backend} Z={z}: {of_arm} takes, fewer than the first three rounds");
+            assert!(of_arm >= 6, "{backend} Z={z}: {of_arm} takes, fewer than the six rounds a claim needs");
         }
     }
     for t in &takes {
@@ -138,7 +138,8 @@ fn client_server_experiments_write_rows_and_a_report() {
     for backend in ["epoll", "uring"] {
         for paced in [true, false] {
             let of_arm = takes.iter().filter(|t| t["arm"]["backend"] == backend && t["arm"]["paced"] == paced).count();
-            assert!(of_arm >= 3, "{backend} paced={paced}: {of_arm} takes, fewer than the first three rounds");
+            // --budget 0: the first round alone (taken again when busy).
+            assert!((1..=3).contains(&of_arm), "{backend} paced={paced}: {of_arm} takes");
         }
     }
     for t in takes {

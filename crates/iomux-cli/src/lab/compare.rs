@@ -248,8 +248,8 @@ fn folder_name(dir: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lab::experiments::idle::fixture;
     use crate::lab::harness::envelope;
-    use crate::lab::idle::fixture;
     use iomux::Backend::{Epoll, Poll};
 
     struct Dir(PathBuf);

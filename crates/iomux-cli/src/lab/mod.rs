@@ -6,32 +6,22 @@ pub mod browser;
 mod cell;
 mod child;
 pub mod compare;
-mod echo;
-mod echo_large;
+pub mod experiments;
 pub mod harness;
-mod http;
-mod http_clients;
-mod idle;
 mod kernel_memory;
 mod machine;
 mod measure;
-mod nginx;
 mod noise;
 mod output;
-mod peer_cell;
-mod peers;
 mod plot;
 mod raw;
 pub mod registry;
 pub mod render;
 pub mod results;
 mod sampler;
-mod sink;
-mod syscall_rate;
 mod syscount;
 mod table;
 mod tools;
-mod uring_features;
 mod wait_peers;
 
 pub use table::thousands;
@@ -80,6 +70,14 @@ pub struct Settings {
     pub out_dir: PathBuf,
     pub machine: Machine,
     pub noise: noise::Monitor,
+}
+
+#[cfg(test)]
+impl Settings {
+    /// Quick settings writing to `out_dir`, for tests that run an experiment.
+    pub fn for_test(out_dir: PathBuf) -> Settings {
+        Settings { full: false, tracer: None, out_dir, machine: Machine::default(), noise: noise::Monitor::start() }
+    }
 }
 
 /// What an experiment hands back: the files it wrote (its verdicts are in

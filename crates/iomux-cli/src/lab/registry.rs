@@ -74,27 +74,27 @@ macro_rules! registry {
 registry! {
     /// E1: empty poll()/epoll_wait()/select()/io_uring waits per second
     /// against the number of registered fds (the book's poll-vs-epoll.c).
-    SyscallRate => super::syscall_rate::SyscallRate,
+    SyscallRate => super::experiments::syscall_rate::SyscallRate,
     /// E2: 40,000 round trips by 10 active connections among Z idle ones,
     /// on every backend (the epoll article's poll-vs-epoll test).
-    Idle => super::idle::Idle,
+    Idle => super::experiments::idle::Idle,
     /// E3: 40 senders of 100-byte messages, a server that only reads: CPU
     /// and syscalls per byte.
-    Sink => super::sink::Sink,
+    Sink => super::experiments::sink::Sink,
     /// E4: many connections echoing 100-byte messages: server syscalls per
     /// echo, throughput, latency, memory per connection.
-    Echo => super::echo::Echo,
+    Echo => super::experiments::echo::Echo,
     /// E5: iomux's servers beside tokio, monoio, compio and a plain C
     /// epoll server, one thread on one CPU each: echoes/s, server CPU per
     /// echo, latency, syscalls, memory, under closed and open loops.
-    Peers => super::peers::Peers,
+    Peers => super::experiments::peers::Peers,
     /// io_uring's optional features, each off and on: server CPU and
     /// syscalls per echo, E3 loopback CPU per GB.
-    UringFeatures => super::uring_features::UringFeatures,
+    UringFeatures => super::experiments::uring_features::UringFeatures,
     /// E6: `iomux serve --proto http` on each backend beside nginx,
     /// measured by wrk and h2load (with and without pipelining):
     /// requests/s, server CPU per request, latency, errors.
-    Http => super::http::Http,
+    Http => super::experiments::http::Http,
 }
 
 /// The view of the experiment named `name` from its JSON text.
@@ -102,5 +102,28 @@ pub fn view_json(name: &str, text: &str) -> CliResult<Option<View>> {
     match VIEWS.iter().find(|(n, _)| *n == name) {
         Some((_, view)) => view(text),
         None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::experiments::toy::{self, Toy};
+
+    #[test]
+    fn the_guide_shows_the_toy_experiment_whole_and_it_runs() {
+        let guide = include_str!("../../../../docs/lab.md");
+        assert!(guide.contains(include_str!("experiments/toy.rs")), "docs/lab.md must show lab/toy.rs as it is");
+        let out = std::env::temp_dir().join(format!("iomux-toy-{}", std::process::id()));
+        std::fs::create_dir_all(&out).unwrap();
+        let settings = Settings::for_test(out.clone());
+        let outcome = execute::<Toy>(&toy::Args::default(), &settings).unwrap();
+        assert_eq!(outcome.files.len(), 2, "toy.json and toy.md, no plot: {:?}", outcome.files);
+        let text = std::fs::read_to_string(out.join("toy.json")).unwrap();
+        let env: Envelope<toy::Params, toy::Arm, toy::Sample> = serde_json::from_str(&text).unwrap();
+        assert_eq!((env.experiment.as_str(), env.claims.len()), ("toy", 1));
+        assert!(env.takes.len() >= 2, "both arms measured: {} takes", env.takes.len());
+        assert!(std::fs::read_to_string(out.join("toy.md")).unwrap().contains("| items"));
+        std::fs::remove_dir_all(&out).ok();
     }
 }

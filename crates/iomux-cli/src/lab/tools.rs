@@ -5,7 +5,7 @@
 //! otherwise it says exactly what to run. The scripts are compiled in, so
 //! the binary brings them wherever it is run from.
 
-use super::http_clients::Tool;
+use super::experiments::http_clients::Tool;
 use std::path::Path;
 use std::process::{Command, Stdio};
 

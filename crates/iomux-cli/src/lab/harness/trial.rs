@@ -79,6 +79,9 @@ pub struct Spec<K, S> {
     pub arms: Vec<K>,
     /// The quantity from one round's samples of `arms`.
     pub value: Quantity<K, S>,
+    /// Why the quantity may have no value although its arms were
+    /// measured (the value function refuses some rounds).
+    pub refused: Option<String>,
 }
 
 /// A claim's quantity from one round's samples.
@@ -114,7 +117,15 @@ impl<K, S> Spec<K, S> {
             needed,
             arms,
             value: Box::new(value),
+            refused: None,
         }
+    }
+
+    /// Says why a round's value may be refused, for the claim's reason
+    /// when every round was.
+    pub fn refusing(mut self, why: &str) -> Spec<K, S> {
+        self.refused = Some(why.into());
+        self
     }
 
     /// Marks it as testing the documents' `statement`.
@@ -157,11 +168,13 @@ pub struct Trial<'a, K, S> {
     rounds: usize,
     budget: Duration,
     progress: Progress,
+    /// Arms with the same key run one after another within a round.
+    group: Option<fn(&K) -> u64>,
 }
 
 impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
     /// `budget`: wall time for the rounds that [`Trial::until_decided`]
-    /// adds after the first ones.
+    /// adds beyond the [`MIN_ROUNDS`] a 95% interval needs.
     pub fn new(meter: &'a dyn Meter, name: &str, budget: Duration) -> Self {
         Trial {
             meter,
@@ -170,7 +183,33 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
             rounds: 0,
             budget,
             progress: Progress::new(name, 0),
+            group: None,
         }
+    }
+
+    /// Keeps the arms of one `key` together within each round (their
+    /// groups, and the arms within each, still in a Williams order): for
+    /// arms that share a costly set-up, such as E1's N registered fds.
+    pub fn group_by(&mut self, key: fn(&K) -> u64) {
+        self.group = Some(key);
+    }
+
+    /// The arms of round `round`, in the order they run.
+    fn in_order<'k>(&self, arms: &'k [K], round: usize) -> Vec<&'k K> {
+        let Some(key) = self.group else { return order(arms.len(), round).into_iter().map(|i| &arms[i]).collect() };
+        let mut groups: Vec<(u64, Vec<&K>)> = Vec::new();
+        for arm in arms {
+            match groups.iter_mut().find(|g| g.0 == key(arm)) {
+                Some(g) => g.1.push(arm),
+                None => groups.push((key(arm), vec![arm])),
+            }
+        }
+        let mut out = Vec::with_capacity(arms.len());
+        for g in order(groups.len(), round) {
+            let members = &groups[g].1;
+            out.extend(order(members.len(), round).into_iter().map(|i| members[i]));
+        }
+        out
     }
 
     pub fn rounds(&self) -> usize {
@@ -187,7 +226,7 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
     pub fn round(&mut self, arms: &[K], measure: &mut dyn FnMut(&K) -> Measured<S>) -> CliResult<()> {
         let round = self.rounds;
         self.rounds += 1;
-        for arm in order(arms.len(), round).into_iter().map(|i| &arms[i]) {
+        for arm in self.in_order(arms, round) {
             if self.note_of(arm).is_some() {
                 continue;
             }
@@ -253,6 +292,7 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
     pub fn judge(&self, spec: &Spec<K, S>) -> Claim {
         let (quiet, all) = self.values(spec);
         let note = spec.arms.iter().find_map(|a| self.note_of(a).map(|n| format!("{a}: {n}")));
+        let note = note.or_else(|| spec.refused.clone().filter(|_| !spec.arms.is_empty() && self.rounds > 0));
         let (estimate, verdict, why) =
             claim::judge(spec.needed, &Rounds { quiet: &quiet, all: &all, unmeasurable: note.as_deref() });
         Claim {
@@ -279,7 +319,7 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
     /// round: stopping at the first of many looks that happens to decide
     /// would make a wrong decision likelier than the intervals say. A
     /// round that would likely end past the budget (counted from this
-    /// call) is not started.
+    /// call) is not started, once [`MIN_ROUNDS`] rounds are done.
     pub fn until_decided(&mut self, specs: &[Spec<K, S>], measure: &mut dyn FnMut(&K) -> Measured<S>) -> CliResult<()> {
         let started = Instant::now();
         let mut last_round = Duration::ZERO;
@@ -299,7 +339,11 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
                 break;
             }
             while self.rounds < look {
-                if started.elapsed() + last_round > self.budget {
+                // The rounds up to MIN_ROUNDS are not a budget's to refuse
+                // (without them no claim can be decided at all); a budget
+                // of zero asks for the first rounds alone.
+                let spent = started.elapsed() + last_round > self.budget;
+                if self.budget.is_zero() || (self.rounds >= MIN_ROUNDS && spent) {
                     return Ok(());
                 }
                 let start = Instant::now();
@@ -403,6 +447,22 @@ mod tests {
     }
 
     #[test]
+    fn grouped_arms_run_together() {
+        let meter = Scripted { busy: vec![], taken: Cell::new(0) };
+        let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
+        trial.group_by(|k| u64::from(k.as_bytes()[0]));
+        let order = RefCell::new(Vec::new());
+        let mut measure = |k: &&str| -> Measured<f64> {
+            order.borrow_mut().push(k.to_string());
+            Ok(Ok(1.0))
+        };
+        for _ in 0..2 {
+            trial.round(&["a1", "a2", "b1", "b2"], &mut measure).unwrap();
+        }
+        assert_eq!(order.into_inner(), ["a1", "a2", "b1", "b2", "b2", "b1", "a2", "a1"]);
+    }
+
+    #[test]
     fn a_busy_take_is_taken_again_and_counted() {
         // Takes 1 and 2 (b's first two tries in round 0) read busy.
         let meter = Scripted { busy: vec![1, 2], taken: Cell::new(0) };
@@ -450,6 +510,7 @@ mod tests {
         let specs = [ratio_spec(Needed::AtLeast(1.0))];
         trial.until_decided(&specs, &mut measure).unwrap();
         assert!(trial.rounds() < MAX_ROUNDS, "stopped by the 30 ms budget after {} rounds", trial.rounds());
+        assert!(trial.rounds() >= MIN_ROUNDS, "the six rounds an interval needs are not the budget's to refuse");
         assert_eq!(trial.judge(&specs[0]).verdict, claim::Verdict::Inconclusive);
     }
 

@@ -246,9 +246,9 @@ pub fn write_report(folder: &Folder) -> CliResult<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lab::experiments::idle::fixture;
     use crate::lab::harness::envelope;
     use crate::lab::harness::stats::{Estimate, Needed};
-    use crate::lab::idle::fixture;
     use iomux::Backend::{Epoll, Poll};
 
     fn claim(needed: Needed, lo: f64, median: f64, hi: f64, verdict: Verdict) -> Claim {

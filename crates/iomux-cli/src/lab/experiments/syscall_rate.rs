@@ -5,17 +5,17 @@
 //! for readability; nothing is ever written, so every wait finds nothing.
 //! Each sample counts back-to-back waits with a zero timeout.
 
-use super::harness::envelope::Envelope;
-use super::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
-use super::harness::stats::{median, Needed};
-use super::harness::trial::{Measured, RoundView, Spec, Trial};
-use super::measure::calls_per_sec;
-use super::plot::{self, Axes, Series};
-use super::raw;
-use super::render::markdown::cell as shown;
-use super::table::thousands;
-use super::wait_peers::{MioPeer, PollingPeer};
-use super::Settings;
+use crate::lab::harness::envelope::Envelope;
+use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+use crate::lab::harness::stats::{median, Needed};
+use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::measure::calls_per_sec;
+use crate::lab::plot::{self, Axes, Series};
+use crate::lab::raw;
+use crate::lab::render::markdown::cell as shown;
+use crate::lab::table::thousands;
+use crate::lab::wait_peers::{MioPeer, PollingPeer};
+use crate::lab::Settings;
 use crate::CliResult;
 use iomux::lab::PollRing;
 use iomux::poller::{EpollPoller, PollPoller, SelectPoller, UringPoller};
@@ -29,11 +29,12 @@ use std::time::Duration;
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
     /// Numbers of registered fds, comma-separated [default: 1,10,100,1000,
-    /// 5000,10000 and the largest number the open-files limit allows]
+    /// 10000; --full: also 5000 and the largest number the open-files
+    /// limit allows]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub fds: Option<Vec<usize>>,
-    /// Seconds for rounds added after the first ones, while a claim is
-    /// undecided (its 95% interval straddles its threshold) [default: 45]
+    /// Seconds for rounds beyond the six a 95% interval needs, while a
+    /// claim is undecided (0: the first rounds alone) (its 95% interval straddles its threshold) [default: 45]
     #[arg(long, value_parser = crate::lab::harness::parse_budget)]
     pub budget: Option<f64>,
 }
@@ -316,7 +317,7 @@ struct Plan {
     impossible: Vec<(usize, String)>,
 }
 
-fn plan(args: &Args, max_fds: usize, hard_limit: u64) -> CliResult<Plan> {
+fn plan(args: &Args, max_fds: usize, hard_limit: u64, full: bool) -> CliResult<Plan> {
     let wanted: Vec<usize> = match &args.fds {
         Some(list) => {
             if let Some(bad) = list.iter().find(|&&n| n == 0) {
@@ -324,6 +325,9 @@ fn plan(args: &Args, max_fds: usize, hard_limit: u64) -> CliResult<Plan> {
             }
             list.clone()
         }
+        // Quick settings leave out 5,000 and the largest N: setting up
+        // many thousands of fds for every subject dominates a round.
+        None if !full => BOOK.iter().map(|b| b.fds).filter(|&n| n != 5_000).collect(),
         None => {
             let mut v: Vec<usize> = BOOK.iter().map(|b| b.fds).collect();
             v.push(max_fds);
@@ -399,8 +403,8 @@ impl Experiment for SyscallRate {
         const OWN_FDS: usize = 16;
         let open_now = crate::os::open_fd_count().unwrap_or(16);
         let max_fds = (limit as usize).saturating_sub(open_now + OWN_FDS).max(1);
-        let Plan { measured, impossible } = plan(args, max_fds, hard)?;
-        let (first_rounds, seconds) = if settings.full { (5, 1.0) } else { (3, 0.1) };
+        let Plan { measured, impossible } = plan(args, max_fds, hard, settings.full)?;
+        let (first_rounds, seconds) = if settings.full { (5, 1.0) } else { (1, 0.1) };
         Ok(Params {
             fds: measured,
             not_possible: impossible,
@@ -484,7 +488,9 @@ impl Experiment for SyscallRate {
     ) -> CliResult<()> {
         let duration = Duration::from_secs_f64(p.seconds_per_run);
         // One N's fds at a time: all N's at once would pass the open-files
-        // limit. Arms are grouped by N, so a rotating round rebuilds rarely.
+        // limit. A round takes each N's arms together, so it builds each
+        // N's set-up once.
+        trial.group_by(|a| a.fds as u64);
         let mut current: Option<(usize, Setup)> = None;
         let mut measure = |a: &Arm| -> Measured<Sample> {
             if current.as_ref().is_none_or(|c| c.0 != a.fds) {
@@ -627,7 +633,7 @@ mod tests {
     #[test]
     fn plan_splits_possible_from_impossible() {
         let args = Args { fds: Some(vec![10, 100_000, 1, 10]), budget: Some(0.0) };
-        let Plan { measured: ns, impossible: no } = plan(&args, 19_000, 20_000).unwrap();
+        let Plan { measured: ns, impossible: no } = plan(&args, 19_000, 20_000, false).unwrap();
         assert_eq!(ns, vec![1, 10]);
         assert_eq!(no.len(), 1);
         assert!(no[0].1.contains("hard limit is 20000"), "{}", no[0].1);
@@ -635,14 +641,16 @@ mod tests {
 
     #[test]
     fn default_plan_ends_at_the_largest_possible_n() {
-        let Plan { measured: ns, impossible: no } = plan(&Args::default(), 19_970, 20_000).unwrap();
+        let Plan { measured: ns, impossible: no } = plan(&Args::default(), 19_970, 20_000, true).unwrap();
         assert_eq!(ns, vec![1, 10, 100, 1_000, 5_000, 10_000, 19_970]);
         assert_eq!(no.iter().map(|x| x.0).collect::<Vec<_>>(), vec![25_000, 50_000, 100_000]);
+        let Plan { measured: quick, .. } = plan(&Args::default(), 19_970, 20_000, false).unwrap();
+        assert_eq!(quick, vec![1, 10, 100, 1_000, 10_000]);
     }
 
     #[test]
     fn zero_fds_is_refused() {
-        let err = plan(&Args { fds: Some(vec![0]), budget: Some(0.0) }, 100, 100).unwrap_err();
+        let err = plan(&Args { fds: Some(vec![0]), budget: Some(0.0) }, 100, 100, false).unwrap_err();
         assert!(err.to_string().contains("at least 1"));
     }
 

@@ -5,16 +5,16 @@
 //! sides' CPU shares (so a client-bound cell says so), latency, errors,
 //! and iomux's syscalls per request.
 
-use super::child::ServerChild;
-use super::harness::envelope::Envelope;
-use super::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
-use super::harness::stats::Needed;
-use super::harness::trial::{Measured, RoundView, Spec, Trial};
-use super::harness::{by_name, by_names};
 use super::http_clients::{self, Client, Report, Tool, INSTALL};
 use super::nginx::Nginx;
-use super::render::markdown::cell as shown;
-use super::{plot, Settings};
+use crate::lab::child::ServerChild;
+use crate::lab::harness::envelope::Envelope;
+use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+use crate::lab::harness::stats::Needed;
+use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::harness::{by_name, by_names};
+use crate::lab::render::markdown::cell as shown;
+use crate::lab::{plot, Settings};
 use crate::CliResult;
 use iomux::Backend;
 use serde::{Deserialize, Serialize};
@@ -28,7 +28,7 @@ use std::time::Duration;
 const CONNS: u32 = 100;
 const QUICK_SECONDS: u32 = 1;
 const FULL_SECONDS: u32 = 10;
-const QUICK_REPS: usize = 3;
+const QUICK_REPS: usize = 1;
 const FULL_REPS: usize = 5;
 const BUDGET_S: f64 = 30.0;
 const DEFAULT_DEPTHS: [u32; 2] = [1, 16];
@@ -71,7 +71,8 @@ impl std::str::FromStr for Server {
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
-    /// iomux backends, comma-separated [default: all six]
+    /// iomux backends, comma-separated [default: epoll, epoll-et, uring;
+    /// --full: all six]
     #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
     pub backends: Option<Vec<Backend>>,
     /// Pipelining depths, comma-separated: requests a client sends before
@@ -84,8 +85,8 @@ pub struct Args {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=3600),
           help = format!("Seconds per client run (wrk counts whole seconds) [default: {QUICK_SECONDS}; --full: {FULL_SECONDS}]"))]
     pub seconds: Option<u32>,
-    /// Seconds for rounds added after the first ones, while a claim is
-    /// undecided [default: 30]
+    /// Seconds for rounds beyond the six a 95% interval needs, while a
+    /// claim is undecided (0: the first rounds alone) [default: 30]
     #[arg(long, value_parser = crate::lab::harness::parse_budget)]
     pub budget: Option<f64>,
 }
@@ -119,7 +120,7 @@ fn run_cell(
     seconds: u32,
     script: &std::path::Path,
 ) -> Result<Run, String> {
-    let (server_cpu, client_cpu) = super::cell::cpus();
+    let (server_cpu, client_cpu) = crate::lab::cell::cpus();
     let measure = |addr: SocketAddr, pids: &[u32]| -> Result<(Report, Duration, Duration), String> {
         answers_plaintext(addr).map_err(|e| format!("{server}: {e}"))?;
         let url = format!("http://{addr}/plaintext");
@@ -241,14 +242,18 @@ impl Experiment for Http {
         name: "http",
         label: "E6",
         title: "iomux serve --proto http beside nginx, by wrk and h2load",
-        smoke: &["--backends", "epoll,uring", "--reps", "1", "--seconds", "1", "--budget", "5"],
+        smoke: &["--backends", "epoll,uring", "--reps", "1", "--seconds", "1", "--budget", "0"],
         needs: &["wrk", "h2load", "nginx"],
     };
     const PUBLISHED: &'static str = "nothing: the documents served no HTTP. iomux's goals: 1.2 times nginx's \
                                      requests/s by wrk, and nginx's CPU per request 1.2 times iomux's.";
 
     fn plan(args: &Args, settings: &Settings) -> CliResult<Params> {
-        let backends = args.backends.clone().unwrap_or_else(|| Backend::ALL.to_vec());
+        // Quick settings: the backends the claims' "best" comes from on
+        // this kind of machine; --full: all six.
+        let quick = [Backend::Epoll, Backend::EpollEt, Backend::Uring];
+        let backends =
+            args.backends.clone().unwrap_or_else(|| if settings.full { Backend::ALL.to_vec() } else { quick.to_vec() });
         let depths = args.depths.clone().unwrap_or_else(|| DEFAULT_DEPTHS.to_vec());
         for (i, b) in backends.iter().enumerate() {
             if backends[..i].contains(b) {
@@ -289,7 +294,7 @@ impl Experiment for Http {
             first_rounds,
             seconds: args.seconds.unwrap_or(if settings.full { FULL_SECONDS } else { QUICK_SECONDS }),
             budget_s: args.budget.unwrap_or(BUDGET_S),
-            pinned: match super::cell::cpus() {
+            pinned: match crate::lab::cell::cpus() {
                 (Some(s), Some(c)) => Some((s, c)),
                 _ => None,
             },

@@ -3,16 +3,16 @@
 //! Up to what one process holds, server and load run as one process each;
 //! beyond it (the article's million) as several each (`echo_large`).
 
-use super::cell;
 use super::echo_large;
-use super::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
-use super::harness::stats::Needed;
-use super::harness::trial::{Measured, RoundView, Spec, Trial};
-use super::harness::{by_name, by_names, envelope::Envelope};
-use super::plot;
-use super::render::markdown::cell as shown;
-use super::table::{kinds, thousands};
-use super::Settings;
+use crate::lab::cell;
+use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+use crate::lab::harness::stats::Needed;
+use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::harness::{by_name, by_names, envelope::Envelope};
+use crate::lab::plot;
+use crate::lab::render::markdown::cell as shown;
+use crate::lab::table::{kinds, thousands};
+use crate::lab::Settings;
 use crate::CliResult;
 use iomux::Backend;
 use serde::{Deserialize, Serialize};
@@ -41,8 +41,8 @@ pub struct Args {
     /// article's two servers]
     #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
     pub backends: Option<Vec<Backend>>,
-    /// Seconds for rounds added after the first ones, while a claim is
-    /// undecided [default: 30; at full size: 0]
+    /// Seconds for rounds beyond the six a 95% interval needs, while a
+    /// claim is undecided (0: the first rounds alone) [default: 30; at full size: 0]
     #[arg(long, value_parser = crate::lab::harness::parse_budget)]
     pub budget: Option<f64>,
 }
@@ -157,7 +157,7 @@ pub struct Sample {
 pub struct Echo;
 
 /// One run of E4 at `p`'s size against `backend`.
-fn run_once(p: &Params, backend: Backend, trace: Option<super::child::Tracer>) -> CliResult<Sample> {
+fn run_once(p: &Params, backend: Backend, trace: Option<crate::lab::child::Tracer>) -> CliResult<Sample> {
     if p.large() {
         return echo_large::run(backend, p.conns, p.messages, p.procs, trace);
     }
@@ -178,7 +178,7 @@ impl Sample {
     pub fn of(
         n: usize,
         load: &crate::load::result::LoadResult,
-        server: &super::child::ServerResult,
+        server: &crate::lab::child::ServerResult,
         rss_bytes_per_conn: f64,
         kernel: Option<KernelMemory>,
     ) -> Sample {
@@ -266,7 +266,7 @@ impl Experiment for Echo {
             msg_size: 100,
             threads: args.threads.max(1),
             procs,
-            first_rounds: if large { 1 } else { 3 },
+            first_rounds: if large || !settings.full { 1 } else { 3 },
             budget_s: args.budget.unwrap_or(if large { 0.0 } else { BUDGET_S }),
             server_max,
             nofile_hard,

@@ -7,17 +7,17 @@
 //! batched waits a few active connections among idle ones (latency), and
 //! for a registered ring an empty `io_uring_enter` (ns).
 
-use super::cell;
-use super::harness::envelope::Envelope;
-use super::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
-use super::harness::stats::Needed;
-use super::harness::trial::{Measured, RoundView, Spec, Trial};
-use super::measure::calls_per_sec;
-use super::plot;
-use super::render::markdown::cell as shown;
 use super::sink;
-use super::table::thousands;
-use super::Settings;
+use crate::lab::cell;
+use crate::lab::harness::envelope::Envelope;
+use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+use crate::lab::harness::stats::Needed;
+use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::measure::calls_per_sec;
+use crate::lab::plot;
+use crate::lab::render::markdown::cell as shown;
+use crate::lab::table::thousands;
+use crate::lab::Settings;
 use crate::stats::FeatureState;
 use crate::CliResult;
 use iomux::lab::PollRing;
@@ -29,17 +29,17 @@ use std::time::Duration;
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
-    /// Seconds per measured cell [default: 1; --full: 5]
+    /// Seconds per measured cell [default: 0.5; --full: 5]
     #[arg(long)]
     pub seconds: Option<f64>,
-    /// Rounds before any is added for undecided claims [default: 3; --full: 5]
+    /// Rounds before any is added for undecided claims [default: 1; --full: 5]
     #[arg(long)]
     pub reps: Option<usize>,
     /// Echo connections (closed loop, 100-byte messages) [default: 1000]
     #[arg(long)]
     pub conns: Option<usize>,
-    /// Seconds for rounds added after the first ones, while a claim is
-    /// undecided [default: 30]
+    /// Seconds for rounds beyond the six a 95% interval needs, while a
+    /// claim is undecided (0: the first rounds alone) [default: 30]
     #[arg(long, value_parser = crate::lab::harness::parse_budget)]
     pub budget: Option<f64>,
 }
@@ -170,9 +170,9 @@ pub struct Params {
     budget_s: f64,
     conns: usize,
     features: Vec<Feature>,
-    #[serde(with = "super::harness::by_name")]
+    #[serde(with = "crate::lab::harness::by_name")]
     backend: Backend,
-    #[serde(with = "super::harness::by_name")]
+    #[serde(with = "crate::lab::harness::by_name")]
     load_backend: Backend,
 }
 
@@ -209,14 +209,14 @@ impl Experiment for UringFeatures {
         name: "uring-features",
         label: "io_uring",
         title: "io_uring's optional features, each off and on",
-        smoke: &["--seconds", "0.3", "--reps", "1", "--conns", "100", "--budget", "5"],
+        smoke: &["--seconds", "0.3", "--reps", "1", "--conns", "100", "--budget", "0"],
         needs: &[],
     };
     const PUBLISHED: &'static str = "nothing: the documents predate these features. iomux's goal: a feature on by \
                                      default wins on the figure it is meant for; one off by default does not.";
 
     fn plan(args: &Args, settings: &Settings) -> CliResult<Params> {
-        let seconds = args.seconds.unwrap_or(if settings.full { 5.0 } else { 1.0 });
+        let seconds = args.seconds.unwrap_or(if settings.full { 5.0 } else { 0.5 });
         if !(seconds.is_finite() && seconds > 0.0) {
             return Err(format!("--seconds must be positive, not {seconds}").into());
         }
@@ -225,7 +225,7 @@ impl Experiment for UringFeatures {
         let probe = echo_cell(&[], conns.min(100), 0.2)?;
         Ok(Params {
             seconds,
-            first_rounds: args.reps.unwrap_or(if settings.full { 5 } else { 3 }).max(1),
+            first_rounds: args.reps.unwrap_or(if settings.full { 5 } else { 1 }).max(1),
             budget_s: args.budget.unwrap_or(BUDGET_S),
             conns,
             features: features(&probe.features.unwrap_or_default()),
@@ -353,7 +353,8 @@ impl Experiment for UringFeatures {
         let figure = |config: &str, w: Workload| env.estimate(&arm(config, w), |s| s.figure);
         let syscalls =
             |config: &str| env.estimate(&arm(config, Workload::Echo), |s| s.syscalls_per_echo.unwrap_or(f64::NAN));
-        let ratio = |a: Option<super::harness::stats::Estimate>, b: Option<super::harness::stats::Estimate>| {
+        let ratio = |a: Option<crate::lab::harness::stats::Estimate>,
+                     b: Option<crate::lab::harness::stats::Estimate>| {
             a.zip(b).map_or("-".into(), |(a, b)| format!("{:.2}", a.median / b.median))
         };
         let mut t = TableView {

@@ -1,15 +1,15 @@
 //! E3 `sink`: 40 connections send 100-byte messages without pause; the
 //! server only reads. What it costs the server per byte (seed 002).
 
-use super::cell;
-use super::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
-use super::harness::stats::Needed;
-use super::harness::trial::{Measured, RoundView, Spec, Trial};
-use super::harness::{by_name, by_names, envelope::Envelope};
-use super::plot;
-use super::render::markdown::cell as shown;
-use super::table::kinds;
-use super::Settings;
+use crate::lab::cell;
+use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+use crate::lab::harness::stats::Needed;
+use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::harness::{by_name, by_names, envelope::Envelope};
+use crate::lab::plot;
+use crate::lab::render::markdown::cell as shown;
+use crate::lab::table::kinds;
+use crate::lab::Settings;
 use crate::load::LoadMode;
 use crate::CliResult;
 use iomux::Backend;
@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 const SENDERS: usize = 40;
-const QUICK_SECONDS: f64 = 1.0;
+const QUICK_SECONDS: f64 = 0.5;
 const FULL_SECONDS: f64 = 10.0;
 const BUDGET_S: f64 = 30.0;
 
@@ -33,8 +33,8 @@ pub struct Args {
     /// Backends, comma-separated [default: all]
     #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
     pub backends: Option<Vec<Backend>>,
-    /// Seconds for rounds added after the first ones, while a claim is
-    /// undecided (its 95% interval straddles its threshold) [default: 30]
+    /// Seconds for rounds beyond the six a 95% interval needs, while a
+    /// claim is undecided (0: the first rounds alone) (its 95% interval straddles its threshold) [default: 30]
     #[arg(long, value_parser = crate::lab::harness::parse_budget)]
     pub budget: Option<f64>,
 }
@@ -163,7 +163,7 @@ impl Experiment for Sink {
             msg_size: 100,
             seconds: args.seconds.unwrap_or(if settings.full { FULL_SECONDS } else { QUICK_SECONDS }),
             paced_msgs_per_sec: PUBLISHED_RATE,
-            first_rounds: if settings.full { 5 } else { 3 },
+            first_rounds: if settings.full { 5 } else { 1 },
             budget_s: args.budget.unwrap_or(BUDGET_S),
             load_backend: cell::LOAD_BACKEND,
             published: published_rows(),

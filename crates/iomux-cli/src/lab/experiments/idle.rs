@@ -1,15 +1,15 @@
 //! E2 `idle`: 10 active echo connections among Z idle ones; the time for
 //! 40,000 round trips (the Chinese epoll article's "poll vs epoll" test).
 
-use super::cell::{self, data_path};
-use super::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
-use super::harness::stats::Needed;
-use super::harness::trial::{Measured, RoundView, Spec, Trial};
-use super::harness::{by_name, by_names, envelope::Envelope};
-use super::plot::{self, Axes, Series};
-use super::render::markdown::cell as shown;
-use super::table::thousands;
-use super::Settings;
+use crate::lab::cell::{self, data_path};
+use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+use crate::lab::harness::stats::Needed;
+use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::harness::{by_name, by_names, envelope::Envelope};
+use crate::lab::plot::{self, Axes, Series};
+use crate::lab::render::markdown::cell as shown;
+use crate::lab::table::thousands;
+use crate::lab::Settings;
 use crate::CliResult;
 use iomux::Backend;
 use serde::{Deserialize, Serialize};
@@ -19,7 +19,8 @@ const IDLE: [usize; 12] = [0, 10, 20, 40, 80, 160, 320, 640, 1280, 2560, 5120, 1
 const ACTIVE: usize = 10;
 const ROUND_TRIPS: u64 = 40_000;
 /// Rounds over every cell, for the tables; claims then get more.
-const FIRST_ROUNDS: usize = 3;
+/// Rounds of every cell before the claims' cells get more (--full: 3).
+const FIRST_ROUNDS: usize = 1;
 /// Seconds of added rounds, by default.
 const BUDGET_S: f64 = 90.0;
 /// A cell whose first run took longer is run once in the first rounds
@@ -35,8 +36,8 @@ pub struct Args {
     /// Backends, comma-separated [default: all]
     #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
     pub backends: Option<Vec<Backend>>,
-    /// Seconds for rounds added after the first ones, while a claim is
-    /// undecided (its 95% interval straddles its threshold) [default: 90]
+    /// Seconds for rounds beyond the six a 95% interval needs, while a
+    /// claim is undecided (0: the first rounds alone) (its 95% interval straddles its threshold) [default: 90]
     #[arg(long, value_parser = crate::lab::harness::parse_budget)]
     pub budget: Option<f64>,
 }
@@ -112,7 +113,7 @@ impl Experiment for Idle {
                                      linearly with the number of idle connections, epoll's stays flat; with none \
                                      idle, poll is slightly faster than epoll.";
 
-    fn plan(args: &Args, _: &Settings) -> CliResult<Params> {
+    fn plan(args: &Args, settings: &Settings) -> CliResult<Params> {
         let mut idle = args.idle.clone().unwrap_or_else(|| IDLE.to_vec());
         idle.sort_unstable();
         idle.dedup();
@@ -126,7 +127,7 @@ impl Experiment for Idle {
             active: ACTIVE,
             round_trips: ROUND_TRIPS,
             msg_size: 100,
-            first_rounds: FIRST_ROUNDS,
+            first_rounds: if settings.full { 3 } else { FIRST_ROUNDS },
             budget_s: args.budget.unwrap_or(BUDGET_S),
             load_backend: cell::LOAD_BACKEND,
         })
@@ -284,8 +285,8 @@ fn run_once(backend: Backend, idle: usize) -> Measured<Sample> {
 /// for tests of what reads results.
 #[cfg(test)]
 pub fn fixture(seconds: &[(Backend, usize, f64)], rounds: usize) -> Envelope<Params, Arm, Sample> {
-    use super::harness::envelope::{NoiseSummary, SCHEMA};
-    use super::harness::trial::Quiet;
+    use crate::lab::harness::envelope::{NoiseSummary, SCHEMA};
+    use crate::lab::harness::trial::Quiet;
     let params = Params {
         idle: vec![0, 100],
         backends: vec![Backend::Epoll, Backend::Poll],
@@ -311,7 +312,7 @@ pub fn fixture(seconds: &[(Backend, usize, f64)], rounds: usize) -> Envelope<Par
     let mut env = Envelope {
         experiment: "idle".into(),
         schema: SCHEMA,
-        machine: super::machine::Machine::default(),
+        machine: crate::lab::machine::Machine::default(),
         params,
         published: Idle::PUBLISHED.into(),
         claims,
@@ -320,6 +321,6 @@ pub fn fixture(seconds: &[(Backend, usize, f64)], rounds: usize) -> Envelope<Par
         takes,
         unmeasurable,
     };
-    env.figures = super::harness::experiment::figures::<Idle>(&env);
+    env.figures = crate::lab::harness::experiment::figures::<Idle>(&env);
     env
 }

@@ -17,10 +17,10 @@
 //! 10 ms) record on that clock meanwhile, and the window is cut out of
 //! their samples afterwards, interpolating at its two edges.
 
-use super::cell::{cpus, LOAD_BACKEND};
-use super::child::ServerChild;
-use super::sampler::{Readings, Sampler, Timeline};
-use super::syscount::SyscallCounter;
+use crate::lab::cell::{cpus, LOAD_BACKEND};
+use crate::lab::child::ServerChild;
+use crate::lab::sampler::{Readings, Sampler, Timeline};
+use crate::lab::syscount::SyscallCounter;
 use crate::load::result::LoadResult;
 use crate::CliResult;
 use iomux::Backend;
