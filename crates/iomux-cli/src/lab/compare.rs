@@ -37,6 +37,14 @@ impl Compared<'_> {
     /// "no change within noise", or "B higher by 12.0% [8.1%, 15.2%] (worse)".
     pub fn verdict(&self) -> String {
         let Some(c) = self.change else { return "not comparable (no samples on one side)".into() };
+        if !c.told() {
+            return format!(
+                "too few samples to tell (A {}, B {}; {} a side needed)",
+                c.samples.0,
+                c.samples.1,
+                crate::lab::harness::stats::MIN_CHANGE_SAMPLES
+            );
+        }
         if c.within_noise() {
             return "no change within noise".into();
         }
@@ -161,10 +169,15 @@ pub fn write(a: &Path, b: &Path, out: Option<&Path>) -> CliResult<Written> {
         None => b.join(format!("compare-{}.html", folder_name(a))),
     };
     let compared = changes(&fa, &fb);
-    let same = compared.iter().filter(|c| c.change.is_some_and(|x| x.within_noise())).count();
-    let measured = compared.iter().filter(|c| c.change.is_some()).count();
-    let verdict_line =
-        format!("{measured} figures compared: {same} show no change within noise, {} changed.", measured - same);
+    let count = |keep: fn(&Change) -> bool| compared.iter().filter(|c| c.change.as_ref().is_some_and(keep)).count();
+    let same = count(|x| x.told() && x.within_noise());
+    let changed = count(|x| x.told() && !x.within_noise());
+    let untold = count(|x| !x.told());
+    let verdict_line = format!(
+        "{} figures compared: {same} show no change within noise, {changed} changed, {untold} have too few samples \
+         on a side to tell (a quick run measures the cells no claim rests on once).",
+        same + changed + untold
+    );
     let sections: Vec<ChangeSection> = fa
         .results
         .iter()
@@ -226,7 +239,8 @@ pub fn write(a: &Path, b: &Path, out: Option<&Path>) -> CliResult<Written> {
     }
     summary += &t.render();
     summary += &format!("\n{verdict_line}\n");
-    let changed: Vec<&Compared> = compared.iter().filter(|c| c.change.is_some_and(|x| !x.within_noise())).collect();
+    let changed: Vec<&Compared> =
+        compared.iter().filter(|c| c.change.is_some_and(|x| x.told() && !x.within_noise())).collect();
     if !changed.is_empty() {
         let mut t = Table::new(["changed figure", "A", "B", "change"]);
         for c in changed {

@@ -162,7 +162,13 @@ pub struct Change {
     pub ratio: f64,
     pub lo: f64,
     pub hi: f64,
+    /// Finite samples on each side (A, B).
+    pub samples: (usize, usize),
 }
+
+/// Fewer samples than this on either side and a bootstrap interval is no
+/// interval (one sample resamples to itself): the change cannot be told.
+pub const MIN_CHANGE_SAMPLES: usize = 3;
 
 /// Changes smaller than this are "within noise" even when the interval
 /// excludes 1: two runs of one commit on a shared machine drift by a few
@@ -195,7 +201,13 @@ impl Change {
         }
         ratios.sort_by(f64::total_cmp);
         let at = |q: f64| ratios.get(((ratios.len() as f64 - 1.0) * q).round() as usize).copied();
-        Some(Change { ratio, lo: at(0.025)?, hi: at(0.975)? })
+        Some(Change { ratio, lo: at(0.025)?, hi: at(0.975)?, samples: (a.len(), b.len()) })
+    }
+
+    /// Whether both sides have samples enough for the interval to mean
+    /// anything ([`MIN_CHANGE_SAMPLES`]).
+    pub fn told(&self) -> bool {
+        self.samples.0 >= MIN_CHANGE_SAMPLES && self.samples.1 >= MIN_CHANGE_SAMPLES
     }
 
     /// No change: the interval holds 1, or lies within the noise threshold.
@@ -212,6 +224,14 @@ pub fn median(v: &[f64]) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_sample_a_side_cannot_tell_a_change() {
+        let c = Change::between(&[1.0], &[2.0]).unwrap();
+        assert_eq!((c.ratio, c.lo, c.hi), (2.0, 2.0, 2.0), "one sample resamples to itself");
+        assert!(!c.told());
+        assert!(Change::between(&[1.0, 1.1, 0.9], &[2.0, 2.1, 1.9]).unwrap().told());
+    }
 
     #[test]
     fn six_samples_give_the_first_95_percent_interval() {
