@@ -41,9 +41,7 @@ pub struct Args {
     /// article's two servers]
     #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
     pub backends: Option<Vec<Backend>>,
-    /// Seconds for rounds beyond the six a 95% interval needs, while a
-    /// claim is undecided (0: the first rounds alone) [default: 30; at full size: 0]
-    #[arg(long, value_parser = crate::lab::harness::parse_budget)]
+    #[arg(long, value_parser = crate::lab::harness::parse_budget, help = crate::lab::harness::budget_help(BUDGET_S, "; at full size: 0"))]
     pub budget: Option<f64>,
 }
 

@@ -85,9 +85,7 @@ pub struct Args {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=3600),
           help = format!("Seconds per client run (wrk counts whole seconds) [default: {QUICK_SECONDS}; --full: {FULL_SECONDS}]"))]
     pub seconds: Option<u32>,
-    /// Seconds for rounds beyond the six a 95% interval needs, while a
-    /// claim is undecided (0: the first rounds alone) [default: 30]
-    #[arg(long, value_parser = crate::lab::harness::parse_budget)]
+    #[arg(long, value_parser = crate::lab::harness::parse_budget, help = crate::lab::harness::budget_help(BUDGET_S, ""))]
     pub budget: Option<f64>,
 }
 

@@ -9,7 +9,7 @@ use crate::lab::harness::by_name;
 use crate::lab::harness::by_names;
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
-use crate::lab::harness::stats::{Estimate, Needed};
+use crate::lab::harness::stats::{Estimate, Needed, NOISE_THRESHOLD};
 use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::table::thousands;
@@ -24,7 +24,10 @@ use std::time::Duration;
 const IOMUX_BACKENDS: [Backend; 3] = [Backend::Epoll, Backend::EpollEt, Backend::Uring];
 
 /// Open loop: messages per second in all, a rate every server sustains.
-pub const OPEN_RATE: f64 = 100_000.0;
+/// At 100,000/s every server used about 90% of its CPU and most rounds had
+/// a server 2-4% short of the rate, so its open-loop claims were left
+/// with one or two usable rounds of six.
+pub const OPEN_RATE: f64 = 50_000.0;
 
 /// Open loop: the load's schedule grid (`iomux load --tick-us`), wrk2's
 /// 1 ms resolution. With the load's default 100 us it woke ten times as
@@ -40,6 +43,12 @@ pub const SATURATED: f64 = 0.90;
 /// repetition for the row to count as run at that rate.
 pub const SUSTAINED: f64 = 0.99;
 
+/// "At least as cheap as the other" is judged as no dearer than the other
+/// beyond the noise threshold (a non-inferiority margin): the servers
+/// that tie, as iomux-uring and monoio-uring do (5.2-5.3 us per echo both),
+/// have a true ratio of 1, which no number of rounds decides against 1.0.
+const PARITY: f64 = 1.0 + NOISE_THRESHOLD;
+
 /// Seconds of load per cell: quick settings keep the first rounds of all
 /// 32 cells (8 servers x 4 scenarios), and the perf run of each, near
 /// 3 minutes.
@@ -47,7 +56,7 @@ const QUICK_SECONDS: f64 = 0.5;
 const FULL_SECONDS: f64 = 5.0;
 const REPS: usize = 1;
 const FULL_REPS: usize = 3;
-const BUDGET_S: f64 = 40.0;
+const BUDGET_S: f64 = 60.0;
 
 /// Quick settings: the perf run of a cell is this short at most (a ratio
 /// of two counts, syscalls over echoes, settles sooner than a time).
@@ -141,9 +150,7 @@ pub struct Args {
     pub reps: Option<usize>,
     #[arg(long, help = seconds_help())]
     pub seconds: Option<f64>,
-    /// Seconds for rounds beyond the six a 95% interval needs, while a
-    /// claim is undecided (0: the first rounds alone) [default: 40]
-    #[arg(long, value_parser = crate::lab::harness::parse_budget)]
+    #[arg(long, value_parser = crate::lab::harness::parse_budget, help = crate::lab::harness::budget_help(BUDGET_S, ""))]
     pub budget: Option<f64>,
 }
 
@@ -357,7 +364,7 @@ impl Experiment for Peers {
             let both = p.servers.iter().any(Server::is_iomux) && p.servers.iter().any(|v| !v.is_iomux());
             claims.push(spec(
                 format!("E5 {}: iomux best CPU/echo / best peer's", s.name()),
-                Needed::AtMost(1.0),
+                Needed::AtMost(PARITY),
                 cells(&p.servers, s, |_| true),
                 both,
                 |runs| {
@@ -389,7 +396,7 @@ impl Experiment for Peers {
         for &s in &p.scenarios {
             claims.push(spec(
                 format!("E5 {}: iomux-epoll CPU/echo / c-epoll's", s.name()),
-                Needed::AtMost(1.0),
+                Needed::AtMost(PARITY),
                 cells(&p.servers, s, |v| *v == epoll || *v == c_epoll),
                 has(&epoll) && has(&c_epoll),
                 move |runs| {
@@ -749,7 +756,7 @@ mod tests {
         let o1000 = Scenario { conns: 1000, open: true };
         let claims = judged(&[EPOLL, C_EPOLL], &[o1000], |a| match a.server {
             EPOLL => run(2.0, 1.0, OPEN_RATE),
-            _ => run(1.5, 1.0, 98_000.0),
+            _ => run(1.5, 1.0, 0.98 * OPEN_RATE),
         });
         let get = |q: &str| claims.iter().find(|c| c.quantity == q).unwrap();
         for q in ["E5 open-1000: iomux best CPU/echo / best peer's", "E5 open-1000: iomux-epoll CPU/echo / c-epoll's"] {

@@ -33,9 +33,7 @@ pub struct Args {
     /// Backends, comma-separated [default: all]
     #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
     pub backends: Option<Vec<Backend>>,
-    /// Seconds for rounds beyond the six a 95% interval needs, while a
-    /// claim is undecided (0: the first rounds alone) (its 95% interval straddles its threshold) [default: 30]
-    #[arg(long, value_parser = crate::lab::harness::parse_budget)]
+    #[arg(long, value_parser = crate::lab::harness::parse_budget, help = crate::lab::harness::budget_help(BUDGET_S, ""))]
     pub budget: Option<f64>,
 }
 

@@ -33,9 +33,7 @@ pub struct Args {
     /// limit allows]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub fds: Option<Vec<usize>>,
-    /// Seconds for rounds beyond the six a 95% interval needs, while a
-    /// claim is undecided (0: the first rounds alone) (its 95% interval straddles its threshold) [default: 45]
-    #[arg(long, value_parser = crate::lab::harness::parse_budget)]
+    #[arg(long, value_parser = crate::lab::harness::parse_budget, help = crate::lab::harness::budget_help(BUDGET_S, ""))]
     pub budget: Option<f64>,
 }
 
@@ -48,7 +46,7 @@ pub struct BookRow {
 }
 
 /// Seconds of added rounds, by default.
-const BUDGET_S: f64 = 45.0;
+const BUDGET_S: f64 = 30.0;
 
 /// The book's table (Linux Application Development, 2nd ed., 13.1.6).
 const BOOK: [BookRow; 9] = [

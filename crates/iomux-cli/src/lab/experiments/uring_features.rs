@@ -38,9 +38,7 @@ pub struct Args {
     /// Echo connections (closed loop, 100-byte messages) [default: 1000]
     #[arg(long)]
     pub conns: Option<usize>,
-    /// Seconds for rounds beyond the six a 95% interval needs, while a
-    /// claim is undecided (0: the first rounds alone) [default: 30]
-    #[arg(long, value_parser = crate::lab::harness::parse_budget)]
+    #[arg(long, value_parser = crate::lab::harness::parse_budget, help = crate::lab::harness::budget_help(BUDGET_S, ""))]
     pub budget: Option<f64>,
 }
 

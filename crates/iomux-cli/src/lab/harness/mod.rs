@@ -46,6 +46,14 @@ pub mod by_names {
     }
 }
 
+/// The help of every experiment's `--budget`.
+pub fn budget_help(default_s: f64, extra: &str) -> String {
+    format!(
+        "Seconds for rounds beyond the six a 95% interval needs, while a claim is undecided (its interval straddles \
+         its threshold); 0: the first rounds alone [default: {default_s}{extra}]"
+    )
+}
+
 /// Parses `--budget`: seconds, 0 or more.
 pub fn parse_budget(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {

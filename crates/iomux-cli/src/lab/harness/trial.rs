@@ -317,12 +317,15 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
     /// claim is decided, or the budget or [`MAX_ROUNDS`] is spent. Claims
     /// are looked at only at the round counts in [`LOOKS`], not after every
     /// round: stopping at the first of many looks that happens to decide
-    /// would make a wrong decision likelier than the intervals say. A
-    /// round that would likely end past the budget (counted from this
-    /// call) is not started, once [`MIN_ROUNDS`] rounds are done.
+    /// would make a wrong decision likelier than the intervals say. Once
+    /// [`MIN_ROUNDS`] rounds are done, a look whose rounds would likely end
+    /// past the budget (the time of rounds beyond six) is not begun; a begun one
+    /// is finished, so no round is run that no look reads.
     pub fn until_decided(&mut self, specs: &[Spec<K, S>], measure: &mut dyn FnMut(&K) -> Measured<S>) -> CliResult<()> {
-        let started = Instant::now();
-        let mut last_round = Duration::ZERO;
+        // Time of the rounds beyond MIN_ROUNDS: the budget's.
+        let mut spent = Duration::ZERO;
+        // Time per take in the last round: the next look may run fewer arms.
+        let mut per_take = Duration::ZERO;
         let mut pending: Vec<usize> = (0..specs.len()).filter(|&i| !self.decided(&specs[i])).collect();
         let looks: Vec<usize> = LOOKS.iter().copied().filter(|&l| l > self.rounds).collect();
         for look in looks {
@@ -338,17 +341,23 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
             if arms.is_empty() {
                 break;
             }
+            // The rounds up to MIN_ROUNDS are not a budget's to refuse
+            // (without them no claim can be decided at all); a budget of
+            // zero asks for the first rounds alone. Past them, a look's
+            // rounds count only if all are run: a look begins only when
+            // all its rounds likely fit, and once begun it is finished.
+            let rest = per_take * (arms.len() * (look - self.rounds)) as u32;
+            if self.budget.is_zero() || (self.rounds >= MIN_ROUNDS && spent + rest > self.budget) {
+                return Ok(());
+            }
             while self.rounds < look {
-                // The rounds up to MIN_ROUNDS are not a budget's to refuse
-                // (without them no claim can be decided at all); a budget
-                // of zero asks for the first rounds alone.
-                let spent = started.elapsed() + last_round > self.budget;
-                if self.budget.is_zero() || (self.rounds >= MIN_ROUNDS && spent) {
-                    return Ok(());
-                }
                 let start = Instant::now();
                 self.round(&arms, measure)?;
-                last_round = start.elapsed();
+                let took = start.elapsed();
+                per_take = took / arms.len() as u32;
+                if self.rounds > MIN_ROUNDS {
+                    spent += took;
+                }
             }
             pending.retain(|&i| !self.decided(&specs[i]));
         }
@@ -511,6 +520,7 @@ mod tests {
         trial.until_decided(&specs, &mut measure).unwrap();
         assert!(trial.rounds() < MAX_ROUNDS, "stopped by the 30 ms budget after {} rounds", trial.rounds());
         assert!(trial.rounds() >= MIN_ROUNDS, "the six rounds an interval needs are not the budget's to refuse");
+        assert!(LOOKS.contains(&trial.rounds()), "{} rounds: every round run is read by a look", trial.rounds());
         assert_eq!(trial.judge(&specs[0]).verdict, claim::Verdict::Inconclusive);
     }
 
