@@ -13,6 +13,7 @@ mod machine;
 mod measure;
 mod noise;
 mod output;
+mod placement;
 mod plot;
 mod raw;
 pub mod registry;

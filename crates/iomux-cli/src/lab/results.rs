@@ -80,7 +80,7 @@ impl Folder {
                 takes += n.takes;
                 excluded += n.excluded;
             }
-            let k = r.header.claims.iter().filter(|c| c.why.starts_with("machine busy")).count();
+            let k = r.header.claims.iter().filter(|c| c.why.starts_with("machine noisy")).count();
             if k > 0 {
                 undecided.push(format!("{} ({k})", r.entry.label));
             }

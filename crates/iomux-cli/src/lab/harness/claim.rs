@@ -57,7 +57,8 @@ pub struct Claim {
     /// The quantity's median over quiet rounds, with its interval; None
     /// when nothing was measured.
     pub estimate: Option<Estimate>,
-    /// Rounds left out because other processes used the CPU during them.
+    /// Rounds left out because other processes used the CPU during them,
+    /// or the CPUs were placed apart.
     pub excluded: usize,
     pub verdict: Verdict,
     pub why: String,
@@ -123,7 +124,7 @@ pub fn judge(needed: Needed, rounds: &Rounds) -> (Option<Estimate>, Verdict, Str
     };
     let interval = format!("95% interval [{}, {}] of {} rounds", number(e.lo), number(e.hi), e.n);
     let noisy = if excluded > 0 {
-        format!("; {excluded} busy round{} left out", if excluded == 1 { "" } else { "s" })
+        format!("; {excluded} noisy round{} left out", if excluded == 1 { "" } else { "s" })
     } else {
         String::new()
     };
@@ -136,15 +137,15 @@ pub fn judge(needed: Needed, rounds: &Rounds) -> (Option<Estimate>, Verdict, Str
             let all_decide = excluded > 0 && Estimate::of(rounds.all).is_some_and(|a| needed.decide(&a).is_some());
             let why = if !confident && excluded > 0 {
                 format!(
-                    "machine busy: {excluded} of {} rounds ran while other processes used the CPU; the {quiet_n} \
-                     quiet ones are too few for a 95% interval (6 needed)",
+                    "machine noisy: {excluded} of {} rounds ran while other processes used the CPU or the CPUs \
+                     were placed apart; the {quiet_n} quiet ones are too few for a 95% interval (6 needed)",
                     rounds.all.len()
                 )
             } else if !confident {
                 format!("only {quiet_n} rounds: too few for a 95% interval (6 needed)")
             } else if all_decide {
                 format!(
-                    "machine busy: {interval} straddles {}; only the {excluded} busy rounds would decide it",
+                    "machine noisy: {interval} straddles {}; only the {excluded} noisy rounds would decide it",
                     short_bounds(needed)
                 )
             } else {
@@ -197,7 +198,7 @@ mod tests {
         let all = [1.2, 1.3, 1.25, 0.5, 0.6, 0.55];
         let (_, verdict, why) = judge(Needed::AtLeast(1.0), &rounds(&quiet, &all));
         assert_eq!(verdict, Verdict::Inconclusive);
-        assert!(why.starts_with("machine busy: 3 of 6 rounds"), "{why}");
+        assert!(why.starts_with("machine noisy: 3 of 6 rounds"), "{why}");
         // No quiet round at all: the same.
         let (e, verdict, _) = judge(Needed::AtLeast(1.0), &rounds(&[], &all));
         assert_eq!(verdict, Verdict::Inconclusive);
@@ -211,7 +212,7 @@ mod tests {
         all.extend([0.1, 0.2]);
         let (_, verdict, why) = judge(Needed::AtLeast(1.0), &rounds(&quiet, &all));
         assert_eq!(verdict, Verdict::Holds);
-        assert!(why.ends_with("2 busy rounds left out"), "{why}");
+        assert!(why.ends_with("2 noisy rounds left out"), "{why}");
     }
 
     #[test]

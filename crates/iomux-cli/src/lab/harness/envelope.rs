@@ -33,8 +33,11 @@ pub struct NoiseSummary {
     pub rounds: usize,
     pub takes: usize,
     /// Takes measured again or left out because other processes used more
-    /// than `threshold` of a CPU during them.
+    /// than `threshold` of a CPU during them, or the CPUs were apart.
     pub excluded: usize,
+    /// Of those, the takes with the CPUs placed apart (`lab::placement`).
+    #[serde(default)]
+    pub apart: usize,
     pub threshold: f64,
     pub max_retakes: usize,
     /// Others' use over the whole experiment, for scale.
@@ -50,6 +53,7 @@ impl NoiseSummary {
             rounds,
             takes: takes.len(),
             excluded: takes.iter().filter(|t| !t.kept).count(),
+            apart: takes.iter().filter(|t| t.apart).count(),
             threshold: SAMPLE_THRESHOLD,
             max_retakes: MAX_RETAKES,
             whole,
@@ -62,12 +66,22 @@ impl NoiseSummary {
             return "Nothing was measured, so there is no noise reading.".into();
         }
         let whole = self.whole.as_ref().map_or(String::new(), |n| format!(" Over the whole run: {}.", n.describe()));
-        let excluded = match self.excluded {
-            0 => format!("none ran while other processes used more than {:.0}% of a CPU", self.threshold * 100.0),
-            n => format!(
-                "{n} ran while other processes used more than {:.0}% of a CPU and were left out (each measured again, \
-                 up to {} times)",
+        let (cpus, busy) = (super::super::placement::CPUS, self.excluded - self.apart.min(self.excluded));
+        let excluded = match (busy, self.apart) {
+            (0, 0) => format!(
+                "none ran while other processes used more than {:.0}% of a CPU or CPUs {} and {} were placed apart",
                 self.threshold * 100.0,
+                cpus.0,
+                cpus.1
+            ),
+            (busy, apart) => format!(
+                "{busy} ran while other processes used more than {:.0}% of a CPU and {apart} while CPUs {} and {} \
+                 were placed apart (a cross-CPU round trip over {} times the closest), and were left out (each \
+                 measured again, up to {} times)",
+                self.threshold * 100.0,
+                cpus.0,
+                cpus.1,
+                super::trial::APART,
                 self.max_retakes
             ),
         };

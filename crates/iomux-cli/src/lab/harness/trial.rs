@@ -33,11 +33,42 @@ pub const LOOKS: [usize; 6] = [MIN_ROUNDS, 9, 13, 19, 28, MAX_ROUNDS];
 /// Rounds of one experiment never exceed this, whatever the budget.
 pub const MAX_ROUNDS: usize = 40;
 
-/// What other processes used of the CPUs since a moment: the lab's noise
-/// monitor, or a scripted one in tests.
+/// A cross-CPU round trip above this many times the closest seen in the
+/// run means the two CPUs are placed apart (see `lab::placement`): a
+/// sample taken then is measured again. Close readings vary by up to 1.4
+/// times the closest (50-70 ns), apart ones are 5-6 times it.
+pub const APART: f64 = 2.5;
+
+/// How long a take waits, before it starts, for CPUs found apart to be
+/// placed close again; and the most one experiment waits in all.
+const PLACEMENT_WAIT: Duration = Duration::from_secs(5);
+const PLACEMENT_WAIT_TOTAL: Duration = Duration::from_secs(60);
+
+/// A reading of the two CPUs' placement.
+#[derive(Clone, Copy, Debug)]
+pub struct Placement {
+    /// Nanoseconds per cache-line round trip now.
+    pub ns: f64,
+    /// The closest reading of the run so far (this one included).
+    pub closest_ns: f64,
+}
+
+impl Placement {
+    pub fn apart(&self) -> bool {
+        self.ns > APART * self.closest_ns
+    }
+}
+
+/// What other processes used of the CPUs since a moment, and where the
+/// CPUs are placed: the lab's noise monitor, or a scripted one in tests.
 pub trait Meter {
     /// Others' mean CPU share (1.0 = a whole CPU) from `since` to now.
     fn others_since(&self, since: Instant) -> Option<f64>;
+
+    /// The CPUs' placement now; None where it cannot be read.
+    fn placement(&self) -> Option<Placement> {
+        None
+    }
 }
 
 /// A machine with nothing else running, for tests of what reads results.
@@ -55,6 +86,10 @@ impl Meter for crate::lab::noise::Monitor {
     fn others_since(&self, since: Instant) -> Option<f64> {
         self.since(since).map(|n| n.other_cpu_share)
     }
+
+    fn placement(&self) -> Option<Placement> {
+        crate::lab::placement::read().map(|(ns, closest_ns)| Placement { ns, closest_ns })
+    }
 }
 
 /// One measurement of one arm.
@@ -64,7 +99,14 @@ pub struct Take<K, S> {
     pub round: usize,
     /// Others' mean CPU share during this take; None when unreadable.
     pub others: Option<f64>,
-    /// Quiet enough to count.
+    /// The slower of the CPUs' round trips read before and after the
+    /// take, in ns; None when unreadable (and in results before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_cpu_ns: Option<f64>,
+    /// The CPUs were placed apart before or after the take.
+    #[serde(default)]
+    pub apart: bool,
+    /// Quiet enough to count: others below the threshold, CPUs close.
     pub kept: bool,
     pub value: S,
 }
@@ -170,6 +212,8 @@ pub struct Trial<'a, K, S> {
     progress: Progress,
     /// Arms with the same key run one after another within a round.
     group: Option<fn(&K) -> u64>,
+    /// Time spent waiting for the CPUs to be placed close.
+    waited: Duration,
 }
 
 impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
@@ -184,12 +228,14 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
             budget,
             progress: Progress::new(name, 0),
             group: None,
+            waited: Duration::ZERO,
         }
     }
 
     /// Keeps the arms of one `key` together within each round (their
     /// groups, and the arms within each, still in a Williams order): for
-    /// arms that share a costly set-up, such as E1's N registered fds.
+    /// arms that share a costly set-up, such as E1's N registered fds, or
+    /// that a claim compares, so that they run close together in time.
     pub fn group_by(&mut self, key: fn(&K) -> u64) {
         self.group = Some(key);
     }
@@ -230,12 +276,11 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
             if self.note_of(arm).is_some() {
                 continue;
             }
-            for attempt in 0..=MAX_RETAKES {
-                self.progress.step(&format!(
-                    "round {}: {arm}{}",
-                    round + 1,
-                    if attempt > 0 { " (again: the machine was busy)" } else { "" }
-                ));
+            let mut again = "";
+            for _ in 0..=MAX_RETAKES {
+                let label = format!("round {}: {arm}{again}", round + 1);
+                let before = self.placed_close(&label);
+                self.progress.step(&label);
                 let start = Instant::now();
                 let value = match measure(arm)? {
                     Ok(v) => v,
@@ -245,14 +290,41 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
                     }
                 };
                 let others = self.meter.others_since(start);
-                let kept = others.is_some_and(|o| o <= SAMPLE_THRESHOLD);
-                self.takes.push(Take { arm: arm.clone(), round, others, kept, value });
+                let after = self.meter.placement();
+                let apart = before.is_some_and(|p| p.apart()) || after.is_some_and(|p| p.apart());
+                let cross_cpu_ns = [before, after].iter().flatten().map(|p| p.ns).reduce(f64::max);
+                let busy = !others.is_some_and(|o| o <= SAMPLE_THRESHOLD);
+                let kept = !busy && !apart;
+                self.takes.push(Take { arm: arm.clone(), round, others, cross_cpu_ns, apart, kept, value });
                 if kept {
                     break;
                 }
+                again = if busy { " (again: the machine was busy)" } else { " (again: the CPUs were placed apart)" };
             }
         }
         Ok(())
+    }
+
+    /// The placement before a take: while the CPUs are apart, waits (up to
+    /// [`PLACEMENT_WAIT`], and [`PLACEMENT_WAIT_TOTAL`] per experiment) for
+    /// them to be placed close again, reading every quarter second.
+    fn placed_close(&mut self, label: &str) -> Option<Placement> {
+        let mut reading = self.meter.placement()?;
+        let start = Instant::now();
+        while reading.apart() && start.elapsed() < PLACEMENT_WAIT && self.waited < PLACEMENT_WAIT_TOTAL {
+            self.progress.step(&format!(
+                "{label} (waiting: CPUs {} and {} placed apart, {:.0} ns a round trip against {:.0} ns)",
+                crate::lab::placement::CPUS.0,
+                crate::lab::placement::CPUS.1,
+                reading.ns,
+                reading.closest_ns
+            ));
+            let nap = Duration::from_millis(250);
+            std::thread::sleep(nap);
+            self.waited += nap;
+            reading = self.meter.placement()?;
+        }
+        Some(reading)
     }
 
     /// The take that stands for `arm` in `round`: its kept one, else its
@@ -453,6 +525,43 @@ mod tests {
             trial.round(&["a", "b", "c"], &mut measure).unwrap();
         }
         assert_eq!(order.into_inner(), "abcbcacabcba");
+    }
+
+    /// A quiet machine whose CPUs' round trips read `readings` in turn.
+    struct Placed {
+        readings: RefCell<std::collections::VecDeque<f64>>,
+        closest: Cell<f64>,
+    }
+
+    impl Meter for Placed {
+        fn others_since(&self, _: Instant) -> Option<f64> {
+            Some(0.0)
+        }
+
+        fn placement(&self) -> Option<Placement> {
+            let ns = self.readings.borrow_mut().pop_front()?;
+            self.closest.set(self.closest.get().min(ns));
+            Some(Placement { ns, closest_ns: self.closest.get() })
+        }
+    }
+
+    #[test]
+    fn a_take_with_the_cpus_apart_is_taken_again() {
+        // Before and after each take: a close, b apart after, b again close.
+        let meter = Placed {
+            readings: RefCell::new([50.0, 60.0, 55.0, 330.0, 52.0, 58.0].into()),
+            closest: Cell::new(f64::MAX),
+        };
+        let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::ZERO);
+        trial.round(&["a", "b"], &mut |_: &&str| -> Measured<f64> { Ok(Ok(1.0)) }).unwrap();
+        let seen: Vec<(&str, bool, bool, Option<f64>)> =
+            trial.takes.iter().map(|t| (t.arm, t.apart, t.kept, t.cross_cpu_ns)).collect();
+        assert_eq!(
+            seen,
+            vec![("a", false, true, Some(60.0)), ("b", true, false, Some(330.0)), ("b", false, true, Some(58.0))]
+        );
+        let noise = super::super::envelope::NoiseSummary::of(1, &trial.takes, None);
+        assert_eq!((noise.excluded, noise.apart), (1, 1));
     }
 
     #[test]
