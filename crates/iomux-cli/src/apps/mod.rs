@@ -1,6 +1,8 @@
 //! The protocols `iomux serve` speaks, each written once for every backend.
 
 pub mod http;
+#[cfg(feature = "slowdown")]
+mod slowdown;
 
 use iomux::runtime::{ConnId, Handler, Io};
 use iomux::Error;
@@ -44,6 +46,8 @@ impl Handler for Server {
 
     fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _state: &mut (), data: &[u8]) -> usize {
         if self.proto == Proto::Echo {
+            #[cfg(feature = "slowdown")]
+            slowdown::spin();
             io.write(conn, data);
         }
         data.len()

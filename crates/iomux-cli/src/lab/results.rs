@@ -72,13 +72,14 @@ impl Folder {
     /// Whether the machine's noise left any verdict undecided, and one
     /// sentence on it for the top of the report and the terminal.
     pub fn noise_line(&self) -> (bool, String) {
-        let (mut takes, mut excluded) = (0, 0);
+        let (mut takes, mut excluded, mut apart) = (0, 0, 0);
         let mut undecided: Vec<String> = Vec::new();
         let mut older_busy: Vec<String> = Vec::new();
         for r in &self.results {
             if let Some(n) = &r.header.noise {
                 takes += n.takes;
                 excluded += n.excluded;
+                apart += n.apart;
             }
             let k = r.header.claims.iter().filter(|c| c.why.starts_with("machine noisy")).count();
             if k > 0 {
@@ -94,20 +95,27 @@ impl Folder {
             }
         }
         let threshold = super::harness::trial::SAMPLE_THRESHOLD * 100.0;
+        let cpus = super::placement::CPUS;
         let mut text = match (takes, excluded) {
             (0, _) => String::new(),
             (_, 0) => format!(
-                "None of the {takes} samples ran while other processes used more than {threshold:.0}% of a CPU."
+                "None of the {takes} samples ran while other processes used more than {threshold:.0}% of a CPU or \
+                 while CPUs {} and {} were placed apart.",
+                cpus.0, cpus.1
             ),
             _ => format!(
-                "{excluded} of {takes} samples ran while other processes used more than {threshold:.0}% of a CPU; \
-                 they were measured again and left out of every figure and verdict."
+                "{} of {takes} samples ran while other processes used more than {threshold:.0}% of a CPU and {apart} \
+                 while CPUs {} and {} were placed apart; they were measured again and left out of every figure and \
+                 verdict.",
+                excluded - apart.min(excluded),
+                cpus.0,
+                cpus.1
             ),
         };
         if !undecided.is_empty() {
             text += &format!(
-                "{}The machine was busy: claims of {} are inconclusive because only busy samples would decide them. \
-                 Re-run on a quieter machine for those.",
+                "{}The machine was noisy: claims of {} are inconclusive because only noisy samples would decide \
+                 them. Re-run on a quieter machine for those.",
                 if text.is_empty() { "" } else { " " },
                 undecided.join(", ")
             );

@@ -30,6 +30,10 @@ pub const MIN_ROUNDS: usize = 6;
 /// wrongly) and the last, 40, bounds an experiment's rounds.
 pub const LOOKS: [usize; 6] = [MIN_ROUNDS, 9, 13, 19, 28, MAX_ROUNDS];
 
+/// Rounds run whatever the budget: enough for MIN_ROUNDS quiet ones with a
+/// few noisy ones made up.
+pub const FREE_ROUNDS: usize = MIN_ROUNDS + MIN_ROUNDS / 2;
+
 /// Rounds of one experiment never exceed this, whatever the budget.
 pub const MAX_ROUNDS: usize = 40;
 
@@ -389,37 +393,45 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
     /// claim is decided, or the budget or [`MAX_ROUNDS`] is spent. Claims
     /// are looked at only at the round counts in [`LOOKS`], not after every
     /// round: stopping at the first of many looks that happens to decide
-    /// would make a wrong decision likelier than the intervals say. Once
-    /// [`MIN_ROUNDS`] rounds are done, a look whose rounds would likely end
-    /// past the budget (the time of rounds beyond six) is not begun; a begun one
-    /// is finished, so no round is run that no look reads.
+    /// would make a wrong decision likelier than the intervals say. First,
+    /// whatever the budget, every claim gets [`MIN_ROUNDS`] quiet rounds
+    /// (noisy ones made up, up to [`FREE_ROUNDS`] rounds in all); then a
+    /// look whose rounds would likely end past the budget is not begun, and
+    /// a begun one is finished, so no round is run that no look reads.
     pub fn until_decided(&mut self, specs: &[Spec<K, S>], measure: &mut dyn FnMut(&K) -> Measured<S>) -> CliResult<()> {
-        // Time of the rounds beyond MIN_ROUNDS: the budget's.
+        // Time of the rounds the looks add: the budget's.
         let mut spent = Duration::ZERO;
         // Time per take in the last round: the next look may run fewer arms.
         let mut per_take = Duration::ZERO;
         let mut pending: Vec<usize> = (0..specs.len()).filter(|&i| !self.decided(&specs[i])).collect();
+        // The rounds up to MIN_ROUNDS quiet ones are not a budget's to
+        // refuse (without them no claim can be decided at all), and a noisy
+        // round is made up, up to FREE_ROUNDS in all; a budget of zero asks
+        // for the first rounds alone.
+        while self.rounds < FREE_ROUNDS && !self.budget.is_zero() {
+            let short: Vec<K> = self.arms_of(specs, &pending, |t, spec| t.values(spec).0.len() < MIN_ROUNDS);
+            if short.is_empty() {
+                break;
+            }
+            let start = Instant::now();
+            self.round(&short, measure)?;
+            per_take = start.elapsed() / short.len() as u32;
+        }
+        pending.retain(|&i| !self.decided(&specs[i]));
         let looks: Vec<usize> = LOOKS.iter().copied().filter(|&l| l > self.rounds).collect();
         for look in looks {
             if pending.is_empty() {
                 break;
             }
-            let mut arms: Vec<K> = Vec::new();
-            for a in pending.iter().flat_map(|&i| &specs[i].arms) {
-                if !arms.contains(a) {
-                    arms.push(a.clone());
-                }
-            }
+            let arms = self.arms_of(specs, &pending, |_, _| true);
             if arms.is_empty() {
                 break;
             }
-            // The rounds up to MIN_ROUNDS are not a budget's to refuse
-            // (without them no claim can be decided at all); a budget of
-            // zero asks for the first rounds alone. Past them, a look's
-            // rounds count only if all are run: a look begins only when
-            // all its rounds likely fit, and once begun it is finished.
+            // A look's rounds count only if all are run: a look begins
+            // only when all its rounds likely fit, and once begun it is
+            // finished.
             let rest = per_take * (arms.len() * (look - self.rounds)) as u32;
-            if self.budget.is_zero() || (self.rounds >= MIN_ROUNDS && spent + rest > self.budget) {
+            if self.budget.is_zero() || spent + rest > self.budget {
                 return Ok(());
             }
             while self.rounds < look {
@@ -427,13 +439,28 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
                 self.round(&arms, measure)?;
                 let took = start.elapsed();
                 per_take = took / arms.len() as u32;
-                if self.rounds > MIN_ROUNDS {
-                    spent += took;
-                }
+                spent += took;
             }
             pending.retain(|&i| !self.decided(&specs[i]));
         }
         Ok(())
+    }
+
+    /// The arms, each once, of the claims in `pending` that `want`, and
+    /// that can be measured.
+    fn arms_of(&self, specs: &[Spec<K, S>], pending: &[usize], want: impl Fn(&Self, &Spec<K, S>) -> bool) -> Vec<K> {
+        let mut arms: Vec<K> = Vec::new();
+        for spec in pending.iter().map(|&i| &specs[i]).filter(|spec| want(self, spec)) {
+            if spec.arms.iter().any(|a| self.note_of(a).is_some()) {
+                continue;
+            }
+            for a in &spec.arms {
+                if !arms.contains(a) {
+                    arms.push(a.clone());
+                }
+            }
+        }
+        arms
     }
 
     /// The kept samples of one arm.
