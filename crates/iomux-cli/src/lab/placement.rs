@@ -14,6 +14,7 @@
 //! the placement before and after every sample.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The two CPUs the lab's experiments pin their servers and loads to.
@@ -30,22 +31,21 @@ const BATCHES: usize = 3;
 /// is given up.
 const BATCH_LIMIT: Duration = Duration::from_millis(20);
 
-/// The closest reading of this run so far, in ns (f64 bits; 0: none yet).
-/// Process-wide, so that every experiment of a run judges against the
-/// same reference.
-static CLOSEST_NS: AtomicU64 = AtomicU64::new(0);
+/// Every reading of this run. Process-wide, so that every experiment of a
+/// run judges against the same reference.
+static READINGS: Mutex<Vec<f64>> = Mutex::new(Vec::new());
 
-/// A reading and the closest of the run so far (this one included).
+/// A reading, and the run's close reference: the 10th percentile of its
+/// readings so far (this one included). Not the minimum: one reading of
+/// 27 ns among thousands of 55-70 once made every ordinary reading look
+/// apart.
 pub fn read() -> Option<(f64, f64)> {
     let ns = round_trip_ns()?;
-    let closest = match CLOSEST_NS.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
-        let old = f64::from_bits(bits);
-        (bits == 0 || ns < old).then_some(ns.to_bits())
-    }) {
-        Ok(_) => ns,
-        Err(bits) => f64::from_bits(bits),
-    };
-    Some((ns, closest))
+    let mut all = READINGS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    all.push(ns);
+    let mut sorted = all.clone();
+    sorted.sort_by(f64::total_cmp);
+    Some((ns, sorted[(sorted.len() - 1) / 10]))
 }
 
 /// Nanoseconds per cache-line round trip between [`CPUS`], the fastest

@@ -76,7 +76,7 @@ impl NoiseSummary {
             ),
             (busy, apart) => format!(
                 "{busy} ran while other processes used more than {:.0}% of a CPU and {apart} while CPUs {} and {} \
-                 were placed apart (a cross-CPU round trip over {} times the closest), and were left out (each \
+                 were placed apart (a cross-CPU round trip over {} times the usual), and were left out (each \
                  measured again, up to {} times)",
                 self.threshold * 100.0,
                 cpus.0,

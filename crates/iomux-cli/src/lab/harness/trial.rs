@@ -37,10 +37,10 @@ pub const FREE_ROUNDS: usize = MIN_ROUNDS + MIN_ROUNDS / 2;
 /// Rounds of one experiment never exceed this, whatever the budget.
 pub const MAX_ROUNDS: usize = 40;
 
-/// A cross-CPU round trip above this many times the closest seen in the
-/// run means the two CPUs are placed apart (see `lab::placement`): a
-/// sample taken then is measured again. Close readings vary by up to 1.4
-/// times the closest (50-70 ns), apart ones are 5-6 times it.
+/// A cross-CPU round trip above this many times the run's close reference
+/// (the 10th percentile of its readings) means the two CPUs are placed
+/// apart (see `lab::placement`): a sample taken then is measured again.
+/// Close readings are 50-70 ns, apart ones 290-340.
 pub const APART: f64 = 2.5;
 
 /// How long a take waits, before it starts, for CPUs found apart to be
@@ -53,7 +53,7 @@ const PLACEMENT_WAIT_TOTAL: Duration = Duration::from_secs(30);
 pub struct Placement {
     /// Nanoseconds per cache-line round trip now.
     pub ns: f64,
-    /// The closest reading of the run so far (this one included).
+    /// The run's close reference: the 10th percentile of its readings.
     pub closest_ns: f64,
 }
 
@@ -317,7 +317,7 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
         let start = Instant::now();
         while reading.apart() && start.elapsed() < PLACEMENT_WAIT && self.waited < PLACEMENT_WAIT_TOTAL {
             self.progress.step(&format!(
-                "{label} (waiting: CPUs {} and {} placed apart, {:.0} ns a round trip against {:.0} ns)",
+                "{label} (waiting: CPUs {} and {} placed apart, {:.0} ns a round trip against {:.0} ns usually)",
                 crate::lab::placement::CPUS.0,
                 crate::lab::placement::CPUS.1,
                 reading.ns,
