@@ -85,7 +85,7 @@ pub fn round_trip_ns() -> Option<f64> {
                         let mut spins = 0u32;
                         while line.load(Ordering::Acquire) != next + 1 {
                             spins = spins.wrapping_add(1);
-                            if spins % 4096 == 0 && start.elapsed() > BATCH_LIMIT {
+                            if spins.is_multiple_of(4096) && start.elapsed() > BATCH_LIMIT {
                                 done = false;
                                 break;
                             }
