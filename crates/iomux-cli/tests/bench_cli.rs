@@ -253,11 +253,12 @@ fn peers_measures_servers_from_outside() {
             }
         }
     }
-    // 100,000 messages a second for 0.3 s, every one answered: the rate
-    // times the duration, however late a stalled loop wakes.
+    // E5's open loop, 50,000 messages a second for 0.3 s, every one
+    // answered: the rate times the duration, however late a stalled loop
+    // wakes.
     for t in takes.iter().filter(|t| t["arm"]["scenario"] == "open-50" && t["arm"]["perf"] == false) {
         let echoes = t["value"]["echoes"].as_u64().unwrap();
-        assert!((29_000..=30_000).contains(&echoes), "{t}");
+        assert!((14_500..=15_000).contains(&echoes), "{t}");
     }
     assert!(stdout.contains("closed-20: 20 connections") && stdout.contains("iomux best / this"), "{stdout}");
     assert!(stdout.contains("TCP_NODELAY") && stdout.contains("no warm-up"), "{stdout}");
