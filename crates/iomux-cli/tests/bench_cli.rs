@@ -35,7 +35,9 @@ fn syscall_rate_writes_json_markdown_and_svg() {
     for subject in ["select", "poll", "epoll", "uring", "raw-poll", "raw-epoll", "null-syscall", "mio", "polling"] {
         for fds in [1, 64] {
             let samples = of(subject, fds);
-            assert!(samples.len() >= 3, "{subject} at {fds}: {} samples, fewer than the first rounds", samples.len());
+            // --quick --budget 0: the first round alone (one take, more
+            // when the machine was busy and it was taken again).
+            assert!(!samples.is_empty(), "{subject} at {fds}: no sample of the first round");
             for v in samples {
                 assert!(v["calls_per_sec"].as_f64().unwrap() > 0.0, "{v}");
             }
