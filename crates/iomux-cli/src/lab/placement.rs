@@ -122,10 +122,20 @@ mod tests {
 
     #[test]
     fn a_reading_is_a_plausible_round_trip() {
-        let Some(ns) = round_trip_ns() else {
-            assert!(std::thread::available_parallelism().map_or(true, |n| n.get() < 2), "two CPUs and no reading");
+        if std::thread::available_parallelism().map_or(true, |n| n.get() < 2) {
+            assert!(round_trip_ns().is_none(), "one CPU, yet a cross-CPU reading");
             return;
-        };
+        }
+        // A batch gives up when the other thread is not scheduled (the
+        // tests beside this one may hold both CPUs); some try gets through.
+        let ns = (0..50)
+            .find_map(|_| {
+                round_trip_ns().or_else(|| {
+                    std::thread::sleep(Duration::from_millis(20));
+                    None
+                })
+            })
+            .expect("two CPUs and no reading in 50 tries");
         // A cache line cannot cross and come back in under a nanosecond,
         // and a finished batch took at most BATCH_LIMIT for TRIPS trips.
         assert!(ns >= 1.0 && ns <= BATCH_LIMIT.as_nanos() as f64 / TRIPS as f64, "{ns} ns");
