@@ -31,7 +31,7 @@ const BATCHES: usize = 3;
 /// is given up.
 const BATCH_LIMIT: Duration = Duration::from_millis(20);
 
-/// Every reading of this run. Process-wide, so that every experiment of a
+/// Every reading of this run, in order of size. Process-wide, so that every experiment of a
 /// run judges against the same reference.
 static READINGS: Mutex<Vec<f64>> = Mutex::new(Vec::new());
 
@@ -41,10 +41,10 @@ static READINGS: Mutex<Vec<f64>> = Mutex::new(Vec::new());
 /// apart.
 pub fn read() -> Option<(f64, f64)> {
     let ns = round_trip_ns()?;
-    let mut all = READINGS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    all.push(ns);
-    let mut sorted = all.clone();
-    sorted.sort_by(f64::total_cmp);
+    // Kept sorted: the percentile is an index, with no copy per reading.
+    let mut sorted = READINGS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let at = sorted.partition_point(|&x| x < ns);
+    sorted.insert(at, ns);
     Some((ns, sorted[(sorted.len() - 1) / 10]))
 }
 
@@ -75,37 +75,8 @@ pub fn round_trip_ns() -> Option<f64> {
         let best = s
             .spawn(|| -> Option<f64> {
                 crate::os::pin_to_cpu(CPUS.0).ok()?;
-                let mut best: Option<f64> = None;
                 let mut next = 1;
-                for _ in 0..BATCHES {
-                    let start = Instant::now();
-                    let mut done = true;
-                    for _ in 0..TRIPS {
-                        line.store(next, Ordering::Release);
-                        let mut spins = 0u32;
-                        while line.load(Ordering::Acquire) != next + 1 {
-                            spins = spins.wrapping_add(1);
-                            if spins.is_multiple_of(4096) && start.elapsed() > BATCH_LIMIT {
-                                done = false;
-                                break;
-                            }
-                            std::hint::spin_loop();
-                        }
-                        if !done {
-                            break;
-                        }
-                        next += 2;
-                    }
-                    if !done {
-                        // The answer to `next` may still come; start the
-                        // next batch past it.
-                        next += 2;
-                        continue;
-                    }
-                    let ns = start.elapsed().as_nanos() as f64 / TRIPS as f64;
-                    best = Some(best.map_or(ns, |b: f64| b.min(ns)));
-                }
-                best
+                (0..BATCHES).filter_map(|_| batch(&line, &mut next)).reduce(f64::min)
             })
             .join()
             .ok()
@@ -114,6 +85,28 @@ pub fn round_trip_ns() -> Option<f64> {
         let ponged = pong.join().ok().flatten();
         ponged.and(best)
     })
+}
+
+/// One batch of [`TRIPS`] round trips from the calling thread, starting
+/// at the odd value `next`: ns per trip, or None when an answer did not
+/// come within [`BATCH_LIMIT`]. `next` is left past every value sent, so
+/// a late answer to an abandoned batch is never taken for the next one's.
+fn batch(line: &AtomicU64, next: &mut u64) -> Option<f64> {
+    let start = Instant::now();
+    for _ in 0..TRIPS {
+        line.store(*next, Ordering::Release);
+        let mut spins = 0u32;
+        while line.load(Ordering::Acquire) != *next + 1 {
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(4096) && start.elapsed() > BATCH_LIMIT {
+                *next += 2;
+                return None;
+            }
+            std::hint::spin_loop();
+        }
+        *next += 2;
+    }
+    Some(start.elapsed().as_nanos() as f64 / TRIPS as f64)
 }
 
 #[cfg(test)]
