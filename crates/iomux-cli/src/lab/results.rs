@@ -72,7 +72,7 @@ impl Folder {
     /// Whether the machine's noise left any verdict undecided, and one
     /// sentence on it for the top of the report and the terminal.
     pub fn noise_line(&self) -> (bool, String) {
-        let (mut takes, mut excluded, mut apart) = (0, 0, 0);
+        let (mut takes, mut excluded, mut apart, mut waited_s) = (0, 0, 0, 0.0);
         let mut undecided: Vec<String> = Vec::new();
         let mut older_busy: Vec<String> = Vec::new();
         for r in &self.results {
@@ -80,6 +80,7 @@ impl Folder {
                 takes += n.takes;
                 excluded += n.excluded;
                 apart += n.apart;
+                waited_s += n.waited_s;
             }
             let k = r.header.claims.iter().filter(|c| c.why.starts_with("machine noisy")).count();
             if k > 0 {
@@ -112,6 +113,12 @@ impl Folder {
                 cpus.1
             ),
         };
+        if waited_s >= 0.5 {
+            text += &format!(
+                " The run waited {waited_s:.0} s in all for CPUs {} and {} to be placed close again before samples.",
+                cpus.0, cpus.1
+            );
+        }
         if !undecided.is_empty() {
             text += &format!(
                 "{}The machine was noisy: claims of {} are inconclusive because only noisy samples would decide \

@@ -38,6 +38,14 @@ pub struct NoiseSummary {
     /// Of those, the takes with the CPUs placed apart (`lab::placement`).
     #[serde(default)]
     pub apart: usize,
+    /// Seconds spent waiting, before takes, for the CPUs to be placed
+    /// close again.
+    #[serde(default)]
+    pub waited_s: f64,
+    /// Most takes ran with other processes busy, so retakes and made-up
+    /// rounds stopped (`Trial::swamped`).
+    #[serde(default)]
+    pub swamped: bool,
     pub threshold: f64,
     pub max_retakes: usize,
     /// Others' use over the whole experiment, for scale.
@@ -54,6 +62,8 @@ impl NoiseSummary {
             takes: takes.len(),
             excluded: takes.iter().filter(|t| !t.kept).count(),
             apart: takes.iter().filter(|t| t.apart).count(),
+            waited_s: 0.0,
+            swamped: false,
             threshold: SAMPLE_THRESHOLD,
             max_retakes: MAX_RETAKES,
             whole,
@@ -85,7 +95,21 @@ impl NoiseSummary {
                 self.max_retakes
             ),
         };
-        format!("{} samples in {} rounds; {excluded}.{whole}", self.takes, self.rounds)
+        let waited = if self.waited_s >= 0.5 {
+            format!(
+                " Before takes, {:.0} s went to waiting for CPUs {} and {} to be placed close again.",
+                self.waited_s, cpus.0, cpus.1
+            )
+        } else {
+            String::new()
+        };
+        let swamped = if self.swamped {
+            " Most samples ran while other processes used the CPUs, so once that was clear none was measured \
+             again and no round was added: a busy machine has no quiet moment to wait for."
+        } else {
+            ""
+        };
+        format!("{} samples in {} rounds; {excluded}.{swamped}{waited}{whole}", self.takes, self.rounds)
     }
 }
 

@@ -180,6 +180,7 @@ pub fn execute<E: Experiment>(args: &E::Args, settings: &Settings) -> CliResult<
     E::measure(&params, &mut trial, &specs, settings)?;
     let claims: Vec<Claim> = specs.iter().map(|s| trial.judge(s)).collect();
     let rounds = trial.rounds();
+    let (waited, swamped) = (trial.waited(), trial.swamped());
     let (takes, unmeasurable) = trial.finish();
     let mut env = Envelope {
         experiment: E::ENTRY.name.into(),
@@ -189,7 +190,11 @@ pub fn execute<E: Experiment>(args: &E::Args, settings: &Settings) -> CliResult<
         published: E::PUBLISHED.into(),
         claims,
         figures: Vec::new(),
-        noise: NoiseSummary::of(rounds, &takes, settings.noise.since(started)),
+        noise: NoiseSummary {
+            waited_s: waited.as_secs_f64(),
+            swamped,
+            ..NoiseSummary::of(rounds, &takes, settings.noise.since(started))
+        },
         takes,
         unmeasurable,
     };

@@ -21,6 +21,10 @@ pub const SAMPLE_THRESHOLD: f64 = 0.25;
 /// out.
 pub const MAX_RETAKES: usize = 2;
 
+/// Takes of an experiment before it can be judged swamped by other
+/// processes (see [`Trial::swamped`]).
+pub const SWAMPED_AFTER: usize = 12;
+
 /// Rounds a claim needs before it can be decided: the fewest samples that
 /// give a 95% interval for a median (see `stats`).
 pub const MIN_ROUNDS: usize = 6;
@@ -44,9 +48,14 @@ pub const MAX_ROUNDS: usize = 40;
 pub const APART: f64 = 2.5;
 
 /// How long a take waits, before it starts, for CPUs found apart to be
-/// placed close again; and the most one experiment waits in all.
-const PLACEMENT_WAIT: Duration = Duration::from_secs(5);
-const PLACEMENT_WAIT_TOTAL: Duration = Duration::from_secs(30);
+/// placed close again; and the most one experiment waits in all. Waiting
+/// costs less than measuring through a spell: with the machine idle the
+/// CPUs were apart in spells of 0.5-2.5 s (a reading every 0.5 s for two
+/// minutes), while under a server and its load spells last 10-40 s; so a
+/// take that measures through one prolongs it, and with 5 s per take (30 s
+/// per experiment) E5 lost 99 of 296 takes to spells and 5 of its 9 rounds.
+const PLACEMENT_WAIT: Duration = Duration::from_secs(20);
+const PLACEMENT_WAIT_TOTAL: Duration = Duration::from_secs(90);
 
 /// A reading of the two CPUs' placement.
 #[derive(Clone, Copy, Debug)]
@@ -221,8 +230,9 @@ pub struct Trial<'a, K, S> {
 }
 
 impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
-    /// `budget`: wall time for the rounds that [`Trial::until_decided`]
-    /// adds beyond the [`MIN_ROUNDS`] a 95% interval needs.
+    /// `budget`: time measuring the rounds that [`Trial::until_decided`]
+    /// adds beyond the [`MIN_ROUNDS`] a 95% interval needs (waits for the
+    /// CPUs' placement are bounded apart).
     pub fn new(meter: &'a dyn Meter, name: &str, budget: Duration) -> Self {
         Trial {
             meter,
@@ -266,6 +276,11 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
         self.rounds
     }
 
+    /// Time spent waiting for the CPUs to be placed close.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
     fn note_of(&self, arm: &K) -> Option<&str> {
         self.unmeasurable.iter().find(|(k, _)| k == arm).map(|(_, n)| n.as_str())
     }
@@ -281,7 +296,8 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
                 continue;
             }
             let mut again = "";
-            for _ in 0..=MAX_RETAKES {
+            let tries = if self.swamped() { 1 } else { MAX_RETAKES + 1 };
+            for _ in 0..tries {
                 let label = format!("round {}: {arm}{again}", round + 1);
                 let before = self.placed_close(&label);
                 self.progress.step(&label);
@@ -307,6 +323,16 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
             }
         }
         Ok(())
+    }
+
+    /// Whether other processes keep the CPUs busy: most of this
+    /// experiment's takes so far (at least [`SWAMPED_AFTER`]) ran with
+    /// others above the threshold. Retakes and made-up rounds wait for a
+    /// quiet moment; on a machine that has none they would only triple the
+    /// run's time, so they stop and the claims say the machine was noisy.
+    pub fn swamped(&self) -> bool {
+        let busy = self.takes.iter().filter(|t| !t.others.is_some_and(|o| o <= SAMPLE_THRESHOLD)).count();
+        self.takes.len() >= SWAMPED_AFTER && 2 * busy > self.takes.len()
     }
 
     /// The placement before a take: while the CPUs are apart, waits (up to
@@ -408,19 +434,18 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
         // refuse (without them no claim can be decided at all), and a noisy
         // round is made up, up to FREE_ROUNDS in all; a budget of zero asks
         // for the first rounds alone.
-        while self.rounds < FREE_ROUNDS && !self.budget.is_zero() {
+        while self.rounds < FREE_ROUNDS && !self.budget.is_zero() && !self.swamped() {
             let short: Vec<K> = self.arms_of(specs, &pending, |t, spec| t.values(spec).0.len() < MIN_ROUNDS);
             if short.is_empty() {
                 break;
             }
-            let start = Instant::now();
-            self.round(&short, measure)?;
-            per_take = start.elapsed() / short.len() as u32;
+            let took = self.timed_round(&short, measure)?;
+            per_take = took / short.len() as u32;
         }
         pending.retain(|&i| !self.decided(&specs[i]));
         let looks: Vec<usize> = LOOKS.iter().copied().filter(|&l| l > self.rounds).collect();
         for look in looks {
-            if pending.is_empty() {
+            if pending.is_empty() || self.swamped() {
                 break;
             }
             let arms = self.arms_of(specs, &pending, |_, _| true);
@@ -435,15 +460,22 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
                 return Ok(());
             }
             while self.rounds < look {
-                let start = Instant::now();
-                self.round(&arms, measure)?;
-                let took = start.elapsed();
+                let took = self.timed_round(&arms, measure)?;
                 per_take = took / arms.len() as u32;
                 spent += took;
             }
             pending.retain(|&i| !self.decided(&specs[i]));
         }
         Ok(())
+    }
+
+    /// A round, and the time it spent measuring: waits for the CPUs'
+    /// placement are left out (they have their own bound, and would make a
+    /// look that fits seem not to).
+    fn timed_round(&mut self, arms: &[K], measure: &mut dyn FnMut(&K) -> Measured<S>) -> CliResult<Duration> {
+        let (start, waited) = (Instant::now(), self.waited);
+        self.round(arms, measure)?;
+        Ok(start.elapsed().saturating_sub(self.waited - waited))
     }
 
     /// The arms, each once, of the claims in `pending` that `want`, and
@@ -679,6 +711,22 @@ mod tests {
         let claim = trial.judge(&specs[0]);
         assert_eq!(claim.verdict, claim::Verdict::NotMeasurable);
         assert_eq!(claim.why, "b: cannot here");
+    }
+
+    #[test]
+    fn a_machine_busy_throughout_is_not_measured_again_and_again() {
+        let meter = Scripted { busy: (0..1000).collect(), taken: Cell::new(0) };
+        let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
+        let mut measure = |_: &&str| -> Measured<f64> { Ok(Ok(1.0)) };
+        let specs = [ratio_spec(Needed::AtLeast(0.5))];
+        trial.until_decided(&specs, &mut measure).unwrap();
+        // Two rounds of two arms, each taken three times: 12 busy takes,
+        // then no retake, no made-up round and no look.
+        assert_eq!((trial.rounds(), trial.takes.len()), (2, 2 * 2 * (MAX_RETAKES + 1)));
+        assert!(trial.swamped());
+        assert_eq!(trial.judge(&specs[0]).verdict, claim::Verdict::Inconclusive);
+        trial.round(&["a", "b"], &mut measure).unwrap();
+        assert_eq!(trial.takes.len(), 14, "one take per arm once swamped");
     }
 
     #[test]
