@@ -496,6 +496,12 @@ impl Experiment for Peers {
         trial.until_decided(claims, &mut measure)
     }
 
+    /// A perf run's times are slowed by perf itself; only its syscall
+    /// count is read, in the table.
+    fn compared(arm: &Arm) -> bool {
+        !arm.perf
+    }
+
     fn view(env: &Envelope<Params, Arm, Run>) -> CliResult<View> {
         let p = &env.params;
         let mut view = View { intro: vec![intro(p)], ..View::default() };

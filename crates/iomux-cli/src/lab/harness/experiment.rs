@@ -119,6 +119,12 @@ pub trait Experiment {
         settings: &Settings,
     ) -> CliResult<()>;
 
+    /// Whether `iomux report A B` compares this arm's metrics: not for an
+    /// arm run only for a count whose times mean nothing (E5's perf runs).
+    fn compared(_arm: &Self::Arm) -> bool {
+        true
+    }
+
     /// Tables and plot, from the envelope alone.
     fn view(env: &Envelope<Self::Params, Self::Arm, Self::Sample>) -> CliResult<View>;
 }
@@ -155,7 +161,7 @@ fn arms<K: Clone + PartialEq, S>(env: &Envelope<impl Sized, K, S>) -> Vec<K> {
 /// One figure per arm and metric, for `iomux report A B`.
 pub fn figures<E: Experiment>(env: &Envelope<E::Params, E::Arm, E::Sample>) -> Vec<Figure> {
     let mut out = Vec::new();
-    for arm in arms(env) {
+    for arm in arms(env).into_iter().filter(E::compared) {
         for m in E::metrics() {
             let samples: Vec<f64> = env.kept(&arm).map(m.get).filter(|v| v.is_finite()).collect();
             out.push(Figure {
