@@ -31,6 +31,11 @@ const BATCHES: usize = 3;
 /// is given up.
 const BATCH_LIMIT: Duration = Duration::from_millis(20);
 
+/// A reading above this says that a thread was preempted, not where the
+/// CPUs are (apart is 290-340 ns): with a CPU burner on each CPU every
+/// batch read about 16,000 ns. Such a reading is no reading.
+const PREEMPTED_NS: f64 = 2_000.0;
+
 /// Every reading of this run, in order of size. Process-wide, so that every experiment of a
 /// run judges against the same reference.
 static READINGS: Mutex<Vec<f64>> = Mutex::new(Vec::new());
@@ -50,7 +55,7 @@ pub fn read() -> Option<(f64, f64)> {
 
 /// Nanoseconds per cache-line round trip between [`CPUS`], the fastest
 /// of a few batches; None when the machine has one CPU, the threads
-/// cannot be pinned, or no batch finished in time.
+/// cannot be pinned, or no batch finished in time or unpreempted.
 pub fn round_trip_ns() -> Option<f64> {
     if std::thread::available_parallelism().map_or(true, |n| n.get() < 2) {
         return None;
@@ -76,7 +81,7 @@ pub fn round_trip_ns() -> Option<f64> {
             .spawn(|| -> Option<f64> {
                 crate::os::pin_to_cpu(CPUS.0).ok()?;
                 let mut next = 1;
-                (0..BATCHES).filter_map(|_| batch(&line, &mut next)).reduce(f64::min)
+                (0..BATCHES).filter_map(|_| batch(&line, &mut next)).reduce(f64::min).filter(|&ns| ns < PREEMPTED_NS)
             })
             .join()
             .ok()
@@ -130,7 +135,7 @@ mod tests {
             })
             .expect("two CPUs and no reading in 50 tries");
         // A cache line cannot cross and come back in under a nanosecond,
-        // and a finished batch took at most BATCH_LIMIT for TRIPS trips.
-        assert!(ns >= 1.0 && ns <= BATCH_LIMIT.as_nanos() as f64 / TRIPS as f64, "{ns} ns");
+        // and a slower reading than PREEMPTED_NS is none.
+        assert!((1.0..PREEMPTED_NS).contains(&ns), "{ns} ns");
     }
 }
