@@ -72,17 +72,17 @@ impl Handler for Kv {
             match self.answer(line) {
                 Some(mut reply) => {
                     reply.push(b'\n');
-                    io.write(conn, &reply);
+                    let _ = io.write(conn, &reply);
                 }
                 None => {
-                    io.write(conn, b"BYE\n");
+                    let _ = io.write(conn, b"BYE\n");
                     io.close(conn);
                     return data.len(); // nothing after QUIT is read
                 }
             }
         }
         if data.len() - consumed > MAX_LINE {
-            io.write(conn, b"ERR line too long\n");
+            let _ = io.write(conn, b"ERR line too long\n");
             io.close(conn);
             return data.len();
         }
@@ -92,7 +92,7 @@ impl Handler for Kv {
     fn on_timer(&mut self, io: &mut Io<Session>, _timer: TimerId, token: u64) {
         // The token is the connection; a closed one ignores both calls.
         let conn = ConnId::from_u64(token);
-        io.write(conn, b"IDLE\n");
+        let _ = io.write(conn, b"IDLE\n");
         io.close(conn);
     }
 

@@ -69,6 +69,9 @@ on_every_backend! {
     max_conns_pauses_accepting,
     stale_ids_reach_nothing,
     connect_refused,
+    one_request_per_call,
+    output_bound_holds_against_a_pipeline,
+    paused_reading_resumes_with_the_input_left,
 }
 
 fn config(backend: Backend) -> iomux::runtime::ConfigBuilder {
@@ -210,7 +213,7 @@ impl Cmd {
                 (Mode::Echo, 1)
             }
             b'd' => {
-                io.write(conn, &self.flood);
+                let _ = io.write(conn, &self.flood);
                 io.notify_drained(conn);
                 (Mode::Echo, 1)
             }
@@ -241,7 +244,7 @@ impl Cmd {
                 (Mode::Closed, data.len()) // what follows is ignored
             }
             b'f' | b'r' => {
-                io.write(conn, &self.flood);
+                let _ = io.write(conn, &self.flood);
                 self.probe.flooded.fetch_add(1, SeqCst);
                 thread::sleep(self.stall);
                 if data[0] == b'r' {
@@ -288,11 +291,11 @@ impl Handler for Cmd {
         }
         match &mut state.mode {
             Mode::Echo => {
-                io.write(conn, rest);
+                let _ = io.write(conn, rest);
             }
             Mode::EchoThenClose(left) => {
                 let n = rest.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
-                io.write(conn, &rest[..n]);
+                let _ = io.write(conn, &rest[..n]);
                 *left -= n as u64;
                 if *left == 0 {
                     io.close(conn);
@@ -347,8 +350,8 @@ impl Handler for Lines {
         let whole = data.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
         for line in data[..whole].split_inclusive(|&b| b == b'\n') {
             *answered += 1;
-            io.write(conn, format!("{answered} ").as_bytes());
-            io.write(conn, line);
+            let _ = io.write(conn, format!("{answered} ").as_bytes());
+            let _ = io.write(conn, line);
         }
         whole
     }
@@ -722,7 +725,7 @@ impl Handler for Outbound {
 
     fn on_connect(&mut self, io: &mut Io<Vec<u8>>, conn: ConnId, _state: &mut Vec<u8>) {
         self.seen.push(Seen::Connected);
-        io.write(conn, &self.greeting);
+        let _ = io.write(conn, &self.greeting);
     }
 
     fn on_data(&mut self, _io: &mut Io<Vec<u8>>, _conn: ConnId, state: &mut Vec<u8>, data: &[u8]) -> usize {
@@ -1506,4 +1509,104 @@ proptest! {
             prop_assert_eq!(&got, &want, "{} with every feature: plans {:?}", backend, plans);
         }
     }
+}
+
+// ------------------------------------------- one request per call, backpressure
+
+/// Takes one line per call and answers it; on `p` it pauses reading and
+/// resumes from a timer 50 ms later. A line `g` is answered with
+/// `value_len` bytes (then a newline).
+struct OneLine {
+    value_len: usize,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Handler for OneLine {
+    type Conn = ();
+
+    fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
+
+    fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut (), data: &[u8]) -> usize {
+        self.calls.fetch_add(1, SeqCst);
+        let Some(end) = data.iter().position(|&b| b == b'\n') else { return 0 };
+        let line = &data[..=end];
+        if line == b"g\n" {
+            let value = pattern(0, self.value_len);
+            assert!(io.write(conn, &value) && io.write(conn, b"\n"), "a write to an open connection is accepted");
+        } else {
+            assert!(io.write(conn, line), "a write to an open connection is accepted");
+        }
+        if line == b"p\n" {
+            io.pause_reading(conn);
+            io.set_timer(io.now() + Duration::from_millis(50), conn.as_u64());
+        }
+        end + 1
+    }
+
+    fn on_timer(&mut self, io: &mut Io<()>, _timer: TimerId, token: u64) {
+        io.resume_reading(ConnId::from_u64(token));
+    }
+}
+
+fn one_line_server(config: Config, value_len: usize) -> (Server<OneLine>, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    (serve(config, 1, move |_| OneLine { value_len, calls: c.clone() }), calls)
+}
+
+/// Three lines in one write to a handler that takes one per call: all
+/// three are answered with no more input (each rest is offered again).
+fn one_request_per_call(backend: Backend) {
+    let (server, calls) = one_line_server(config(backend).build().unwrap(), 0);
+    let mut c = connect(server.addr);
+    c.write_all(b"a\nb\nc\n").unwrap();
+    assert_bytes(&read_exact(&mut c, 6), b"a\nb\nc\n", "three lines answered from one write");
+    // And a partial line is handed back until its end arrives.
+    c.write_all(b"d\ne").unwrap();
+    assert_bytes(&read_exact(&mut c, 2), b"d\n", "the whole line");
+    c.write_all(b"\n").unwrap();
+    assert_bytes(&read_exact(&mut c, 2), b"e\n", "the line completed");
+    drop(c);
+    server.stop();
+    assert!(calls.load(SeqCst) >= 5, "at least one call per line");
+}
+
+/// Forty pipelined requests for a 1 MiB value each, read slowly: the
+/// output never holds more than its bound plus one write, and every byte
+/// arrives, in order.
+fn output_bound_holds_against_a_pipeline(backend: Backend) {
+    const VALUE: usize = 1 << 20;
+    const MAX_OUTPUT: usize = 256 << 10;
+    const REQUESTS: usize = 40;
+    let (server, _calls) = one_line_server(config(backend).max_output(MAX_OUTPUT).build().unwrap(), VALUE);
+    let mut c = connect(server.addr);
+    c.write_all(&b"g\n".repeat(REQUESTS)).unwrap();
+    // Let the output pile up against a client that is not reading yet.
+    thread::sleep(Duration::from_millis(100));
+    let mut want = pattern(0, VALUE);
+    want.push(b'\n');
+    for i in 0..REQUESTS {
+        assert_bytes(&read_exact(&mut c, want.len()), &want, &format!("{backend}: value {i}"));
+    }
+    drop(c);
+    let finished = server.stop();
+    let peak = finished.stats.peak_output as usize;
+    assert!(
+        peak <= MAX_OUTPUT + VALUE + 1,
+        "{backend}: {peak} bytes of output queued at once; the bound is {MAX_OUTPUT} plus one write of {VALUE}"
+    );
+}
+
+/// A handler that pauses reading after `p` gets the input behind it when
+/// it resumes, without the client sending more.
+fn paused_reading_resumes_with_the_input_left(backend: Backend) {
+    let (server, _calls) = one_line_server(config(backend).build().unwrap(), 0);
+    let mut c = connect(server.addr);
+    let start = Instant::now();
+    c.write_all(b"p\nx\ny\n").unwrap();
+    assert_bytes(&read_exact(&mut c, 2), b"p\n", "the line that pauses");
+    assert_bytes(&read_exact(&mut c, 4), b"x\ny\n", "the lines behind it, after the resume");
+    assert!(start.elapsed() >= Duration::from_millis(50), "{backend}: answered before the handler resumed reading");
+    drop(c);
+    server.stop();
 }

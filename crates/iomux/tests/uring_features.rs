@@ -31,7 +31,7 @@ impl Handler for Echo {
     fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
 
     fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut (), data: &[u8]) -> usize {
-        io.write(conn, data);
+        let _ = io.write(conn, data);
         data.len()
     }
 

@@ -109,7 +109,7 @@ impl Handler for HttpServer {
         self.responses += u64::from(fed.responses);
         // Every response of the batch in one write: one send for a pipeline.
         if !self.out.is_empty() {
-            io.write(conn, &self.out);
+            let _ = io.write(conn, &self.out);
         }
         if fed.close {
             // Closing: no timeout may fire (and be counted) while it lingers.
@@ -170,7 +170,7 @@ impl Handler for HttpServer {
         }
         self.timeouts += 1;
         if !self.out.is_empty() {
-            io.write(conn, &self.out);
+            let _ = io.write(conn, &self.out);
         }
         io.close(conn);
     }

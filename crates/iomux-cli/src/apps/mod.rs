@@ -48,7 +48,7 @@ impl Handler for Server {
         if self.proto == Proto::Echo {
             #[cfg(feature = "slowdown")]
             slowdown::spin();
-            io.write(conn, data);
+            let _ = io.write(conn, data);
         }
         data.len()
     }

@@ -415,7 +415,7 @@ impl Client {
                 LoadMode::Echo => {
                     if let Some(c) = io.state(id) {
                         if self.stage(c, now) {
-                            io.write(id, &self.message);
+                            let _ = io.write(id, &self.message);
                         }
                     }
                 }
@@ -483,7 +483,7 @@ impl Client {
             self.batch.extend_from_slice(&self.message);
         }
         if !self.batch.is_empty() {
-            io.write(id, &self.batch);
+            let _ = io.write(id, &self.batch);
         }
         if self.sending {
             io.notify_drained(id);
@@ -511,7 +511,7 @@ impl Client {
             if !self.stage(c, due) {
                 continue;
             }
-            io.write(id, &self.message);
+            let _ = io.write(id, &self.message);
         }
         let next = pacer.due(pacer.next);
         self.pacer = Some(pacer);
@@ -640,7 +640,7 @@ impl Handler for Client {
                     self.report.echo_bytes += size as u64;
                 }
                 if self.pacer.is_none() && self.stage(c, now) {
-                    io.write(id, &self.message);
+                    let _ = io.write(id, &self.message);
                 }
             }
         }

@@ -96,7 +96,11 @@ impl<'h, H: Handler> Core<'h, H> {
 
     pub(crate) fn must_not_wait(&self) -> bool {
         let io = &self.io;
-        !io.drained.is_empty() || !io.drained_later.is_empty() || !io.doomed.is_empty() || io.stop_requested
+        !io.drained.is_empty()
+            || !io.drained_later.is_empty()
+            || !io.doomed.is_empty()
+            || !io.reoffer.is_empty()
+            || io.stop_requested
     }
 
     pub(crate) fn begin_turn(&mut self) {
@@ -184,7 +188,8 @@ impl<'h, H: Handler> Core<'h, H> {
     }
 
     /// Bytes arrived: hands them, after any the handler left unconsumed,
-    /// to the handler (discarded once the connection is closing).
+    /// to the handler (discarded once the connection is closing; held back
+    /// while reading is paused).
     pub(crate) fn received(&mut self, id: ConnId, data: &[u8]) {
         if !self.io.delivers(id) {
             return;
@@ -192,21 +197,57 @@ impl<'h, H: Handler> Core<'h, H> {
         self.io.stats.bytes_in += data.len() as u64;
         self.io.stats.reads += 1;
         let Some((mut pending, mut state)) = self.io.take_for_callback(id) else { return };
-        let io = &mut self.io;
         if pending.is_empty() {
             // Nothing held back: no copy.
-            let consumed = self.handler.on_data(io, id, &mut state, data).min(data.len());
+            let consumed = self.offer(id, &mut state, data);
             pending.extend_from_slice(&data[consumed..]);
         } else {
             pending.extend_from_slice(data);
-            let consumed = self.handler.on_data(io, id, &mut state, &pending).min(pending.len());
+            let consumed = self.offer(id, &mut state, &pending);
             pending.drain(..consumed);
         }
+        self.put_back_offered(id, pending, state);
+    }
+
+    /// Offers `input` to the handler, again after each call that consumed
+    /// some of it (a handler may take one request per call), until it
+    /// consumes nothing, all is consumed, or reading pauses (the output
+    /// passed its bound, or the handler paused it). Returns the bytes
+    /// consumed.
+    fn offer(&mut self, id: ConnId, state: &mut H::Conn, input: &[u8]) -> usize {
+        let mut consumed = 0;
+        while consumed < input.len() && self.io.takes_input(id) {
+            let n = self.handler.on_data(&mut self.io, id, state, &input[consumed..]).min(input.len() - consumed);
+            if n == 0 {
+                break;
+            }
+            consumed += n;
+        }
+        consumed
+    }
+
+    /// Puts the unconsumed input back: input not offered because reading
+    /// is paused waits for it to resume; more than `max_input` closes.
+    fn put_back_offered(&mut self, id: ConnId, pending: Vec<u8>, state: H::Conn) {
+        let io = &mut self.io;
         let overflow = pending.len() > io.cfg.max_input;
+        let unoffered = !pending.is_empty() && io.delivers(id) && !io.takes_input(id);
         io.put_back(id, pending, state);
+        io.set_unoffered(id, unoffered);
         if overflow {
             io.doom(id, CloseReason::InputLimit);
         }
+    }
+
+    /// Reading resumed: offers the input held back while it was paused.
+    fn reoffered(&mut self, id: ConnId) {
+        if !self.io.takes_input(id) {
+            return;
+        }
+        let Some((mut pending, mut state)) = self.io.take_for_callback(id) else { return };
+        let consumed = self.offer(id, &mut state, &pending);
+        pending.drain(..consumed);
+        self.put_back_offered(id, pending, state);
     }
 
     /// Carries out what callbacks asked for, closes doomed connections and
@@ -219,6 +260,8 @@ impl<'h, H: Handler> Core<'h, H> {
                 d.sync(&mut self.io, id);
             } else if let Some((id, reason)) = self.io.doomed.pop_front() {
                 self.finalize(d, id, reason);
+            } else if let Some(id) = self.io.reoffer.pop_front() {
+                self.reoffered(id);
             } else if let Some(id) = self.io.drained.pop() {
                 if let Some((pending, mut state)) = self.io.take_for_callback(id) {
                     self.handler.on_drained(&mut self.io, id, &mut state);

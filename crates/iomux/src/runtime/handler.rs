@@ -26,7 +26,7 @@ use crate::error::Error;
 ///     }
 ///
 ///     fn on_data(&mut self, io: &mut Io<u64>, conn: ConnId, echoed: &mut u64, data: &[u8]) -> usize {
-///         io.write(conn, data);
+///         let _ = io.write(conn, data); // false only once the connection is closing
 ///         *echoed += data.len() as u64;
 ///         data.len() // all consumed
 ///     }
@@ -46,8 +46,14 @@ pub trait Handler {
     /// An outbound connection opened with [`Io::connect`] is established.
     fn on_connect(&mut self, _io: &mut Io<Self::Conn>, _conn: ConnId, _state: &mut Self::Conn) {}
 
-    /// Bytes arrived. Returns how many were consumed; the rest is handed
-    /// back, followed by what arrives next, on the next call. More than
+    /// Bytes arrived. Returns how many were consumed. After a call that
+    /// consumed some, the rest is offered again at once (a handler may take
+    /// one request per call); after one that consumed none, it is handed
+    /// back with what arrives next. While reading is paused (the output is
+    /// over [`ConfigBuilder::max_output`](super::ConfigBuilder::max_output),
+    /// or [`Io::pause_reading`]) nothing is offered; the rest is offered
+    /// when reading resumes, without waiting for new bytes. After
+    /// [`Io::close`] nothing more is offered. More than
     /// [`ConfigBuilder::max_input`](super::ConfigBuilder::max_input) bytes
     /// left unconsumed close the connection with
     /// [`CloseReason::InputLimit`].

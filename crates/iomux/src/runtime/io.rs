@@ -27,6 +27,8 @@ const NOTIFY_DRAINED: u16 = 16;
 const DOOMED: u16 = 32; // queued for close
 const LINGER: u16 = 64; // FIN sent; reading and discarding until the peer's EOF
 const DIRTY: u16 = 128; // in the dirty list
+const HELD: u16 = 256; // the handler paused reading (Io::pause_reading)
+const UNOFFERED: u16 = 512; // input held back while paused, to offer on resume
 
 /// Output buffers kept for reuse, so a write costs no allocation and an
 /// idle connection owns no buffer.
@@ -62,7 +64,7 @@ impl<S> Conn<S> {
         if self.flags & (READ_CLOSED | CONNECTING | DOOMED) != 0 {
             return false;
         }
-        self.has(LINGER) || self.flags & (CLOSING | PAUSED) == 0
+        self.has(LINGER) || self.flags & (CLOSING | PAUSED | HELD) == 0
     }
     /// Output the driver has not handed to the kernel yet.
     pub(crate) fn unsent(&self) -> &[u8] {
@@ -91,6 +93,9 @@ pub struct Io<S> {
     pub(crate) doomed: VecDeque<(ConnId, CloseReason)>,
     pub(crate) drained: Vec<ConnId>,
     pub(crate) drained_later: Vec<ConnId>,
+    /// Connections whose held-back input is offered again (reading
+    /// resumed), in the order they resumed.
+    pub(crate) reoffer: VecDeque<ConnId>,
     pub(crate) lingering: Deadlines,
     /// Connections closing with output still to send, by close deadline.
     pub(crate) closing: Deadlines,
@@ -120,6 +125,7 @@ impl<S> Io<S> {
             doomed: VecDeque::new(),
             drained: Vec::new(),
             drained_later: Vec::new(),
+            reoffer: VecDeque::new(),
             lingering: Deadlines::default(),
             closing: Deadlines::default(),
             pool: Vec::new(),
@@ -142,8 +148,10 @@ impl<S> Io<S> {
 
     /// Queues `data` on the connection's output, in order. Never drops
     /// bytes: the output may pass its bound by one write, and then the loop
-    /// stops reading that connection until it drains to half the bound.
+    /// stops reading that connection, and offering it input, until it
+    /// drains to half the bound; then the input left is offered again.
     /// Returns false if the connection is gone or closing.
+    #[must_use = "a write to a closed or closing connection is refused"]
     pub fn write(&mut self, conn: ConnId, data: &[u8]) -> bool {
         let Some(c) = self.conns.get_mut(conn) else { return false };
         if c.has(DOOMED) || c.has(CLOSING) {
@@ -162,6 +170,32 @@ impl<S> Io<S> {
         self.update_backpressure(conn);
         self.mark_dirty(conn);
         true
+    }
+
+    /// Stops reading the connection: nothing more is delivered to
+    /// [`Handler::on_data`](super::Handler::on_data) (input already read
+    /// is kept) until [`Io::resume_reading`]. The peer is held back by TCP
+    /// flow control. The loop pauses reading by itself, the same way, while
+    /// the connection's output is over
+    /// [`ConfigBuilder::max_output`](super::ConfigBuilder::max_output).
+    pub fn pause_reading(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.get_mut(conn) else { return };
+        if !c.has(HELD) {
+            c.flags |= HELD;
+            self.mark_dirty(conn);
+        }
+    }
+
+    /// Reads the connection again after [`Io::pause_reading`]: the input
+    /// left unconsumed is offered to
+    /// [`Handler::on_data`](super::Handler::on_data) at once, without
+    /// waiting for more bytes.
+    pub fn resume_reading(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.get_mut(conn) else { return };
+        if c.has(HELD) {
+            c.flags &= !HELD;
+            self.resumed(conn);
+        }
     }
 
     /// Output bytes queued and not yet sent (0 for a closed connection).
@@ -386,10 +420,41 @@ impl<S> Io<S> {
             c.flags |= PAUSED;
         } else if paused && buffered <= max / 2 {
             c.flags &= !PAUSED;
+            return self.resumed(id);
         } else {
             return;
         }
         self.mark_dirty(id);
+    }
+
+    /// Reading may have resumed: held-back input is offered again.
+    fn resumed(&mut self, id: ConnId) {
+        let Some(c) = self.conns.get(id) else { return };
+        if c.has(UNOFFERED) && self.takes_input(id) {
+            self.reoffer.push_back(id);
+        }
+        self.mark_dirty(id);
+    }
+
+    /// Whether the handler is offered input now: delivering, and reading
+    /// paused neither by the output's bound nor by the handler.
+    pub(crate) fn takes_input(&self, id: ConnId) -> bool {
+        self.conns.get(id).is_some_and(|c| c.flags & (CLOSING | DOOMED | PAUSED | HELD) == 0)
+    }
+
+    /// Records whether input was left unoffered (reading paused with bytes
+    /// waiting); a half-closed connection with none left and no output
+    /// closes.
+    pub(crate) fn set_unoffered(&mut self, id: ConnId, unoffered: bool) {
+        let Some(c) = self.conns.get_mut(id) else { return };
+        if unoffered {
+            c.flags |= UNOFFERED;
+        } else {
+            c.flags &= !UNOFFERED;
+            if c.has(READ_CLOSED) && c.buffered() == 0 {
+                self.doom(id, CloseReason::PeerClosed);
+            }
+        }
     }
 
     /// The driver sent `n` bytes of the connection's output (from
@@ -461,7 +526,7 @@ impl<S> Io<S> {
         }
         if c.has(CLOSING) {
             self.linger(id);
-        } else if c.has(READ_CLOSED) {
+        } else if c.has(READ_CLOSED) && !c.has(UNOFFERED) {
             self.doom(id, CloseReason::PeerClosed);
         }
     }
@@ -474,7 +539,7 @@ impl<S> Io<S> {
             return self.doom(id, reason);
         }
         c.flags |= READ_CLOSED;
-        if c.buffered() == 0 {
+        if c.buffered() == 0 && !c.has(UNOFFERED) {
             self.doom(id, CloseReason::PeerClosed);
         } else {
             // Half-close: finish sending what the peer asked for, then close.

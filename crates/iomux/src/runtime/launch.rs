@@ -48,7 +48,7 @@ fn reserve_descriptors(config: &Config, threads: usize) {
 ///     type Conn = ();
 ///     fn on_accept(&mut self, _: &mut Io<()>, _: ConnId) {}
 ///     fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut (), data: &[u8]) -> usize {
-///         io.write(conn, data);
+///         let _ = io.write(conn, data); // false only once the connection is closing
 ///         data.len()
 ///     }
 /// }

@@ -397,8 +397,19 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
         let (quiet, all) = self.values(spec);
         let note = spec.arms.iter().find_map(|a| self.note_of(a).map(|n| format!("{a}: {n}")));
         let note = note.or_else(|| spec.refused.clone().filter(|_| !spec.arms.is_empty() && self.rounds > 0));
-        let (estimate, verdict, why) =
+        let (estimate, mut verdict, mut why) =
             claim::judge(spec.needed, &Rounds { quiet: &quiet, all: &all, unmeasurable: note.as_deref() });
+        // Every round refused while the machine was noisy (an open loop
+        // short of its rate with the CPUs busy): the noise, not the
+        // machine's abilities, may be why.
+        let noisy = self.takes.iter().filter(|t| !t.kept && spec.arms.contains(&t.arm)).count();
+        if verdict == claim::Verdict::NotMeasurable && spec.refused.as_deref() == note.as_deref() && noisy > 0 {
+            verdict = claim::Verdict::Inconclusive;
+            why = format!(
+                "machine noisy: {why}; {noisy} of its samples ran while other processes used the CPU or \
+                           the CPUs were placed apart"
+            );
+        }
         Claim {
             quantity: spec.quantity.clone(),
             statement: spec.statement.clone(),
@@ -729,6 +740,19 @@ mod tests {
         assert_eq!(trial.judge(&specs[0]).verdict, claim::Verdict::Inconclusive);
         trial.round(&["a", "b"], &mut measure).unwrap();
         assert_eq!(trial.takes.len(), 14, "one take per arm once swamped");
+    }
+
+    #[test]
+    fn rounds_refused_on_a_busy_machine_are_inconclusive_not_unmeasurable() {
+        let refusing = || Spec::iomux("b / a", Needed::AtLeast(1.0), vec!["a", "b"], |_| None).refusing("rate short");
+        for (busy, verdict) in [(true, claim::Verdict::Inconclusive), (false, claim::Verdict::NotMeasurable)] {
+            let meter = Scripted { busy: if busy { (0..1000).collect() } else { vec![] }, taken: Cell::new(0) };
+            let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::ZERO);
+            trial.round(&["a", "b"], &mut |_: &&str| -> Measured<f64> { Ok(Ok(1.0)) }).unwrap();
+            let claim = trial.judge(&refusing());
+            assert_eq!(claim.verdict, verdict, "busy {busy}: {}", claim.why);
+            assert!(claim.why.contains("rate short"), "{}", claim.why);
+        }
     }
 
     #[test]
