@@ -89,6 +89,8 @@ syscalls! {
     Getsockname => "getsockname",
     /// `shutdown`.
     Shutdown => "shutdown",
+    /// `ioctl` (FIONREAD: is input unread?).
+    Ioctl => "ioctl",
     /// `close`.
     Close => "close",
     /// `fcntl` (F_GETFD: is a descriptor open?).

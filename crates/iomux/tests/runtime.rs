@@ -72,6 +72,7 @@ on_every_backend! {
     one_request_per_call,
     output_bound_holds_against_a_pipeline,
     paused_reading_resumes_with_the_input_left,
+    stop_closes_idle_connections_at_once,
 }
 
 fn config(backend: Backend) -> iomux::runtime::ConfigBuilder {
@@ -1609,4 +1610,21 @@ fn paused_reading_resumes_with_the_input_left(backend: Backend) {
     assert!(start.elapsed() >= Duration::from_millis(50), "{backend}: answered before the handler resumed reading");
     drop(c);
     server.stop();
+}
+
+/// A stop closes a connection with nothing to send and nothing unread at
+/// once, with a FIN, instead of lingering for the peer's EOF.
+fn stop_closes_idle_connections_at_once(backend: Backend) {
+    let config = config(backend).linger(Duration::from_secs(5)).build().unwrap();
+    let (server, _calls) = one_line_server(config, 0);
+    let mut c = connect(server.addr);
+    c.write_all(b"a\n").unwrap();
+    assert_bytes(&read_exact(&mut c, 2), b"a\n", "the answer before the stop");
+    let start = Instant::now();
+    let finished = server.stop();
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(2), "{backend}: the stop took {took:?} with one idle client (linger 5 s)");
+    let (rest, end) = read_to_end(&mut c);
+    assert_eq!((rest.len(), end), (0, End::Eof), "{backend}: a FIN, not a reset");
+    assert_eq!(finished.stats.closed, 1, "{backend}");
 }

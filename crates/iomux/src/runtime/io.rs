@@ -627,8 +627,10 @@ impl<S> Io<S> {
         self.accept_resume_at = None;
     }
 
-    /// Begins a graceful stop: no more accepts, idle connections close,
-    /// the others once their output is sent (or at the drain deadline).
+    /// Begins a graceful stop: no more accepts; idle connections (no
+    /// output queued, no input unread) close at once, the others once
+    /// their output is sent and the peer's EOF came (or at the drain
+    /// deadline).
     pub(crate) fn begin_shutdown(&mut self) {
         // Handled: later turns may wait again (for the output to drain).
         self.stop_requested = false;
@@ -643,6 +645,13 @@ impl<S> Io<S> {
             let Some(c) = self.conns.get_mut(id) else { continue };
             c.flags |= CLOSING;
             if c.buffered() == 0 {
+                if net::unread(c.fd.raw()).is_ok_and(|n| n == 0) {
+                    // Idle: nothing to send and nothing unread, so the
+                    // close is a plain FIN that destroys nothing.
+                    let reason = self.closing_reason();
+                    self.doom(id, reason);
+                    continue;
+                }
                 // FIN, then discard until the peer's EOF: closing with its
                 // input unread would reset it and destroy what it has not
                 // read yet. The drain deadline bounds this too.

@@ -202,6 +202,13 @@ pub(crate) fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
     SocketAddr::try_from(addr).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not an IP socket address"))
 }
 
+/// `ioctl(FIONREAD)`: bytes received and not yet read.
+pub(crate) fn unread(fd: RawFd) -> io::Result<u64> {
+    let fd = borrow(fd)?;
+    count(Syscall::Ioctl);
+    Ok(rustix::io::ioctl_fionread(fd)?)
+}
+
 /// `shutdown(fd, SHUT_WR)`: send FIN, keep reading.
 pub(crate) fn shutdown_write(fd: RawFd) -> io::Result<()> {
     let fd = borrow(fd)?;
