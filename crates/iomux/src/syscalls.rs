@@ -87,6 +87,8 @@ syscalls! {
     Getsockopt => "getsockopt",
     /// `getsockname`.
     Getsockname => "getsockname",
+    /// `getpeername`.
+    Getpeername => "getpeername",
     /// `shutdown`.
     Shutdown => "shutdown",
     /// `ioctl` (FIONREAD: is input unread?).

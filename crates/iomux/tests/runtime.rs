@@ -73,6 +73,7 @@ on_every_backend! {
     output_bound_holds_against_a_pipeline,
     paused_reading_resumes_with_the_input_left,
     stop_closes_idle_connections_at_once,
+    addresses_of_a_connection,
 }
 
 fn config(backend: Backend) -> iomux::runtime::ConfigBuilder {
@@ -1627,4 +1628,40 @@ fn stop_closes_idle_connections_at_once(backend: Backend) {
     let (rest, end) = read_to_end(&mut c);
     assert_eq!((rest.len(), end), (0, End::Eof), "{backend}: a FIN, not a reset");
     assert_eq!(finished.stats.closed, 1, "{backend}");
+}
+
+/// Tells each connection its peer's and its own address, as text.
+struct Addresses;
+
+impl Handler for Addresses {
+    type Conn = ();
+
+    fn on_accept(&mut self, io: &mut Io<()>, conn: ConnId) {
+        let peer = io.peer_addr(conn).expect("an accepted connection has a peer");
+        let local = io.local_addr(conn).expect("and an address of its own");
+        assert!(io.write(conn, format!("{peer} {local}\n").as_bytes()));
+    }
+
+    fn on_data(&mut self, _io: &mut Io<()>, _conn: ConnId, _: &mut (), data: &[u8]) -> usize {
+        data.len()
+    }
+
+    fn on_close(&mut self, io: &mut Io<()>, conn: ConnId, _: (), _reason: &CloseReason) {
+        assert!(io.peer_addr(conn).is_err() && io.local_addr(conn).is_err(), "a closed id has no addresses");
+    }
+}
+
+/// The peer and local addresses the loop gives are the client's own and
+/// the one it connected to.
+fn addresses_of_a_connection(backend: Backend) {
+    let server = serve(config(backend).build().unwrap(), 1, |_| Addresses);
+    let mut c = connect(server.addr);
+    let mut line = Vec::new();
+    while !line.ends_with(b"\n") {
+        line.extend(read_exact(&mut c, 1));
+    }
+    let want = format!("{} {}\n", c.local_addr().unwrap(), c.peer_addr().unwrap());
+    assert_eq!(String::from_utf8_lossy(&line), want, "{backend}");
+    drop(c);
+    server.stop();
 }

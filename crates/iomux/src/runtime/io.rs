@@ -287,6 +287,23 @@ impl<S> Io<S> {
         self.conns.get_mut(conn)?.state.as_mut()
     }
 
+    /// The address of the connection's peer (one `getpeername`; a loop
+    /// that needs it on every request keeps it in the connection's state).
+    /// An error for a closed connection, one still connecting, or a peer
+    /// that has already reset it.
+    pub fn peer_addr(&self, conn: ConnId) -> Result<SocketAddr> {
+        let err = |fd, e| Error::sys("peer address", "getpeername", fd, e);
+        let c = self.conns.get(conn).ok_or_else(|| err(None, closed()))?;
+        net::peer_addr(c.fd.raw()).map_err(|e| err(Some(c.fd.raw()), e))
+    }
+
+    /// The connection's own address (one `getsockname`).
+    pub fn local_addr(&self, conn: ConnId) -> Result<SocketAddr> {
+        let err = |fd, e| Error::sys("local address", "getsockname", fd, e);
+        let c = self.conns.get(conn).ok_or_else(|| err(None, closed()))?;
+        net::local_addr(c.fd.raw()).map_err(|e| err(Some(c.fd.raw()), e))
+    }
+
     /// Open connections in this loop.
     pub fn connections(&self) -> usize {
         self.conns.len()
@@ -298,6 +315,11 @@ impl<S> Io<S> {
     pub fn stop(&mut self) {
         self.stop_requested = true;
     }
+}
+
+/// The error for an id whose connection is closed.
+fn closed() -> io::Error {
+    io::Error::new(io::ErrorKind::NotConnected, "no open connection has this id")
 }
 
 /// What accepting may do now.

@@ -202,6 +202,14 @@ pub(crate) fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
     SocketAddr::try_from(addr).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not an IP socket address"))
 }
 
+/// The connected peer's address; NotConnected before a connect finishes.
+pub(crate) fn peer_addr(fd: RawFd) -> io::Result<SocketAddr> {
+    let fd = borrow(fd)?;
+    count(Syscall::Getpeername);
+    let addr = rx::getpeername(fd)?.ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
+    SocketAddr::try_from(addr).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not an IP socket address"))
+}
+
 /// `ioctl(FIONREAD)`: bytes received and not yet read.
 pub(crate) fn unread(fd: RawFd) -> io::Result<u64> {
     let fd = borrow(fd)?;
