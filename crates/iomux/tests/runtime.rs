@@ -74,6 +74,7 @@ on_every_backend! {
     paused_reading_resumes_with_the_input_left,
     stop_closes_idle_connections_at_once,
     addresses_of_a_connection,
+    a_handler_that_is_not_send,
 }
 
 fn config(backend: Backend) -> iomux::runtime::ConfigBuilder {
@@ -1664,4 +1665,40 @@ fn addresses_of_a_connection(backend: Backend) {
     assert_eq!(String::from_utf8_lossy(&line), want, "{backend}");
     drop(c);
     server.stop();
+}
+
+/// Greets every connection with bytes it shares through an `Rc`.
+struct RcGreeter(std::rc::Rc<Vec<u8>>);
+
+impl Handler for RcGreeter {
+    type Conn = ();
+
+    fn on_accept(&mut self, io: &mut Io<()>, conn: ConnId) {
+        assert!(io.write(conn, &self.0));
+    }
+
+    fn on_data(&mut self, _io: &mut Io<()>, _conn: ConnId, _: &mut (), data: &[u8]) -> usize {
+        data.len()
+    }
+}
+
+/// `Runtime::run_local` serves with a handler that is not `Send`.
+fn a_handler_that_is_not_send(backend: Backend) {
+    let runtime = iomux::runtime::Runtime::new(config(backend).build().unwrap(), 2)
+        .unwrap()
+        .bind("127.0.0.1:0".parse().unwrap())
+        .unwrap();
+    let (addr, control) = (runtime.local_addr().unwrap(), runtime.control());
+    let loops =
+        thread::spawn(move || runtime.run_local(|i| RcGreeter(std::rc::Rc::new(format!("loop {i}\n").into_bytes()))));
+    let mut greetings = Vec::new();
+    for _ in 0..4 {
+        let mut c = connect(addr);
+        greetings.push(String::from_utf8(read_exact(&mut c, 7)).unwrap());
+    }
+    control.stop();
+    let finished = loops.join().unwrap().unwrap();
+    assert_eq!(finished.handlers.len(), 2, "{backend}");
+    assert!(greetings.iter().all(|g| g == "loop 0\n" || g == "loop 1\n"), "{backend}: {greetings:?}");
+    assert_eq!(finished.stats.accepted, 4, "{backend}");
 }

@@ -202,12 +202,57 @@ impl Runtime {
         H: Handler + Send,
         F: Fn(usize) -> H + Sync,
     {
+        self.run_keeping(make_handler, |handler| handler)
+    }
+
+    /// As [`Runtime::run`], for a handler that is not `Send` (it holds an
+    /// `Rc`, say): each is built, used and dropped on its own loop's
+    /// thread, so [`Finished::handlers`] holds one `()` per loop.
+    ///
+    /// ```
+    /// use iomux::runtime::{Config, ConnId, Handler, Io, Runtime};
+    /// use std::rc::Rc;
+    ///
+    /// struct Shared(Rc<Vec<u8>>); // Rc: not Send
+    ///
+    /// impl Handler for Shared {
+    ///     type Conn = ();
+    ///     fn on_accept(&mut self, io: &mut Io<()>, conn: ConnId) {
+    ///         let _ = io.write(conn, &self.0);
+    ///     }
+    ///     fn on_data(&mut self, _io: &mut Io<()>, _conn: ConnId, _: &mut (), data: &[u8]) -> usize {
+    ///         data.len()
+    ///     }
+    /// }
+    ///
+    /// let runtime = Runtime::new(Config::builder().build()?, 1)?;
+    /// runtime.control().stop(); // stops at once: this example serves nobody
+    /// let finished = runtime.run_local(|_| Shared(Rc::new(b"hello\n".to_vec())))?;
+    /// assert_eq!(finished.handlers.len(), 1);
+    /// # Ok::<(), iomux::Error>(())
+    /// ```
+    pub fn run_local<H, F>(self, make_handler: F) -> Result<Finished<()>>
+    where
+        H: Handler,
+        F: Fn(usize) -> H + Sync,
+    {
+        self.run_keeping(make_handler, drop)
+    }
+
+    /// Runs the loops; `keep` turns each loop's handler, on its thread,
+    /// into what `Finished` hands back.
+    fn run_keeping<H, F, T>(self, make_handler: F, keep: fn(H) -> T) -> Result<Finished<T>>
+    where
+        H: Handler,
+        F: Fn(usize) -> H + Sync,
+        T: Send,
+    {
         let Runtime { config, threads, listeners, control, signals, on_ready, .. } = self;
         reserve_descriptors(&config, threads);
         let signal_thread = if signals { Some(SignalThread::start(&control)?) } else { None };
         let ready = Ready { remaining: AtomicUsize::new(threads), callback: Mutex::new(on_ready) };
         let mut listeners = listeners.into_iter();
-        let results: Vec<Result<(H, LoopStats)>> = std::thread::scope(|scope| {
+        let results: Vec<Result<(T, LoopStats)>> = std::thread::scope(|scope| {
             let mut handles = Vec::with_capacity(threads);
             for i in 0..threads {
                 let listener = listeners.next();
@@ -225,7 +270,7 @@ impl Runtime {
                         if result.is_err() {
                             control.stop(); // one loop failing stops the others too
                         }
-                        result.map(|stats| (handler, stats))
+                        result.map(|stats| (keep(handler), stats))
                     });
                 if spawned.is_err() {
                     control.stop(); // the loops already running end too
