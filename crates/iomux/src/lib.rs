@@ -47,6 +47,21 @@
 //! Memory: an idle connection costs about 80 bytes of user space on epoll
 //! and io_uring alike (no per-connection receive buffer on either).
 //!
+//! # Input, output and backpressure
+//!
+//! [`runtime::Handler::on_data`] returns how many bytes it consumed. What
+//! it leaves after consuming some is offered again at once, so a handler
+//! may answer one request per call and still serve a pipelining client;
+//! what it leaves after consuming none waits for more bytes. A
+//! connection's output ([`runtime::Io::write`]) may pass
+//! [`runtime::ConfigBuilder::max_output`] by one write: then the loop stops
+//! reading it and offers it nothing more until the output drains to half
+//! the bound, and then offers the input it held back without waiting for
+//! new bytes. A handler can pause and resume reading itself
+//! ([`runtime::Io::pause_reading`], [`runtime::Io::resume_reading`]), for
+//! example while it waits on another connection. Every backend behaves the
+//! same way (crates/iomux/tests/runtime.rs runs each case on all six).
+//!
 //! # Example
 //!
 //! ```no_run
