@@ -16,6 +16,7 @@ use crate::sys::net::{self, Fd};
 use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 // Connection state bits (the core's; drivers keep theirs in `Conn::driver`).
@@ -292,16 +293,26 @@ impl<S> Io<S> {
     /// An error for a closed connection, one still connecting, or a peer
     /// that has already reset it.
     pub fn peer_addr(&self, conn: ConnId) -> Result<SocketAddr> {
-        let err = |fd, e| Error::sys("peer address", "getpeername", fd, e);
-        let c = self.conns.get(conn).ok_or_else(|| err(None, closed()))?;
-        net::peer_addr(c.fd.raw()).map_err(|e| err(Some(c.fd.raw()), e))
+        self.address(conn, "peer address", "getpeername", net::peer_addr)
     }
 
     /// The connection's own address (one `getsockname`).
     pub fn local_addr(&self, conn: ConnId) -> Result<SocketAddr> {
-        let err = |fd, e| Error::sys("local address", "getsockname", fd, e);
-        let c = self.conns.get(conn).ok_or_else(|| err(None, closed()))?;
-        net::local_addr(c.fd.raw()).map_err(|e| err(Some(c.fd.raw()), e))
+        self.address(conn, "local address", "getsockname", net::local_addr)
+    }
+
+    fn address(
+        &self,
+        conn: ConnId,
+        what: &'static str,
+        syscall: &'static str,
+        read: fn(RawFd) -> io::Result<SocketAddr>,
+    ) -> Result<SocketAddr> {
+        let Some(c) = self.conns.get(conn) else {
+            let closed = io::Error::new(io::ErrorKind::NotConnected, "no open connection has this id");
+            return Err(Error::sys(what, syscall, None, closed));
+        };
+        read(c.fd.raw()).map_err(|e| Error::sys(what, syscall, Some(c.fd.raw()), e))
     }
 
     /// Open connections in this loop.
@@ -315,11 +326,6 @@ impl<S> Io<S> {
     pub fn stop(&mut self) {
         self.stop_requested = true;
     }
-}
-
-/// The error for an id whose connection is closed.
-fn closed() -> io::Error {
-    io::Error::new(io::ErrorKind::NotConnected, "no open connection has this id")
 }
 
 /// What accepting may do now.

@@ -198,15 +198,17 @@ pub(crate) fn take_socket_error(fd: RawFd) -> io::Result<Option<io::Error>> {
 pub(crate) fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
     let fd = borrow(fd)?;
     count(Syscall::Getsockname);
-    let addr = rx::getsockname(fd)?;
-    SocketAddr::try_from(addr).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not an IP socket address"))
+    ip_address(rx::getsockname(fd)?)
 }
 
 /// The connected peer's address; NotConnected before a connect finishes.
 pub(crate) fn peer_addr(fd: RawFd) -> io::Result<SocketAddr> {
     let fd = borrow(fd)?;
     count(Syscall::Getpeername);
-    let addr = rx::getpeername(fd)?.ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
+    ip_address(rx::getpeername(fd)?.ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?)
+}
+
+fn ip_address(addr: rx::SocketAddrAny) -> io::Result<SocketAddr> {
     SocketAddr::try_from(addr).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not an IP socket address"))
 }
 

@@ -227,6 +227,8 @@ pub struct Trial<'a, K, S> {
     group: Option<fn(&K) -> u64>,
     /// Time spent waiting for the CPUs to be placed close.
     waited: Duration,
+    /// Takes that ran with others above [`SAMPLE_THRESHOLD`].
+    busy_takes: usize,
 }
 
 impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
@@ -243,6 +245,7 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
             progress: Progress::new(name, 0),
             group: None,
             waited: Duration::ZERO,
+            busy_takes: 0,
         }
     }
 
@@ -314,6 +317,7 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
                 let apart = before.is_some_and(|p| p.apart()) || after.is_some_and(|p| p.apart());
                 let cross_cpu_ns = [before, after].iter().flatten().map(|p| p.ns).reduce(f64::max);
                 let busy = !others.is_some_and(|o| o <= SAMPLE_THRESHOLD);
+                self.busy_takes += usize::from(busy);
                 let kept = !busy && !apart;
                 self.takes.push(Take { arm: arm.clone(), round, others, cross_cpu_ns, apart, kept, value });
                 if kept {
@@ -331,8 +335,7 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
     /// quiet moment; on a machine that has none they would only triple the
     /// run's time, so they stop and the claims say the machine was noisy.
     pub fn swamped(&self) -> bool {
-        let busy = self.takes.iter().filter(|t| !t.others.is_some_and(|o| o <= SAMPLE_THRESHOLD)).count();
-        self.takes.len() >= SWAMPED_AFTER && 2 * busy > self.takes.len()
+        self.takes.len() >= SWAMPED_AFTER && 2 * self.busy_takes > self.takes.len()
     }
 
     /// The placement before a take: while the CPUs are apart, waits (up to
