@@ -175,8 +175,9 @@ pub fn write(a: &Path, b: &Path, out: Option<&Path>) -> CliResult<Written> {
     let untold = count(|x| !x.told());
     let verdict_line = format!(
         "{} figures compared: {same} show no change within noise, {changed} changed, {untold} have too few samples \
-         on a side to tell (a quick run measures the cells no claim rests on once).",
-        same + changed + untold
+         on a side to tell ({} a side give a 95% interval).",
+        same + changed + untold,
+        crate::lab::harness::stats::MIN_CHANGE_SAMPLES
     );
     let sections: Vec<ChangeSection> = fa
         .results

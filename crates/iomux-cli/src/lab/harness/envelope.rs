@@ -42,6 +42,9 @@ pub struct NoiseSummary {
     /// close again.
     #[serde(default)]
     pub waited_s: f64,
+    /// Seconds from the first take to the last, waits included.
+    #[serde(default)]
+    pub measured_s: f64,
     /// Most takes ran with other processes busy, so retakes and made-up
     /// rounds stopped (`Trial::swamped`).
     #[serde(default)]
@@ -63,6 +66,7 @@ impl NoiseSummary {
             excluded: takes.iter().filter(|t| !t.kept).count(),
             apart: takes.iter().filter(|t| t.apart).count(),
             waited_s: 0.0,
+            measured_s: 0.0,
             swamped: false,
             threshold: SAMPLE_THRESHOLD,
             max_retakes: MAX_RETAKES,

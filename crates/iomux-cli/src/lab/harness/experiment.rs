@@ -186,7 +186,14 @@ pub fn execute<E: Experiment>(args: &E::Args, settings: &Settings) -> CliResult<
     E::measure(&params, &mut trial, &specs, settings)?;
     let claims: Vec<Claim> = specs.iter().map(|s| trial.judge(s)).collect();
     let rounds = trial.rounds();
-    let (waited, swamped) = (trial.waited(), trial.swamped());
+    let (waited, swamped, measured) = (trial.waited(), trial.swamped(), started.elapsed());
+    eprintln!(
+        "{}: measured in {:.0} s ({} rounds; {:.0} s of it waiting for the CPUs to be placed close)",
+        E::ENTRY.name,
+        measured.as_secs_f64(),
+        rounds,
+        waited.as_secs_f64()
+    );
     let (takes, unmeasurable) = trial.finish();
     let mut env = Envelope {
         experiment: E::ENTRY.name.into(),
@@ -198,6 +205,7 @@ pub fn execute<E: Experiment>(args: &E::Args, settings: &Settings) -> CliResult<
         figures: Vec::new(),
         noise: NoiseSummary {
             waited_s: waited.as_secs_f64(),
+            measured_s: measured.as_secs_f64(),
             swamped,
             ..NoiseSummary::of(rounds, &takes, settings.noise.since(started))
         },
