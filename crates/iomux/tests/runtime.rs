@@ -75,6 +75,8 @@ on_every_backend! {
     stop_closes_idle_connections_at_once,
     addresses_of_a_connection,
     a_handler_that_is_not_send,
+    deadlines_fire_move_and_clear,
+    writes_in_place_keep_their_order,
 }
 
 fn config(backend: Backend) -> iomux::runtime::ConfigBuilder {
@@ -1536,6 +1538,24 @@ impl Handler for OneLine {
         if line == b"g\n" {
             let value = pattern(0, self.value_len);
             assert!(io.write(conn, &value) && io.write(conn, b"\n"), "a write to an open connection is accepted");
+        } else if line == b"w\n" {
+            // Half in place, behind a write still queued; half in place alone.
+            let value = pattern(0, self.value_len);
+            let half = self.value_len / 2;
+            assert!(io.write(conn, &value[..half]), "a write to an open connection is accepted");
+            let n = io.write_with(conn, |out| {
+                assert!(out.is_empty(), "write_with's buffer starts empty");
+                out.extend_from_slice(&value[half..]);
+                out.len()
+            });
+            assert_eq!(n, Some(self.value_len - half), "write_with returns what its closure returned");
+            assert_eq!(io.write_with(conn, |out| out.push(b'\n')), Some(()));
+        } else if line == b"q\n" {
+            assert_eq!(io.write_with(conn, |out| out.extend_from_slice(b"bye\n")), Some(()));
+            io.close(conn);
+            let mut called = false;
+            assert_eq!(io.write_with(conn, |_| called = true), None, "no write after close");
+            assert!(!called, "the closure is not called for a closing connection");
         } else {
             assert!(io.write(conn, line), "a write to an open connection is accepted");
         }
@@ -1701,4 +1721,112 @@ fn a_handler_that_is_not_send(backend: Backend) {
     assert_eq!(finished.handlers.len(), 2, "{backend}");
     assert!(greetings.iter().all(|g| g == "loop 0\n" || g == "loop 1\n"), "{backend}: {greetings:?}");
     assert_eq!(finished.stats.accepted, 4, "{backend}");
+}
+
+/// Lines set, move and clear the connection's deadline: `d<ms>` sets it
+/// that far ahead, `c` clears it; each line is echoed. A deadline that
+/// comes writes `deadline` and closes (as the default does, with a word
+/// first), and is counted.
+struct Deadliner {
+    fired: Arc<AtomicUsize>,
+}
+
+impl Handler for Deadliner {
+    type Conn = ();
+
+    fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
+
+    fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut (), data: &[u8]) -> usize {
+        let Some(end) = data.iter().position(|&b| b == b'\n') else { return 0 };
+        let line = &data[..end];
+        if let Some(ms) = line.strip_prefix(b"d").and_then(|ms| std::str::from_utf8(ms).ok()?.parse().ok()) {
+            let at = io.now() + Duration::from_millis(ms);
+            assert!(io.set_deadline(conn, at), "a deadline on an open connection is set");
+            assert_eq!(io.deadline(conn), Some(at), "the deadline tells itself");
+        } else if line == b"c" {
+            assert!(io.clear_deadline(conn), "there was a deadline to clear");
+            assert_eq!(io.deadline(conn), None);
+        }
+        assert!(io.write(conn, &data[..=end]), "a write to an open connection is accepted");
+        end + 1
+    }
+
+    fn on_deadline(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut ()) {
+        assert_eq!(io.deadline(conn), None, "a deadline is cleared when it comes");
+        self.fired.fetch_add(1, SeqCst);
+        assert!(io.write(conn, b"deadline\n"), "the connection is open");
+        io.close(conn);
+    }
+}
+
+/// A deadline comes once, not before its time; moved later it waits for
+/// the later time (however often it is moved); moved earlier it comes
+/// earlier; cleared, or on a closed connection, it never comes.
+fn deadlines_fire_move_and_clear(backend: Backend) {
+    let fired = Arc::new(AtomicUsize::new(0));
+    let f = fired.clone();
+    let server = serve(config(backend).build().unwrap(), 1, move |_| Deadliner { fired: f.clone() });
+    let expect_deadline = |c: &mut std::net::TcpStream, after: Instant, at_least: Duration, what: &str| {
+        let (got, end) = read_to_end(c);
+        assert_eq!(got, b"deadline\n", "{backend}: {what}: {end:?}");
+        assert!(
+            after.elapsed() >= at_least,
+            "{backend}: {what}: came after {:?}, set for {at_least:?}",
+            after.elapsed()
+        );
+    };
+    // Set once: it comes, then the connection closes.
+    let mut once = connect(server.addr);
+    let start = Instant::now();
+    once.write_all(b"d150\n").unwrap();
+    assert_bytes(&read_exact(&mut once, 5), b"d150\n", "echoed");
+    expect_deadline(&mut once, start, Duration::from_millis(150), "set once");
+    // Moved later on every line for 400 ms: it comes 150 ms after the last.
+    let mut busy = connect(server.addr);
+    for _ in 0..8 {
+        busy.write_all(b"d150\n").unwrap();
+        assert_bytes(&read_exact(&mut busy, 5), b"d150\n", "echoed while busy");
+        thread::sleep(Duration::from_millis(50));
+    }
+    let last = Instant::now();
+    expect_deadline(&mut busy, last - Duration::from_millis(50), Duration::from_millis(150), "moved later");
+    // Far ahead, then moved earlier: the earlier time counts.
+    let mut earlier = connect(server.addr);
+    let start = Instant::now();
+    earlier.write_all(b"d60000\nd100\n").unwrap();
+    assert_bytes(&read_exact(&mut earlier, 12), b"d60000\nd100\n", "echoed");
+    expect_deadline(&mut earlier, start, Duration::from_millis(100), "moved earlier");
+    assert!(start.elapsed() < Duration::from_secs(30), "{backend}: the earlier deadline did not replace the later");
+    // Cleared: nothing comes; the connection stays open.
+    let mut cleared = connect(server.addr);
+    cleared.write_all(b"d100\nc\n").unwrap();
+    assert_bytes(&read_exact(&mut cleared, 7), b"d100\nc\n", "echoed");
+    // And closed by the peer before its deadline: it never comes.
+    let mut gone = connect(server.addr);
+    gone.write_all(b"d100\n").unwrap();
+    assert_bytes(&read_exact(&mut gone, 5), b"d100\n", "echoed");
+    drop(gone);
+    thread::sleep(Duration::from_millis(300));
+    cleared.write_all(b"x\n").unwrap();
+    assert_bytes(&read_exact(&mut cleared, 2), b"x\n", "a cleared deadline leaves the connection open");
+    assert_eq!(fired.load(SeqCst), 3, "{backend}: deadlines that came (set, moved later, moved earlier)");
+    drop(cleared);
+    server.stop();
+}
+
+/// `write_with` serializes in order behind output still queued (a large
+/// write the peer has not read yet) and alone; after close it is refused.
+fn writes_in_place_keep_their_order(backend: Backend) {
+    const VALUE: usize = 3 << 20;
+    let (server, _calls) = one_line_server(config(backend).build().unwrap(), VALUE);
+    let mut c = connect(server.addr);
+    c.write_all(b"w\nw\nq\n").unwrap();
+    let mut want = pattern(0, VALUE);
+    want.push(b'\n');
+    for i in 0..2 {
+        assert_bytes(&read_exact(&mut c, want.len()), &want, &format!("{backend}: value {i}"));
+    }
+    let (rest, end) = read_to_end(&mut c);
+    assert_eq!((rest.as_slice(), end), (&b"bye\n"[..], End::Eof), "{backend}: the last write, then the close");
+    server.stop();
 }

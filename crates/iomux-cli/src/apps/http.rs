@@ -1,19 +1,17 @@
 //! `iomux serve --proto http`: the HTTP state machine of `iomux-http` on
 //! the runtime's public API, as any user of the library would write it.
 //!
-//! Each connection carries one deadline and at most one runtime timer.
-//! The timer is re-armed lazily: when it fires early (the deadline moved
-//! later since), it is set again for the rest; it is only cancelled and
-//! set anew when the deadline moves earlier (an idle connection starting
-//! a request). So a keep-alive connection answering request after request
-//! costs no timer operation per request.
+//! Each connection's header and idle timeouts are its runtime deadline
+//! ([`Io::set_deadline`]): moved later after every response, which costs
+//! the runtime no heap work, and earlier when a request starts. Responses
+//! are serialized straight into the connection's output
+//! ([`Io::write_with`]).
 
-use iomux::runtime::{CloseReason, ConnId, Handler, Io, TimerId};
+use iomux::runtime::{ConnId, Handler, Io, TimerId};
 use iomux_http::{Http, Limits, Session};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
-/// The timer that refreshes the cached `Date` (connection timers carry
-/// their connection's id, which is never this).
+/// The token of the loop timer that refreshes the cached `Date`.
 const DATE_TIMER: u64 = u64::MAX;
 
 /// The limits and timeouts, each a `serve` flag.
@@ -42,15 +40,11 @@ enum Phase {
 pub struct HttpConn {
     session: Session,
     phase: Phase,
-    deadline: Instant,
-    /// The armed timer and when it fires.
-    timer: Option<(TimerId, Instant)>,
 }
 
 pub struct HttpServer {
     http: Http,
     settings: HttpSettings,
-    out: Vec<u8>,
     /// Requests answered (every final response, errors included).
     pub responses: u64,
     /// Connections closed by the header or idle timeout.
@@ -59,18 +53,7 @@ pub struct HttpServer {
 
 impl HttpServer {
     pub fn new(settings: HttpSettings) -> HttpServer {
-        HttpServer { http: Http::new(settings.limits), settings, out: Vec::new(), responses: 0, timeouts: 0 }
-    }
-
-    /// Makes the timer fire no later than the deadline.
-    fn arm(io: &mut Io<HttpConn>, conn: ConnId, st: &mut HttpConn) {
-        if let Some((timer, at)) = st.timer {
-            if at <= st.deadline {
-                return; // fires first, then re-arms for the rest
-            }
-            io.cancel_timer(timer);
-        }
-        st.timer = Some((io.set_timer(st.deadline, conn.as_u64()), st.deadline));
+        HttpServer { http: Http::new(settings.limits), settings, responses: 0, timeouts: 0 }
     }
 
     fn refresh_date(&mut self, io: &mut Io<HttpConn>) {
@@ -93,29 +76,20 @@ impl Handler for HttpServer {
 
     fn on_accept(&mut self, io: &mut Io<HttpConn>, conn: ConnId) -> HttpConn {
         // As nginx: the first request's head must come within the header timeout.
-        let mut st = HttpConn {
-            session: Session::default(),
-            phase: Phase::Fresh,
-            deadline: io.now() + self.settings.header_timeout,
-            timer: None,
-        };
-        Self::arm(io, conn, &mut st);
-        st
+        let _ = io.set_deadline(conn, io.now() + self.settings.header_timeout);
+        HttpConn { session: Session::default(), phase: Phase::Fresh }
     }
 
     fn on_data(&mut self, io: &mut Io<HttpConn>, conn: ConnId, st: &mut HttpConn, data: &[u8]) -> usize {
-        self.out.clear();
-        let fed = self.http.feed(&mut st.session, data, &mut self.out);
+        // Every response of the batch in one buffer: one send for a pipeline.
+        let http = &mut self.http;
+        let Some(fed) = io.write_with(conn, |out| http.feed(&mut st.session, data, out)) else {
+            return data.len(); // closing: nothing more is answered
+        };
         self.responses += u64::from(fed.responses);
-        // Every response of the batch in one write: one send for a pipeline.
-        if !self.out.is_empty() {
-            let _ = io.write(conn, &self.out);
-        }
         if fed.close {
-            // Closing: no timeout may fire (and be counted) while it lingers.
-            if let Some((timer, _)) = st.timer.take() {
-                io.cancel_timer(timer);
-            }
+            // Closing clears the deadline: no timeout fires (and is
+            // counted) while it lingers.
             io.close(conn);
             return data.len();
         }
@@ -127,57 +101,39 @@ impl Handler for HttpServer {
             (true, false) => Phase::Head,
             (true, true) => Phase::Body,
         };
-        match phase {
+        let deadline = match phase {
             // Empty lines alone do not extend an idle connection's time.
-            Phase::Idle if fed.responses > 0 => st.deadline = now + self.settings.idle_timeout,
-            Phase::Idle | Phase::Fresh => {}
+            Phase::Idle if fed.responses > 0 => Some(now + self.settings.idle_timeout),
+            Phase::Idle | Phase::Fresh => None,
             // A head's time runs from its first byte, however slowly it comes.
-            Phase::Head if st.phase == Phase::Idle || fed.responses > 0 => {
-                st.deadline = now + self.settings.header_timeout
-            }
-            Phase::Head => {}
+            Phase::Head if st.phase == Phase::Idle || fed.responses > 0 => Some(now + self.settings.header_timeout),
+            Phase::Head => None,
             // A body may take long, but not pause for longer than the timeout.
-            Phase::Body => st.deadline = now + self.settings.header_timeout,
+            Phase::Body => Some(now + self.settings.header_timeout),
+        };
+        if let Some(at) = deadline {
+            let _ = io.set_deadline(conn, at);
         }
         st.phase = phase;
-        Self::arm(io, conn, st);
         fed.consumed
     }
 
     fn on_timer(&mut self, io: &mut Io<HttpConn>, _timer: TimerId, token: u64) {
         if token == DATE_TIMER {
             self.refresh_date(io);
-            return;
         }
-        let conn = ConnId::from_u64(token);
-        let now = io.now();
-        let Some(st) = io.state(conn) else { return };
-        st.timer = None;
-        if now < st.deadline {
-            let at = st.deadline;
-            let timer = io.set_timer(at, token);
-            if let Some(st) = io.state(conn) {
-                st.timer = Some((timer, at));
-            }
-            return;
-        }
-        // A request under way gets a 408 (nginx closes silently; the status
-        // tells a slow client why); an idle connection just closes.
-        self.out.clear();
-        if matches!(st.phase, Phase::Head | Phase::Body) {
-            self.http.timed_out(&mut st.session, &mut self.out);
-            self.responses += 1;
-        }
-        self.timeouts += 1;
-        if !self.out.is_empty() {
-            let _ = io.write(conn, &self.out);
-        }
-        io.close(conn);
     }
 
-    fn on_close(&mut self, io: &mut Io<HttpConn>, _conn: ConnId, st: HttpConn, _reason: &CloseReason) {
-        if let Some((timer, _)) = st.timer {
-            io.cancel_timer(timer);
+    fn on_deadline(&mut self, io: &mut Io<HttpConn>, conn: ConnId, st: &mut HttpConn) {
+        // A request under way gets a 408 (nginx closes silently; the status
+        // tells a slow client why); an idle connection just closes.
+        if matches!(st.phase, Phase::Head | Phase::Body) {
+            let http = &mut self.http;
+            if io.write_with(conn, |out| http.timed_out(&mut st.session, out)).is_some() {
+                self.responses += 1;
+            }
         }
+        self.timeouts += 1;
+        io.close(conn);
     }
 }

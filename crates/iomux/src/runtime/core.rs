@@ -86,6 +86,7 @@ impl<'h, H: Handler> Core<'h, H> {
         }
         let deadlines = [
             io.timers.next_deadline(),
+            io.deadlines.next_deadline(),
             io.accept_resume_at,
             io.drain_deadline,
             io.lingering.next_deadline(),
@@ -125,6 +126,14 @@ impl<'h, H: Handler> Core<'h, H> {
         let set_before = self.io.timers.next_id();
         while let Some((timer, token)) = self.io.timers.pop_due(self.io.now, set_before) {
             self.handler.on_timer(&mut self.io, timer, token);
+            self.settle(d);
+        }
+        let pushed_before = self.io.deadlines.next_seq();
+        while let Some(id) = self.io.due_deadline(self.io.now, pushed_before) {
+            if let Some((pending, mut state)) = self.io.take_for_callback(id) {
+                self.handler.on_deadline(&mut self.io, id, &mut state);
+                self.io.put_back(id, pending, state);
+            }
             self.settle(d);
         }
         while let Some(id) = self.io.lingering.pop_due(self.io.now) {

@@ -65,6 +65,13 @@ pub trait Handler {
     /// The connection is closed and its id is dead; its state comes back.
     fn on_close(&mut self, _io: &mut Io<Self::Conn>, _conn: ConnId, _state: Self::Conn, _reason: &CloseReason) {}
 
+    /// The connection's deadline, set with [`Io::set_deadline`], has come
+    /// (it is cleared now; set it again to be called again). By default
+    /// the connection closes, as an idle timeout would.
+    fn on_deadline(&mut self, io: &mut Io<Self::Conn>, conn: ConnId, _state: &mut Self::Conn) {
+        io.close(conn);
+    }
+
     /// A timer set with [`Io::set_timer`] is due; `token` is what was set.
     fn on_timer(&mut self, _io: &mut Io<Self::Conn>, _timer: TimerId, _token: u64) {}
 

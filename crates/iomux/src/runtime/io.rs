@@ -9,7 +9,7 @@
 
 use super::slab::Slab;
 use super::stats::LoopStats;
-use super::timers::{Deadlines, TimerId, Timers};
+use super::timers::{ConnDeadlines, Deadlines, TimerId, Timers};
 use super::{CloseReason, Config, ConnId};
 use crate::error::{Error, Result};
 use crate::sys::net::{self, Fd};
@@ -51,6 +51,11 @@ pub(crate) struct Conn<S> {
     pub(crate) driver: u16,
     /// The handler's state; taken out while a callback borrows it.
     state: Option<S>,
+    /// The deadline the handler set ([`Io::set_deadline`]).
+    deadline: Option<Instant>,
+    /// When this connection's live entry in `Io::deadlines` is due; its
+    /// other entries, if any, are stale and skipped.
+    queued: Option<Instant>,
 }
 
 impl<S> Conn<S> {
@@ -86,6 +91,7 @@ pub struct Io<S> {
     pub(crate) cfg: Config,
     pub(crate) conns: Slab<Conn<S>>,
     pub(crate) timers: Timers,
+    pub(crate) deadlines: ConnDeadlines,
     pub(crate) now: Instant,
     pub(crate) stats: LoopStats,
     /// In the order the handler acted, so connects and writes to several
@@ -120,6 +126,7 @@ impl<S> Io<S> {
             cfg: cfg.clone(),
             conns: Slab::default(),
             timers: Timers::default(),
+            deadlines: ConnDeadlines::default(),
             now,
             stats: LoopStats { loops: 1, ..LoopStats::default() },
             dirty: VecDeque::new(),
@@ -167,10 +174,69 @@ impl<S> Io<S> {
             }
         }
         c.out.extend_from_slice(data);
-        self.stats.peak_output = self.stats.peak_output.max(c.buffered() as u64);
+        self.queued_more(conn);
+        true
+    }
+
+    /// Output was queued: the peak, the bound, and the driver's turn.
+    fn queued_more(&mut self, conn: ConnId) {
+        let buffered = self.conns.get(conn).map_or(0, Conn::buffered);
+        self.stats.peak_output = self.stats.peak_output.max(buffered as u64);
         self.update_backpressure(conn);
         self.mark_dirty(conn);
-        true
+    }
+
+    /// Serializes straight into the connection's output: `f` appends the
+    /// bytes to send to an empty buffer, which becomes the output without
+    /// a copy when nothing else is queued (appended once otherwise).
+    /// Returns what `f` returned, or None (and `f` is not called) if the
+    /// connection is gone or closing. Output is bounded as for
+    /// [`Io::write`].
+    ///
+    /// ```
+    /// use iomux::runtime::{ConnId, Handler, Io};
+    /// use std::io::Write;
+    ///
+    /// /// Answers each line with its length, formatted in place.
+    /// struct Lengths;
+    ///
+    /// impl Handler for Lengths {
+    ///     type Conn = ();
+    ///     fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
+    ///     fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut (), data: &[u8]) -> usize {
+    ///         let Some(end) = data.iter().position(|&b| b == b'\n') else { return 0 };
+    ///         let _ = io.write_with(conn, |out| writeln!(out, "{}", end));
+    ///         end + 1
+    ///     }
+    /// }
+    /// ```
+    pub fn write_with<R>(&mut self, conn: ConnId, f: impl FnOnce(&mut Vec<u8>) -> R) -> Option<R> {
+        let c = self.conns.get_mut(conn)?;
+        if c.has(DOOMED) || c.has(CLOSING) {
+            return None; // after close (or a stop), nothing more goes out
+        }
+        // The closure gets a buffer of its own, so it cannot disturb bytes
+        // already queued, whatever it does with the Vec.
+        let queued = std::mem::take(&mut c.out);
+        let queued_from = std::mem::take(&mut c.out_pos);
+        let mut fresh = self.pool.pop().unwrap_or_default();
+        let result = f(&mut fresh);
+        let added = !fresh.is_empty();
+        let (out, from, spare) = if queued.len() == queued_from {
+            (fresh, 0, queued) // nothing unsent: the new bytes are the output
+        } else {
+            let mut queued = queued;
+            queued.extend_from_slice(&fresh);
+            (queued, queued_from, fresh)
+        };
+        self.recycle(spare);
+        if let Some(c) = self.conns.get_mut(conn) {
+            (c.out, c.out_pos) = (out, from);
+        }
+        if added {
+            self.queued_more(conn);
+        }
+        Some(result)
     }
 
     /// Stops reading the connection: nothing more is delivered to
@@ -234,6 +300,7 @@ impl<S> Io<S> {
             return;
         }
         c.flags |= CLOSING;
+        c.deadline = None;
         if c.buffered() == 0 {
             self.linger(conn);
         } else {
@@ -279,6 +346,64 @@ impl<S> Io<S> {
     /// Cancels a timer; false if it already fired or was cancelled.
     pub fn cancel_timer(&mut self, timer: TimerId) -> bool {
         self.timers.cancel(timer)
+    }
+
+    /// When a pending timer is due; None once it fired or was cancelled.
+    pub fn timer_deadline(&self, timer: TimerId) -> Option<Instant> {
+        self.timers.deadline(timer)
+    }
+
+    /// Calls [`Handler::on_deadline`](super::Handler::on_deadline) for the
+    /// connection at or after `at`, unless the deadline is moved or cleared
+    /// first; one deadline per connection, so setting it again moves it.
+    /// Moving it later costs no heap work (an idle timeout pushed back on
+    /// every request is free), earlier O(log n). Cleared when it fires and
+    /// when the connection closes. False for a connection that is gone or
+    /// closing.
+    ///
+    /// ```
+    /// use iomux::runtime::{ConnId, Handler, Io};
+    /// use std::time::Duration;
+    ///
+    /// /// Echoes, and closes a connection idle for 30 s.
+    /// struct IdleEcho;
+    ///
+    /// impl Handler for IdleEcho {
+    ///     type Conn = ();
+    ///     fn on_accept(&mut self, io: &mut Io<()>, conn: ConnId) {
+    ///         let _ = io.set_deadline(conn, io.now() + Duration::from_secs(30));
+    ///     }
+    ///     fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut (), data: &[u8]) -> usize {
+    ///         let _ = io.write(conn, data);
+    ///         let _ = io.set_deadline(conn, io.now() + Duration::from_secs(30));
+    ///         data.len()
+    ///     }
+    ///     fn on_deadline(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut ()) {
+    ///         io.close(conn); // the default does this too
+    ///     }
+    /// }
+    /// ```
+    pub fn set_deadline(&mut self, conn: ConnId, at: Instant) -> bool {
+        let Some(c) = self.conns.get_mut(conn) else { return false };
+        if c.has(CLOSING) || c.has(DOOMED) {
+            return false;
+        }
+        c.deadline = Some(at);
+        if c.queued.is_none_or(|q| at < q) {
+            c.queued = Some(at);
+            self.deadlines.push(at, conn);
+        }
+        true
+    }
+
+    /// Clears the connection's deadline; false if it had none.
+    pub fn clear_deadline(&mut self, conn: ConnId) -> bool {
+        self.conns.get_mut(conn).and_then(|c| c.deadline.take()).is_some()
+    }
+
+    /// The connection's deadline, if one is set.
+    pub fn deadline(&self, conn: ConnId) -> Option<Instant> {
+        self.conns.get(conn)?.deadline
     }
 
     /// The state of another connection (None for one that is closed, and
@@ -351,8 +476,18 @@ pub(crate) fn io_reason(syscall: &'static str, e: io::Error) -> CloseReason {
 // The driver's side: what the kernel did, and the requests it carries out.
 impl<S> Io<S> {
     pub(crate) fn insert(&mut self, fd: Fd, flags: u16, state: Option<S>) -> ConnId {
-        let conn =
-            Conn { fd, out: Vec::new(), out_pos: 0, in_flight: 0, pending_in: Vec::new(), flags, driver: 0, state };
+        let conn = Conn {
+            fd,
+            out: Vec::new(),
+            out_pos: 0,
+            in_flight: 0,
+            pending_in: Vec::new(),
+            flags,
+            driver: 0,
+            state,
+            deadline: None,
+            queued: None,
+        };
         let id = self.conns.insert(conn);
         self.stats.peak_conns = self.stats.peak_conns.max(self.conns.len() as u64);
         self.mark_dirty(id);
@@ -605,6 +740,34 @@ impl<S> Io<S> {
         }
     }
 
+    /// The next connection whose deadline ([`Io::set_deadline`]) has come
+    /// at `now`, among entries pushed before `pushed_before`. Entries of
+    /// closed connections and superseded ones are skipped; one whose
+    /// deadline moved later goes back in the heap.
+    pub(crate) fn due_deadline(&mut self, now: Instant, pushed_before: u64) -> Option<ConnId> {
+        while let Some((at, id)) = self.deadlines.pop_due(now, pushed_before) {
+            let Some(c) = self.conns.get_mut(id) else { continue };
+            if c.queued != Some(at) {
+                continue;
+            }
+            c.queued = None;
+            match c.deadline {
+                Some(later) if later > now => {
+                    c.queued = Some(later);
+                    self.deadlines.push(later, id);
+                }
+                Some(_) => {
+                    c.deadline = None;
+                    if !c.has(CLOSING) && !c.has(DOOMED) {
+                        return Some(id);
+                    }
+                }
+                None => {}
+            }
+        }
+        None
+    }
+
     /// A close deadline passed: if the output is still not out, the peer
     /// is not reading it, and the connection closes without it.
     pub(crate) fn close_deadline(&mut self, id: ConnId) {
@@ -672,6 +835,7 @@ impl<S> Io<S> {
         for id in self.conns.ids() {
             let Some(c) = self.conns.get_mut(id) else { continue };
             c.flags |= CLOSING;
+            c.deadline = None;
             if c.buffered() == 0 {
                 if net::unread(c.fd.raw()).is_ok_and(|n| n == 0) {
                     // Idle: nothing to send and nothing unread, so the

@@ -1,8 +1,9 @@
-//! Timers: a handler's one-shot timers (cancellable), and the linger
-//! deadlines of closing connections.
+//! Timers: a handler's one-shot timers (cancellable), its per-connection
+//! deadlines, and the linger deadlines of closing connections.
 
 use super::ConnId;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// A timer set with [`Io::set_timer`](super::Io::set_timer), to cancel it.
@@ -58,6 +59,58 @@ impl Timers {
 
     pub fn is_empty(&self) -> bool {
         self.by_deadline.is_empty()
+    }
+
+    /// When a pending timer is due; None once it fired or was cancelled.
+    pub fn deadline(&self, id: TimerId) -> Option<Instant> {
+        self.deadline_of.get(&id.0).copied()
+    }
+}
+
+/// The heap of per-connection deadlines
+/// ([`Io::set_deadline`](super::Io::set_deadline)). Each connection keeps
+/// the deadline it wants beside it (in `io::Conn`), and this heap holds
+/// entries that say when to look at it. Moving a deadline later, as a
+/// keep-alive connection's idle timeout does after every request, only
+/// writes the connection's field: its entry, once due, finds the later
+/// deadline and goes back in once. Moving it earlier pushes an entry
+/// (O(log n)); clearing it is O(1), the entry left to be skipped when due.
+/// So a busy connection costs no heap work per request.
+#[derive(Default)]
+pub struct ConnDeadlines {
+    heap: BinaryHeap<Reverse<(Instant, u64, ConnId)>>,
+    next: u64,
+}
+
+impl ConnDeadlines {
+    pub fn push(&mut self, at: Instant, id: ConnId) {
+        self.next += 1;
+        self.heap.push(Reverse((at, self.next, id)));
+    }
+
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.heap.peek().map(|Reverse((at, _, _))| *at)
+    }
+
+    /// The sequence number the next entry will get (see `pop_due`).
+    pub fn next_seq(&self) -> u64 {
+        self.next + 1
+    }
+
+    /// The next entry due at `now` that was pushed before `pushed_before`
+    /// (a deadline set from `on_deadline` for now waits for the next turn).
+    pub fn pop_due(&mut self, now: Instant, pushed_before: u64) -> Option<(Instant, ConnId)> {
+        let &Reverse((at, seq, id)) = self.heap.peek()?;
+        if at > now || seq >= pushed_before {
+            return None;
+        }
+        self.heap.pop();
+        Some((at, id))
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.heap.len()
     }
 }
 
@@ -136,6 +189,23 @@ mod tests {
         assert_eq!(d.pop_due(now + Duration::from_millis(9)), Some(a));
         assert_eq!(d.pop_due(now + Duration::from_millis(9)), Some(b));
         assert_eq!(d.pop_due(now + Duration::from_millis(9)), None);
+    }
+
+    #[test]
+    fn connection_deadlines_pop_when_due_and_pushed_before_the_phase() {
+        let now = Instant::now();
+        let (a, b) = (ConnId::from_u64(1), ConnId::from_u64(2));
+        let mut d = ConnDeadlines::default();
+        d.push(now + Duration::from_millis(9), a);
+        d.push(now + Duration::from_millis(5), b);
+        assert_eq!(d.next_deadline(), Some(now + Duration::from_millis(5)));
+        let phase = d.next_seq();
+        d.push(now, a); // pushed during the phase: next phase
+        assert_eq!(d.pop_due(now + Duration::from_millis(9), phase), None);
+        assert_eq!(d.pop_due(now, u64::MAX), Some((now, a)));
+        assert_eq!(d.pop_due(now + Duration::from_millis(9), phase), Some((now + Duration::from_millis(5), b)));
+        assert_eq!(d.pop_due(now + Duration::from_millis(9), phase), Some((now + Duration::from_millis(9), a)));
+        assert_eq!(d.len(), 0);
     }
 
     #[test]
