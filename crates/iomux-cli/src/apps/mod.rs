@@ -1,6 +1,7 @@
 //! The protocols `iomux serve` speaks, each written once for every backend.
 
 pub mod http;
+pub mod resp;
 #[cfg(feature = "slowdown")]
 mod slowdown;
 
@@ -15,6 +16,10 @@ pub enum Proto {
     Sink,
     /// HTTP/1.1: GET /plaintext, GET /json, POST /echo (see --http-* flags).
     Http,
+    /// RESP2, redis's protocol: a key-value store (PING, ECHO, GET, SET,
+    /// DEL, INCR, DECR, EXISTS, EXPIRE, TTL, DBSIZE, FLUSHALL, CONFIG GET,
+    /// COMMAND, QUIT), one keyspace for all threads.
+    Resp,
 }
 
 impl Proto {
@@ -24,6 +29,7 @@ impl Proto {
             Proto::Echo => "echo",
             Proto::Sink => "sink",
             Proto::Http => "http",
+            Proto::Resp => "resp",
         }
     }
 }

@@ -230,6 +230,11 @@ fn check(args: &ServeArgs) -> CliResult<(Backend, Config)> {
     if args.worker.is_some() && args.procs > 1 {
         return Err("a worker runs as one process (--procs 1)".into());
     }
+    if args.proto == Proto::Resp && args.procs > 1 {
+        return Err("--proto resp keeps one keyspace in one process; --procs would split it into several \
+                    (a SET in one unseen by a GET in another): use --threads for more loops"
+            .into());
+    }
     // The figures are written when the server stops: refuse a path they
     // could not go to now, before serving.
     if let Some(path) = &args.stats_file {
@@ -261,6 +266,11 @@ fn check(args: &ServeArgs) -> CliResult<(Backend, Config)> {
         // Room for one whole request still arriving; the handler answers
         // 431/413 before more can pile up.
         config = config.max_input(http.limits.max_pending().max(64 << 10));
+    }
+    if args.proto == Proto::Resp {
+        // Room for the largest request redis takes: one bulk string of
+        // proto-max-bulk-len with its header.
+        config = config.max_input(iomux_resp::Limits::default().max_bulk_len + (64 << 10));
     }
     if let Some(n) = args.ring_buffers {
         config = config.ring_buffers(n.next_power_of_two());
@@ -334,6 +344,15 @@ fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCod
         let timeouts: u64 = finished.handlers.iter().map(|h| h.timeouts).sum();
         extra.push(("http_responses", serde_json::json!(responses)));
         extra.push(("http_timeouts", serde_json::json!(timeouts)));
+        finished.stats
+    } else if proto == Proto::Resp {
+        let keys = crate::apps::resp::Keyspace::new();
+        let finished = runtime.run(|_| {
+            pin();
+            crate::apps::resp::RespServer::new(keys.clone(), iomux_resp::Limits::default())
+        })?;
+        let replies: u64 = finished.handlers.iter().map(|h| h.replies).sum();
+        extra.push(("resp_replies", serde_json::json!(replies)));
         finished.stats
     } else {
         runtime

@@ -1,0 +1,68 @@
+//! `iomux serve --proto resp`: the RESP2 key-value store of `iomux-resp`
+//! on the runtime's public API, as any user of the library would write it.
+//!
+//! One keyspace for every loop, behind a lock: a command holds it only
+//! while it runs (microseconds), so the loops rarely meet there, and a
+//! SET on one connection is seen by a GET on any other, as in redis.
+//! (The other way, a store per loop with commands routed to the owner,
+//! needs messages between loops, which the library does not have yet.)
+
+use iomux::runtime::{ConnId, Handler, Io};
+use iomux_resp::{Limits, Resp, Store};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Replies are serialized until the output passes this many bytes; then
+/// the loop offers the rest of the pipeline again (at once, or once the
+/// output drains), so a pipeline of large values stays within the
+/// connection's output bound plus one reply.
+const REPLY_BUDGET: usize = 64 << 10;
+
+/// The keys, and the clock their expiries count on (one for all loops).
+pub struct Keyspace {
+    store: Mutex<Store>,
+    start: Instant,
+}
+
+impl Keyspace {
+    pub fn new() -> Arc<Keyspace> {
+        Arc::new(Keyspace { store: Mutex::new(Store::new()), start: Instant::now() })
+    }
+}
+
+pub struct RespServer {
+    resp: Resp,
+    keys: Arc<Keyspace>,
+    /// Replies sent (errors included).
+    pub replies: u64,
+}
+
+impl RespServer {
+    pub fn new(keys: Arc<Keyspace>, limits: Limits) -> RespServer {
+        RespServer { resp: Resp::new(limits), keys, replies: 0 }
+    }
+}
+
+impl Handler for RespServer {
+    type Conn = ();
+
+    fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
+
+    fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut (), data: &[u8]) -> usize {
+        let now_ms = self.keys.start.elapsed().as_millis() as u64;
+        // A loop that panicked holding the lock left whole commands behind
+        // (each command's change is one map operation): carry on.
+        let mut store = self.keys.store.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let resp = &mut self.resp;
+        let Some(fed) = io.write_with(conn, |out| resp.feed(&mut store, now_ms, data, out, REPLY_BUDGET)) else {
+            return data.len(); // closing: nothing more is answered
+        };
+        drop(store);
+        self.replies += u64::from(fed.replies);
+        if fed.close {
+            io.close(conn);
+            return data.len();
+        }
+        fed.consumed
+    }
+}

@@ -1,0 +1,276 @@
+//! `iomux serve --proto resp` against redis-server, reply for reply: the
+//! same script of commands goes to both, one by one, pipelined in one
+//! write, and byte by byte, and the replies must be equal byte for byte;
+//! then each protocol error, on a connection of its own, must get the
+//! same error and the same close. On every backend.
+//!
+//! Without redis-server the test says so and passes, except under
+//! CI=true, where .ci/run has installed it (scripts/install-http-tools).
+
+mod support;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use support::*;
+
+/// Commands whose replies do not depend on when they run (TTLs are read
+/// right after they are set, so both servers round them alike).
+const SCRIPT: &[&[u8]] = &[
+    b"PING",
+    b"PING hi",
+    b"ECHO \"a b\"",
+    b"SET k v",
+    b"GET k",
+    b"GET nope",
+    b"SET k v NX",
+    b"SET k w XX",
+    b"SET k x GET",
+    b"SET n x XX GET",
+    b"SET a 1",
+    b"EXISTS a b k a",
+    b"DEL a c",
+    b"INCR cnt",
+    b"INCR cnt",
+    b"DECR cnt",
+    b"DECR m",
+    b"SET s abc",
+    b"INCR s",
+    b"SET big 9223372036854775807",
+    b"INCR big",
+    b"GET",
+    b"PING a b",
+    b"FOO a b",
+    b"FOO",
+    b"SET k v EX",
+    b"SET k v NX XX",
+    b"SET k v EX 0",
+    b"SET k v EX x",
+    b"SET k v PX -5",
+    b"SET k v KEEPTTL EX 5",
+    b"EXPIRE k 100",
+    b"TTL k",
+    b"TTL nope",
+    b"SET p 1",
+    b"TTL p",
+    b"EXPIRE p 50 NX",
+    b"EXPIRE p 100 GT",
+    b"TTL p",
+    b"EXPIRE p 30 LT",
+    b"TTL p",
+    b"EXPIRE p 1 NX XX",
+    b"EXPIRE p 1 GT LT",
+    b"EXPIRE p 1 FOO",
+    b"EXPIRE p x",
+    b"EXPIRE nope 5",
+    b"SET gone 1",
+    b"EXPIRE gone -1",
+    b"EXISTS gone",
+    b"CONFIG FOO",
+    b"CONFIG GET save",
+    b"CONFIG GET appendonly",
+    b"CONFIG GET nosuch",
+    b"CONFIG",
+    b"CONFIG GET",
+    b"DBSIZE",
+    b"SET 'q x' \"y\\tz\"",
+    b"GET 'q x'",
+    b"ECHO \"\\x41\\x4a\"",
+    b"DEL",
+    b"EXISTS",
+    b"INCR",
+    b"TTL",
+    b"ECHO",
+    b"SET x",
+    b"get K",
+    b"Set k V",
+    b"gEt k",
+    b"*2\r\n$4\r\nECHO\r\n$0\r\n\r\n",
+    b"*3\r\n$3\r\nSET\r\n$3\r\nb\0b\r\n$2\r\n\r\n\r\n*2\r\n$3\r\nGET\r\n$3\r\nb\0b\r\n",
+    b"FLUSHALL ASYNC",
+    b"FLUSHALL X",
+    b"DBSIZE",
+];
+
+/// Requests that are protocol errors: each gets an error and a close.
+const BROKEN: &[&[u8]] = &[
+    b"*2\r\n$3\r\nGET\r\n:1\r\n",
+    b"*x\r\n",
+    b"*1\r\n$-5\r\n",
+    b"*1\r\n$536870913\r\n",
+    b"GET \"k\r\n",
+    b"GET \"k\"x\r\n",
+    b"*1\r\n$3\r\nabc\r\n*1\r\n$z\r\n",
+    b"PING\r\nQUIT\r\nPING\r\n",
+];
+
+/// redis-server on a free port, stopped when dropped.
+struct Redis {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Redis {
+    fn start() -> Option<Redis> {
+        let port = TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--io-threads", "1", "--daemonize", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let Ok(child) = child else {
+            assert!(std::env::var("CI").is_err(), "CI=true but redis-server is missing (scripts/install-http-tools)");
+            eprintln!("skipped: no redis-server (scripts/install-http-tools installs it)");
+            return None;
+        };
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let redis = Redis { child, addr };
+        let start = Instant::now();
+        while TcpStream::connect(addr).is_err() {
+            assert!(start.elapsed() < Duration::from_secs(10), "redis-server did not listen on {addr} within 10 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Some(redis)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The length of the one reply at the start of `b`, None while incomplete.
+fn reply_len(b: &[u8]) -> Option<usize> {
+    let line_end = b.windows(2).position(|w| w == b"\r\n")?;
+    let number = || std::str::from_utf8(&b[1..line_end]).ok()?.parse::<i64>().ok();
+    match b.first()? {
+        b'+' | b'-' | b':' => Some(line_end + 2),
+        b'$' => match number()? {
+            n if n < 0 => Some(line_end + 2),
+            n => (b.len() >= line_end + 2 + n as usize + 2).then_some(line_end + 2 + n as usize + 2),
+        },
+        b'*' => {
+            let mut at = line_end + 2;
+            for _ in 0..number()?.max(0) {
+                at += reply_len(&b[at..])?;
+            }
+            Some(at)
+        }
+        other => panic!("not a RESP reply: {:?}", *other as char),
+    }
+}
+
+/// Reads until `n` whole replies have come; they, as bytes.
+fn read_replies(s: &mut TcpStream, n: usize, what: &str) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64 << 10];
+    loop {
+        let (mut at, mut count) = (0, 0);
+        while count < n {
+            match reply_len(&got[at..]) {
+                Some(len) => (at, count) = (at + len, count + 1),
+                None => break,
+            }
+        }
+        if count == n {
+            return got;
+        }
+        match s.read(&mut buf) {
+            Ok(0) => panic!("{what}: closed after {count} of {n} replies: {:?}", String::from_utf8_lossy(&got)),
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => panic!("{what}: after {count} of {n} replies: {e}: {:?}", String::from_utf8_lossy(&got)),
+        }
+    }
+}
+
+fn request(command: &[u8]) -> Vec<u8> {
+    let mut r = command.to_vec();
+    if r.first() != Some(&b'*') {
+        r.extend_from_slice(b"\r\n");
+    }
+    r
+}
+
+/// How many requests a script entry holds (one, or several multibulk).
+fn requests_in(command: &[u8]) -> usize {
+    if command.first() == Some(&b'*') {
+        command.split(|&b| b == b'*').filter(|p| !p.is_empty() && p[0].is_ascii_digit()).count()
+    } else {
+        1
+    }
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    s.set_nodelay(true).expect("nodelay");
+    s
+}
+
+/// The script's replies from `addr` in one of the three modes.
+fn replies(addr: SocketAddr, mode: &str) -> Vec<u8> {
+    let mut s = connect(addr);
+    s.write_all(b"FLUSHALL\r\n").expect("write");
+    read_replies(&mut s, 1, &format!("{addr}: FLUSHALL"));
+    let total: usize = SCRIPT.iter().map(|c| requests_in(c)).sum();
+    match mode {
+        "one by one" => SCRIPT
+            .iter()
+            .flat_map(|c| {
+                s.write_all(&request(c)).expect("write");
+                read_replies(&mut s, requests_in(c), &format!("{addr}: {:?}", String::from_utf8_lossy(c)))
+            })
+            .collect(),
+        "pipelined" => {
+            s.write_all(&SCRIPT.iter().flat_map(|c| request(c)).collect::<Vec<u8>>()).expect("write");
+            read_replies(&mut s, total, &format!("{addr}: {mode}"))
+        }
+        _ => {
+            for byte in SCRIPT.iter().flat_map(|c| request(c)) {
+                s.write_all(&[byte]).expect("write");
+            }
+            read_replies(&mut s, total, &format!("{addr}: {mode}"))
+        }
+    }
+}
+
+/// What a broken request gets: everything until the close.
+fn until_close(addr: SocketAddr, input: &[u8]) -> Vec<u8> {
+    let mut s = connect(addr);
+    s.write_all(input).expect("write");
+    let mut got = Vec::new();
+    match s.read_to_end(&mut got) {
+        Ok(_) => got,
+        Err(e) => panic!("no close after {:?}: {e}", String::from_utf8_lossy(&got)),
+    }
+}
+
+fn same_replies_as_redis_server(backend: &str) {
+    let Some(redis) = Redis::start() else { return };
+    let server = Serve::start(backend, &["--proto", "resp"]);
+    for mode in ["one by one", "pipelined", "byte by byte"] {
+        let (want, got) = (replies(redis.addr, mode), replies(server.addr, mode));
+        if want != got {
+            let (want, got) = (String::from_utf8_lossy(&want), String::from_utf8_lossy(&got));
+            let first = want.lines().zip(got.lines()).position(|(a, b)| a != b);
+            panic!("{backend}, {mode}: replies differ from redis-server's, first at line {first:?}:\nredis: {want:?}\niomux: {got:?}");
+        }
+    }
+    for input in BROKEN {
+        let (want, got) = (until_close(redis.addr, input), until_close(server.addr, input));
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&want),
+            "{backend}: {:?}",
+            String::from_utf8_lossy(input)
+        );
+    }
+    server.stop();
+}
+
+on_every_backend!(same_replies_as_redis_server);

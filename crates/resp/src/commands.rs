@@ -1,0 +1,326 @@
+//! The commands, with redis 7's replies and exact error texts (t_string.c,
+//! expire.c, server.c's processCommand).
+
+use crate::parse::integer;
+use crate::Store;
+
+/// What the connection does after a reply.
+#[derive(Debug, PartialEq, Eq)]
+pub enum After {
+    Continue,
+    Close,
+}
+
+pub fn error(out: &mut Vec<u8>, text: &[u8]) {
+    out.extend_from_slice(b"-ERR ");
+    // As redis: no newline may break the reply.
+    out.extend(text.iter().map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }));
+    out.extend_from_slice(b"\r\n");
+}
+
+fn bulk(out: &mut Vec<u8>, value: &[u8]) {
+    out.push(b'$');
+    out.extend_from_slice(value.len().to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn int(out: &mut Vec<u8>, n: i64) {
+    out.push(b':');
+    out.extend_from_slice(n.to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+fn array(out: &mut Vec<u8>, len: usize) {
+    out.push(b'*');
+    out.extend_from_slice(len.to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+const NIL: &[u8] = b"$-1\r\n";
+const OK: &[u8] = b"+OK\r\n";
+const NOT_INTEGER: &[u8] = b"value is not an integer or out of range";
+const SYNTAX: &[u8] = b"syntax error";
+
+/// A command's name and arity as redis's table has them (negative: at
+/// least that many arguments, the name included).
+struct Spec {
+    name: &'static str,
+    arity: i32,
+}
+
+const COMMANDS: &[Spec] = &[
+    Spec { name: "ping", arity: -1 },
+    Spec { name: "echo", arity: 2 },
+    Spec { name: "get", arity: 2 },
+    Spec { name: "set", arity: -3 },
+    Spec { name: "del", arity: -2 },
+    Spec { name: "incr", arity: 2 },
+    Spec { name: "decr", arity: 2 },
+    Spec { name: "exists", arity: -2 },
+    Spec { name: "expire", arity: -3 },
+    Spec { name: "ttl", arity: 2 },
+    Spec { name: "dbsize", arity: 1 },
+    Spec { name: "flushall", arity: -1 },
+    Spec { name: "config", arity: -2 },
+    Spec { name: "command", arity: -1 },
+    Spec { name: "quit", arity: -1 },
+];
+
+/// CONFIG GET's answers: the settings a client asks about (redis-benchmark
+/// asks for `save` and `appendonly`), as redis-server started with
+/// `--save '' --appendonly no` gives them.
+const CONFIG: &[(&str, &str)] =
+    &[("save", ""), ("appendonly", "no"), ("databases", "16"), ("maxmemory", "0"), ("io-threads", "1")];
+
+/// The unknown-command error, formatted as redis does: the name and the
+/// first arguments, quoted, up to 128 characters of them.
+fn unknown(out: &mut Vec<u8>, args: &[Vec<u8>]) {
+    // %s stops at a NUL, as in C.
+    let c_str = |a: &[u8]| a.iter().position(|&b| b == 0).map_or(a.len(), |n| n).min(a.len());
+    let mut text = b"unknown command '".to_vec();
+    let name = &args[0][..c_str(&args[0])];
+    text.extend_from_slice(&name[..name.len().min(128)]);
+    text.extend_from_slice(b"', with args beginning with: ");
+    let mut listed: Vec<u8> = Vec::new();
+    for a in &args[1..] {
+        if listed.len() >= 128 {
+            break;
+        }
+        let a = &a[..c_str(a)];
+        let room = 128 - listed.len(); // sdscatprintf's "'%.*s' " with 128 - sdslen(args)
+        listed.push(b'\'');
+        listed.extend_from_slice(&a[..a.len().min(room)]);
+        listed.extend_from_slice(b"' ");
+    }
+    text.extend_from_slice(&listed);
+    error(out, &text);
+}
+
+fn arity_error(out: &mut Vec<u8>, fullname: &str) {
+    error(out, format!("wrong number of arguments for '{fullname}' command").as_bytes());
+}
+
+/// Runs one command, appending its reply.
+pub fn execute(store: &mut Store, now: u64, args: &[Vec<u8>], out: &mut Vec<u8>) -> After {
+    let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
+    let Some(spec) = COMMANDS.iter().find(|s| s.name == name) else {
+        unknown(out, args);
+        return After::Continue;
+    };
+    let argc = args.len() as i32;
+    if (spec.arity > 0 && spec.arity != argc) || argc < -spec.arity {
+        arity_error(out, spec.name);
+        return After::Continue;
+    }
+    match spec.name {
+        "ping" => match args.len() {
+            1 => out.extend_from_slice(b"+PONG\r\n"),
+            2 => bulk(out, &args[1]),
+            _ => arity_error(out, "ping"),
+        },
+        "echo" => bulk(out, &args[1]),
+        "get" => match store.get(&args[1], now) {
+            Some(v) => bulk(out, v),
+            None => out.extend_from_slice(NIL),
+        },
+        "set" => set(store, now, args, out),
+        "del" => {
+            let n = args[1..].iter().filter(|k| store.remove(k, now)).count();
+            int(out, n as i64);
+        }
+        "exists" => {
+            let n = args[1..].iter().filter(|k| store.exists(k, now)).count();
+            int(out, n as i64);
+        }
+        "incr" => incr_by(store, now, &args[1], 1, out),
+        "decr" => incr_by(store, now, &args[1], -1, out),
+        "expire" => expire(store, now, args, out),
+        "ttl" => match store.expires_at(&args[1], now) {
+            None => int(out, -2),
+            Some(None) => int(out, -1),
+            Some(Some(at)) => int(out, ((at.saturating_sub(now) + 500) / 1000) as i64),
+        },
+        "dbsize" => int(out, store.len() as i64),
+        "flushall" => {
+            let mode = args.get(1).map(|m| m.to_ascii_lowercase());
+            match (args.len(), mode.as_deref()) {
+                (1, _) | (2, Some(b"async" | b"sync")) => {
+                    store.clear();
+                    out.extend_from_slice(OK);
+                }
+                _ => error(out, SYNTAX),
+            }
+        }
+        "config" => config(args, out),
+        "command" => match args.get(1).map(|s| s.to_ascii_lowercase()) {
+            None => array(out, 0),
+            Some(sub) if sub == b"count" && args.len() == 2 => int(out, COMMANDS.len() as i64),
+            Some(sub) if sub == b"docs" || sub == b"info" => array(out, 0),
+            Some(_) => unknown_subcommand(out, &args[1], "COMMAND"),
+        },
+        "quit" => {
+            out.extend_from_slice(OK);
+            return After::Close;
+        }
+        _ => unknown(out, args),
+    }
+    After::Continue
+}
+
+fn unknown_subcommand(out: &mut Vec<u8>, sub: &[u8], container: &str) {
+    let mut text = b"unknown subcommand '".to_vec();
+    text.extend_from_slice(&sub[..sub.len().min(128)]);
+    text.extend_from_slice(format!("'. Try {container} HELP.").as_bytes());
+    error(out, &text);
+}
+
+fn config(args: &[Vec<u8>], out: &mut Vec<u8>) {
+    if !args[1].eq_ignore_ascii_case(b"get") {
+        return unknown_subcommand(out, &args[1], "CONFIG");
+    }
+    if args.len() < 3 {
+        return arity_error(out, "config|get");
+    }
+    let mut found: Vec<(&str, &str)> = Vec::new();
+    for wanted in &args[2..] {
+        for &(name, value) in CONFIG {
+            if name.as_bytes().eq_ignore_ascii_case(wanted) && !found.iter().any(|(n, _)| *n == name) {
+                found.push((name, value));
+            }
+        }
+    }
+    array(out, found.len() * 2);
+    for (name, value) in found {
+        bulk(out, name.as_bytes());
+        bulk(out, value.as_bytes());
+    }
+}
+
+fn incr_by(store: &mut Store, now: u64, key: &[u8], by: i64, out: &mut Vec<u8>) {
+    let current = match store.get(key, now) {
+        None => 0,
+        Some(v) => match integer(v) {
+            Some(n) => n,
+            None => return error(out, NOT_INTEGER),
+        },
+    };
+    let Some(next) = current.checked_add(by) else {
+        return error(out, b"increment or decrement would overflow");
+    };
+    store.replace(key, next.to_string().into_bytes(), now);
+    int(out, next);
+}
+
+/// An expiry's milliseconds from its argument, or redis's error text.
+fn millis(arg: &[u8], seconds: bool, command: &str) -> Result<i64, Vec<u8>> {
+    let n = integer(arg).ok_or_else(|| NOT_INTEGER.to_vec())?;
+    let invalid = || format!("invalid expire time in '{command}' command").into_bytes();
+    if n <= 0 || (seconds && n > i64::MAX / 1000) {
+        return Err(invalid());
+    }
+    Ok(if seconds { n * 1000 } else { n })
+}
+
+fn set(store: &mut Store, now: u64, args: &[Vec<u8>], out: &mut Vec<u8>) {
+    #[derive(PartialEq)]
+    enum Expiry {
+        Relative,
+        Absolute,
+    }
+    let (mut nx, mut xx, mut get, mut keep_ttl) = (false, false, false, false);
+    let mut expiry: Option<(Expiry, bool, &[u8])> = None; // (kind, in seconds, argument)
+    let mut j = 3;
+    while j < args.len() {
+        let opt = args[j].to_ascii_lowercase();
+        let next = args.get(j + 1);
+        match opt.as_slice() {
+            b"nx" if !xx => nx = true,
+            b"xx" if !nx => xx = true,
+            b"get" => get = true,
+            b"keepttl" if expiry.is_none() => keep_ttl = true,
+            b"ex" | b"px" | b"exat" | b"pxat" if !keep_ttl && expiry.is_none() && next.is_some() => {
+                let kind = if opt.ends_with(b"at") { Expiry::Absolute } else { Expiry::Relative };
+                expiry = Some((kind, opt[0] == b'e', next.map_or(&[][..], |n| n.as_slice())));
+                j += 1;
+            }
+            _ => return error(out, SYNTAX),
+        }
+        j += 1;
+    }
+    let expires_at = match expiry {
+        None => None,
+        Some((kind, seconds, arg)) => match millis(arg, seconds, "set") {
+            Err(text) => return error(out, &text),
+            Ok(ms) => {
+                let base = if kind == Expiry::Relative { now as i64 } else { 0 };
+                match base.checked_add(ms) {
+                    Some(at) => Some(at as u64),
+                    None => return error(out, b"invalid expire time in 'set' command"),
+                }
+            }
+        },
+    };
+    if get {
+        match store.get(&args[1], now) {
+            Some(v) => bulk(out, v),
+            None => out.extend_from_slice(NIL),
+        }
+    }
+    let found = store.exists(&args[1], now);
+    if (nx && found) || (xx && !found) {
+        if !get {
+            out.extend_from_slice(NIL);
+        }
+        return;
+    }
+    let keep = if keep_ttl { store.expires_at(&args[1], now).flatten() } else { None };
+    store.set(&args[1], args[2].clone(), expires_at.or(keep));
+    if expires_at.is_some_and(|at| at <= now) {
+        store.remove(&args[1], now); // already expired (EXAT/PXAT in the past)
+    }
+    if !get {
+        out.extend_from_slice(OK);
+    }
+}
+
+fn expire(store: &mut Store, now: u64, args: &[Vec<u8>], out: &mut Vec<u8>) {
+    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+    for opt in &args[3..] {
+        match opt.to_ascii_lowercase().as_slice() {
+            b"nx" => nx = true,
+            b"xx" => xx = true,
+            b"gt" => gt = true,
+            b"lt" => lt = true,
+            _ => {
+                let mut text = b"Unsupported option ".to_vec();
+                text.extend_from_slice(opt);
+                return error(out, &text);
+            }
+        }
+    }
+    if nx && (xx || gt || lt) {
+        return error(out, b"NX and XX, GT or LT options at the same time are not compatible");
+    }
+    if gt && lt {
+        return error(out, b"GT and LT options at the same time are not compatible");
+    }
+    let Some(seconds) = integer(&args[2]) else { return error(out, NOT_INTEGER) };
+    let at = seconds.checked_mul(1000).and_then(|ms| ms.checked_add(now as i64));
+    let Some(at) = at else { return error(out, b"invalid expire time in 'expire' command") };
+    let Some(current) = store.expires_at(&args[1], now) else { return int(out, 0) };
+    let refused = (nx && current.is_some())
+        || (xx && current.is_none())
+        || (gt && current.is_none_or(|c| at <= c as i64))
+        || (lt && current.is_some_and(|c| at >= c as i64));
+    if refused {
+        return int(out, 0);
+    }
+    if at <= now as i64 {
+        store.remove(&args[1], now);
+    } else {
+        store.expire(&args[1], at as u64, now);
+    }
+    int(out, 1)
+}
