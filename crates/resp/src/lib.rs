@@ -17,6 +17,7 @@
 //! ```
 
 mod commands;
+pub mod conformance;
 mod parse;
 mod store;
 

@@ -3,7 +3,8 @@
 //! and never a panic. 100,000 cases by default (`PROPTEST_CASES`
 //! overrides).
 
-use iomux_resp::{Limits, Resp, Store};
+use iomux_resp::conformance::drive;
+use iomux_resp::Limits;
 use proptest::prelude::*;
 
 /// One command, as multibulk or inline.
@@ -42,28 +43,6 @@ fn encode(args: &[Vec<u8>], inline: bool, out: &mut Vec<u8>) {
     }
 }
 
-/// Feeds `pieces` one after another as a server would; the replies and
-/// whether it closed.
-fn serve(pieces: &[&[u8]], budget: usize) -> (Vec<u8>, bool) {
-    let (mut resp, mut store, mut out) = (Resp::new(Limits::default()), Store::new(), Vec::new());
-    let mut pending: Vec<u8> = Vec::new();
-    for piece in pieces {
-        pending.extend_from_slice(piece);
-        loop {
-            let before = out.len();
-            let fed = resp.feed(&mut store, 5, &pending, &mut out, before.saturating_add(budget));
-            pending.drain(..fed.consumed);
-            if fed.close {
-                return (out, true);
-            }
-            if fed.consumed == 0 {
-                break;
-            }
-        }
-    }
-    (out, false)
-}
-
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(100_000)
 }
@@ -85,16 +64,11 @@ proptest! {
         if let Some(g) = garbage {
             input.extend_from_slice(&g);
         }
-        let whole = serve(&[&input], usize::MAX);
+        let whole = drive(Limits::default(), &input, std::iter::once(usize::MAX), usize::MAX);
         let mut at: Vec<usize> = cuts.iter().map(|c| c.index(input.len() + 1)).collect();
         at.sort_unstable();
-        let mut pieces = Vec::new();
-        let mut from = 0;
-        for &cut in &at {
-            pieces.push(&input[from..cut]);
-            from = cut;
-        }
-        pieces.push(&input[from..]);
-        prop_assert_eq!(serve(&pieces, budget), whole);
+        at.push(input.len());
+        let sizes: Vec<usize> = std::iter::once(0).chain(at.iter().copied()).zip(at.iter().copied()).map(|(a, b)| b - a).collect();
+        prop_assert_eq!(drive(Limits::default(), &input, sizes.into_iter(), budget), whole);
     }
 }
