@@ -9,6 +9,7 @@ struct Echo;
 
 impl Handler for Echo {
     type Conn = (); // no per-connection state
+    type Message = ();
 
     fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
 

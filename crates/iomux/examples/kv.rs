@@ -54,6 +54,7 @@ impl Kv {
 
 impl Handler for Kv {
     type Conn = Session;
+    type Message = ();
 
     fn on_accept(&mut self, io: &mut Io<Session>, conn: ConnId) -> Session {
         let idle_timer = io.set_timer(io.now() + self.idle, conn.as_u64());

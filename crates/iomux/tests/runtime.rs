@@ -12,9 +12,10 @@
 //! An ignored test names a library bug it shows (`--ignored` runs it);
 //! it passes once the bug is fixed.
 
+#[macro_use]
 mod runtime_support;
 
-use iomux::runtime::{CloseReason, Config, ConnId, Finished, Handler, Io, TimerId};
+use iomux::runtime::{CloseReason, Config, ConnId, Finished, Handler, Io, Runtime, Sender, TimerId};
 use iomux::Backend;
 use proptest::prelude::*;
 use runtime_support::*;
@@ -25,22 +26,6 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
-
-/// Each test function, once per backend: `partial_consumption::epoll_et`.
-/// Attributes before a name (`#[ignore = "..."]`) go on its six tests.
-macro_rules! on_every_backend {
-    ($($(#[$attr:meta])* $test:ident),+ $(,)?) => {$(
-        mod $test {
-            use iomux::Backend;
-            $(#[$attr])* #[test] fn select() { super::$test(Backend::Select) }
-            $(#[$attr])* #[test] fn poll() { super::$test(Backend::Poll) }
-            $(#[$attr])* #[test] fn epoll() { super::$test(Backend::Epoll) }
-            $(#[$attr])* #[test] fn epoll_et() { super::$test(Backend::EpollEt) }
-            $(#[$attr])* #[test] fn uring() { super::$test(Backend::Uring) }
-            $(#[$attr])* #[test] fn uring_sqpoll() { super::$test(Backend::UringSqpoll) }
-        }
-    )+};
-}
 
 on_every_backend! {
     partial_consumption,
@@ -77,6 +62,7 @@ on_every_backend! {
     a_handler_that_is_not_send,
     deadlines_fire_move_and_clear,
     writes_in_place_keep_their_order,
+    messages_cross_loops_in_order,
 }
 
 fn config(backend: Backend) -> iomux::runtime::ConfigBuilder {
@@ -269,6 +255,7 @@ impl Cmd {
 
 impl Handler for Cmd {
     type Conn = Tracked;
+    type Message = ();
 
     fn on_start(&mut self, io: &mut Io<Tracked>) {
         for &addr in &self.connect_to {
@@ -345,6 +332,7 @@ struct Lines {
 
 impl Handler for Lines {
     type Conn = u32; // lines answered
+    type Message = ();
 
     fn on_accept(&mut self, _io: &mut Io<u32>, _conn: ConnId) -> u32 {
         0
@@ -440,6 +428,7 @@ struct Hoard {
 
 impl Handler for Hoard {
     type Conn = ();
+    type Message = ();
 
     fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
 
@@ -712,6 +701,7 @@ impl Outbound {
 
 impl Handler for Outbound {
     type Conn = Vec<u8>;
+    type Message = ();
 
     fn on_start(&mut self, io: &mut Io<Vec<u8>>) {
         let id = io.connect(self.target, None, self.initial.clone()).expect("connect");
@@ -892,6 +882,7 @@ impl Timers {
 
 impl Handler for Timers {
     type Conn = ();
+    type Message = ();
 
     fn on_start(&mut self, io: &mut Io<()>) {
         self.start = Some(Instant::now());
@@ -1528,6 +1519,7 @@ struct OneLine {
 
 impl Handler for OneLine {
     type Conn = ();
+    type Message = ();
 
     fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
 
@@ -1656,6 +1648,7 @@ struct Addresses;
 
 impl Handler for Addresses {
     type Conn = ();
+    type Message = ();
 
     fn on_accept(&mut self, io: &mut Io<()>, conn: ConnId) {
         let peer = io.peer_addr(conn).expect("an accepted connection has a peer");
@@ -1692,6 +1685,7 @@ struct RcGreeter(std::rc::Rc<Vec<u8>>);
 
 impl Handler for RcGreeter {
     type Conn = ();
+    type Message = ();
 
     fn on_accept(&mut self, io: &mut Io<()>, conn: ConnId) {
         assert!(io.write(conn, &self.0));
@@ -1733,6 +1727,7 @@ struct Deadliner {
 
 impl Handler for Deadliner {
     type Conn = ();
+    type Message = ();
 
     fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
 
@@ -1831,4 +1826,93 @@ fn writes_in_place_keep_their_order(backend: Backend) {
     let (rest, end) = read_to_end(&mut c);
     assert_eq!((rest.as_slice(), end), (&b"bye\n"[..], End::Eof), "{backend}: the last write, then the close");
     server.stop();
+}
+
+/// A relay: each connection is told its loop (`loop <i>`); a line
+/// `<n> <text>` sends `<text>` to loop n, which writes it to every
+/// connection it holds.
+struct Relay {
+    me: usize,
+    loops: Vec<Sender<Vec<u8>>>,
+    conns: Vec<ConnId>,
+}
+
+impl Handler for Relay {
+    type Conn = ();
+    type Message = Vec<u8>;
+
+    fn on_accept(&mut self, io: &mut Io<()>, conn: ConnId) {
+        self.conns.push(conn);
+        assert!(io.write(conn, format!("loop {}\n", self.me).as_bytes()), "a new connection takes writes");
+    }
+
+    fn on_data(&mut self, _io: &mut Io<()>, _conn: ConnId, _: &mut (), data: &[u8]) -> usize {
+        let Some(end) = data.iter().position(|&b| b == b'\n') else { return 0 };
+        let line = std::str::from_utf8(&data[..end]).expect("test lines are UTF-8");
+        let (to, text) = line.split_once(' ').expect("a line is `<loop> <text>`");
+        let to: usize = to.parse().expect("a loop number");
+        self.loops[to].send(format!("{text}\n").into_bytes()).expect("the loops run until the test stops them");
+        end + 1
+    }
+
+    fn on_message(&mut self, io: &mut Io<()>, msg: Vec<u8>) {
+        for &conn in &self.conns {
+            assert!(io.write(conn, &msg), "every held connection is open");
+        }
+    }
+
+    fn on_close(&mut self, _io: &mut Io<()>, conn: ConnId, _: (), _reason: &CloseReason) {
+        self.conns.retain(|&c| c != conn);
+    }
+}
+
+/// Messages from a handler reach the other loop, and those from a plain
+/// thread arrive all and in the order sent; once the loops end, a send
+/// hands its message back.
+fn messages_cross_loops_in_order(backend: Backend) {
+    let runtime =
+        Runtime::new(config(backend).build().unwrap(), 2).unwrap().bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let loops = runtime.senders::<Vec<u8>>().unwrap();
+    assert_eq!(loops.iter().map(Sender::loop_index).collect::<Vec<_>>(), [0, 1]);
+    let for_handlers = loops.clone();
+    let server = start(runtime, move |me| Relay { me, loops: for_handlers.clone(), conns: Vec::new() });
+    // One connection on each loop (the kernel spreads them by hash).
+    let mut on_loop: [Option<std::net::TcpStream>; 2] = [None, None];
+    for _ in 0..64 {
+        let mut c = connect(server.addr);
+        let greeting = read_exact(&mut c, 7);
+        let i = usize::from(greeting[5] - b'0');
+        on_loop[i].get_or_insert(c);
+        if on_loop.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    let [Some(mut zero), Some(mut one)] = on_loop else { panic!("{backend}: 64 connections all went to one loop") };
+    zero.write_all(b"1 from loop 0\n").unwrap();
+    assert_bytes(&read_exact(&mut one, 12), b"from loop 0\n", "loop 0's message on loop 1");
+    one.write_all(b"0 from loop 1\n").unwrap();
+    assert_bytes(&read_exact(&mut zero, 12), b"from loop 1\n", "loop 1's message on loop 0");
+    let sender = loops[1].clone();
+    let sent = thread::spawn(move || {
+        for n in 0..1000 {
+            sender.send(format!("{n:04}\n").into_bytes()).unwrap();
+        }
+    });
+    let want: Vec<u8> = (0..1000).flat_map(|n| format!("{n:04}\n").into_bytes()).collect();
+    assert_bytes(&read_exact(&mut one, want.len()), &want, "a thread's 1000 messages, in order");
+    sent.join().unwrap();
+    let finished = server.stop();
+    assert_eq!(finished.stats.messages, 1002, "{backend}");
+    assert_eq!(loops[0].send(b"late".to_vec()).map_err(|e| e.0), Err(b"late".to_vec()), "{backend}");
+}
+
+/// Senders made for one message type cannot feed a handler of another.
+#[test]
+fn senders_of_another_type_are_refused() {
+    let runtime = Runtime::new(Config::default(), 1).unwrap();
+    runtime.senders::<u32>().unwrap();
+    let err = runtime.senders::<u64>().unwrap_err().to_string();
+    assert!(err.contains("u32") && err.contains("u64"), "{err}");
+    let err = runtime.run(|me| Relay { me, loops: Vec::new(), conns: Vec::new() }).err().expect("refused").to_string();
+    assert!(err.contains("u32") && err.contains("Vec<u8>"), "{err}");
 }

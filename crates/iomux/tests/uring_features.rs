@@ -27,6 +27,7 @@ struct Echo {
 
 impl Handler for Echo {
     type Conn = ();
+    type Message = ();
 
     fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
 

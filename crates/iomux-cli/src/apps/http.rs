@@ -69,6 +69,7 @@ impl HttpServer {
 
 impl Handler for HttpServer {
     type Conn = HttpConn;
+    type Message = ();
 
     fn on_start(&mut self, io: &mut Io<HttpConn>) {
         self.refresh_date(io);

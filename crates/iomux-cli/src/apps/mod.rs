@@ -47,6 +47,7 @@ impl Server {
 
 impl Handler for Server {
     type Conn = ();
+    type Message = ();
 
     fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
 

@@ -45,6 +45,7 @@ impl RespServer {
 
 impl Handler for RespServer {
     type Conn = ();
+    type Message = ();
 
     fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
 

@@ -578,6 +578,7 @@ impl Client {
 
 impl Handler for Client {
     type Conn = Conn;
+    type Message = ();
 
     fn on_start(&mut self, io: &mut Io<Conn>) {
         match self.plan.connect_rate {

@@ -72,15 +72,15 @@ fn ring_err(e: io::Error) -> Error {
     Error::sys(NAME, "io_uring_enter", None, e)
 }
 
-pub fn run<H: Handler>(setup: Setup<'_>, handler: &mut H) -> Result<LoopStats> {
-    let Setup { cfg, listener, control, ready } = setup;
-    let mut core = Core::new(cfg, listener.is_some(), handler, control);
+pub fn run<H: Handler>(setup: Setup<'_, H::Message>, handler: &mut H) -> Result<LoopStats> {
+    let mut core = Core::new(&setup, handler);
+    let Setup { cfg, listener, ready, .. } = setup;
     let sqpoll = (cfg.backend == Backend::UringSqpoll).then_some(UringPoller::SQPOLL_IDLE);
     let mut ring = Ring::for_loop(RING_ENTRIES, sqpoll).map_err(crate::poller::uring_unavailable)?;
     let (features, feature_report) = uring_features::enable(&mut ring, cfg, BUFFER_GROUP)
         .map_err(|e| Error::sys(NAME, "io_uring_register(PBUF_RING)", None, e))?;
     let (waker, waker_fd) = Waker::new()?;
-    control.register(waker.clone());
+    core.wake_with(&waker);
     let mut k = Uring {
         ring,
         features,

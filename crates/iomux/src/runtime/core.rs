@@ -7,12 +7,15 @@
 //! [`Driver`] trait; everything else is written once.
 
 use super::io::{Accept, Io};
+use super::messages::Inbox;
 use super::stats::LoopStats;
 use super::timers::timeout_until;
 use super::{CloseReason, Config, ConnId, Control, Handler};
 use crate::error::Error;
+use crate::poller::Waker;
 use crate::sys::{self, net::Fd, SyscallCounts};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What a driver does on the core's behalf.
@@ -31,10 +34,12 @@ pub(crate) trait Driver {
 }
 
 /// What a loop starts from, whichever driver runs it.
-pub(crate) struct Setup<'a> {
+pub(crate) struct Setup<'a, M> {
     pub(crate) cfg: &'a Config,
     pub(crate) listener: Option<Fd>,
     pub(crate) control: &'a Control,
+    /// The loop's messages, when [`Runtime::senders`](super::Runtime::senders) made senders.
+    pub(crate) inbox: Option<Arc<Inbox<M>>>,
     /// Called once the driver is set up, before its first wait.
     pub(crate) ready: &'a dyn Fn(),
 }
@@ -43,24 +48,37 @@ pub(crate) struct Core<'h, H: Handler> {
     pub(crate) io: Io<H::Conn>,
     handler: &'h mut H,
     control: Control,
+    inbox: Option<Arc<Inbox<H::Message>>>,
     start: Instant,
     counts_before: SyscallCounts,
 }
 
 impl<'h, H: Handler> Core<'h, H> {
-    pub(crate) fn new(cfg: &Config, has_listener: bool, handler: &'h mut H, control: &Control) -> Self {
+    pub(crate) fn new(setup: &Setup<'_, H::Message>, handler: &'h mut H) -> Self {
         let start = Instant::now();
         Core {
-            io: Io::new(cfg, has_listener, start),
+            io: Io::new(setup.cfg, setup.listener.is_some(), start),
             handler,
-            control: control.clone(),
+            control: setup.control.clone(),
+            inbox: setup.inbox.clone(),
             start,
             counts_before: sys::counts(),
         }
     }
 
+    /// The loop's waker is set up: stops and messages wake it from now on.
+    pub(crate) fn wake_with(&self, waker: &Waker) {
+        self.control.register(waker.clone());
+        if let Some(inbox) = &self.inbox {
+            inbox.set_waker(waker.clone());
+        }
+    }
+
     pub(crate) fn start<D: Driver>(&mut self, d: &mut D) {
         self.handler.on_start(&mut self.io);
+        self.settle(d);
+        // Messages sent before the waker was set up woke nobody.
+        self.deliver_messages();
         self.settle(d);
     }
 
@@ -75,6 +93,7 @@ impl<'h, H: Handler> Core<'h, H> {
             && io.timers.is_empty()
             && io.drained.is_empty()
             && io.drained_later.is_empty()
+            && self.inbox.as_ref().is_none_or(|inbox| inbox.is_empty())
     }
 
     /// How long the next wait may block; zero when work is pending here
@@ -109,10 +128,20 @@ impl<'h, H: Handler> Core<'h, H> {
         self.io.now = Instant::now();
     }
 
-    /// The loop's waker fired: a stop, perhaps.
+    /// The loop's waker fired: a stop or messages (the caller settles).
     pub(crate) fn woken(&mut self) {
         if self.control.is_stopped() {
             self.io.stop_requested = true;
+        }
+        self.deliver_messages();
+    }
+
+    /// Hands every queued message to the handler, oldest first.
+    fn deliver_messages(&mut self) {
+        let Some(inbox) = &self.inbox else { return };
+        for msg in inbox.take_all() {
+            self.io.stats.messages += 1;
+            self.handler.on_message(&mut self.io, msg);
         }
     }
 

@@ -20,6 +20,7 @@ use crate::error::Error;
 ///
 /// impl Handler for Echo {
 ///     type Conn = u64; // bytes echoed on this connection
+///     type Message = (); // no messages from other loops
 ///
 ///     fn on_accept(&mut self, _io: &mut Io<u64>, _conn: ConnId) -> u64 {
 ///         0
@@ -35,6 +36,11 @@ use crate::error::Error;
 pub trait Handler {
     /// Per-connection state (use `()` for none).
     type Conn;
+
+    /// What other loops and threads send this loop through a
+    /// [`Sender`](super::Sender) (use `()` when nothing is sent). It
+    /// crosses threads, so it is `Send`.
+    type Message: Send + 'static;
 
     /// The loop is set up and about to wait for the first time: a client
     /// opens its first connections here.
@@ -71,6 +77,12 @@ pub trait Handler {
     fn on_deadline(&mut self, io: &mut Io<Self::Conn>, conn: ConnId, _state: &mut Self::Conn) {
         io.close(conn);
     }
+
+    /// A message sent with a [`Sender`](super::Sender) of this loop's
+    /// (see [`Runtime::senders`](super::Runtime::senders)) arrived.
+    /// Messages from one sender arrive in the order sent; they are
+    /// delivered between I/O events, never during another callback.
+    fn on_message(&mut self, _io: &mut Io<Self::Conn>, _msg: Self::Message) {}
 
     /// A timer set with [`Io::set_timer`] is due; `token` is what was set.
     fn on_timer(&mut self, _io: &mut Io<Self::Conn>, _timer: TimerId, _token: u64) {}

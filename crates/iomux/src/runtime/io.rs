@@ -202,6 +202,7 @@ impl<S> Io<S> {
     ///
     /// impl Handler for Lengths {
     ///     type Conn = ();
+    ///     type Message = ();
     ///     fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
     ///     fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut (), data: &[u8]) -> usize {
     ///         let Some(end) = data.iter().position(|&b| b == b'\n') else { return 0 };
@@ -370,6 +371,7 @@ impl<S> Io<S> {
     ///
     /// impl Handler for IdleEcho {
     ///     type Conn = ();
+    ///     type Message = ();
     ///     fn on_accept(&mut self, io: &mut Io<()>, conn: ConnId) {
     ///         let _ = io.set_deadline(conn, io.now() + Duration::from_secs(30));
     ///     }

@@ -2,6 +2,7 @@
 //! loop with its own listener) or a client (no listener), stopped together.
 
 use super::core::Setup;
+use super::messages::{Inbox, Sender};
 use super::stats::LoopStats;
 use super::{completion, readiness, Config, Control, Handler};
 use crate::error::{Error, Result};
@@ -10,6 +11,7 @@ use crate::sys::{
     self,
     net::{self, Fd},
 };
+use std::any::Any;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{IntoRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -46,6 +48,7 @@ fn reserve_descriptors(config: &Config, threads: usize) {
 /// struct Echo;
 /// impl Handler for Echo {
 ///     type Conn = ();
+///     type Message = ();
 ///     fn on_accept(&mut self, _: &mut Io<()>, _: ConnId) {}
 ///     fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut (), data: &[u8]) -> usize {
 ///         let _ = io.write(conn, data); // false only once the connection is closing
@@ -69,6 +72,16 @@ pub struct Runtime {
     control: Control,
     signals: bool,
     on_ready: Option<Box<dyn FnOnce() + Send>>,
+    /// The loops' inboxes, once [`Runtime::senders`] made them: a
+    /// `Vec<Arc<Inbox<M>>>` of the message type asked for.
+    inboxes: OnceLock<Inboxes>,
+}
+
+/// Inboxes of some message type, and that type's name for the error when
+/// the handler takes another.
+struct Inboxes {
+    loops: Box<dyn Any + Send + Sync>,
+    type_name: &'static str,
 }
 
 /// What a run of loops leaves: each loop's handler and figures, and the
@@ -97,6 +110,7 @@ impl Runtime {
             control: Control::new(),
             signals: false,
             on_ready: None,
+            inboxes: OnceLock::new(),
         })
     }
 
@@ -185,6 +199,65 @@ impl Runtime {
         self
     }
 
+    /// One [`Sender`] per loop, in loop order, for messages of type `M`
+    /// (the handler's [`Handler::Message`]): hand them to the handlers
+    /// through `make_handler`, or keep them to talk to the loops from any
+    /// thread. Every call returns senders to the same loops. Messages sent
+    /// before the loops start are delivered once they do.
+    ///
+    /// Fails when called before with another type; [`Runtime::run`] fails
+    /// when `M` is not the handler's message type.
+    ///
+    /// ```
+    /// use iomux::runtime::{Config, ConnId, Handler, Io, Runtime};
+    ///
+    /// /// Counts the messages it gets; a `0` stops every loop.
+    /// struct Counter(u64);
+    ///
+    /// impl Handler for Counter {
+    ///     type Conn = ();
+    ///     type Message = u64;
+    ///     fn on_accept(&mut self, _: &mut Io<()>, _: ConnId) {}
+    ///     fn on_data(&mut self, _: &mut Io<()>, _: ConnId, _: &mut (), data: &[u8]) -> usize {
+    ///         data.len()
+    ///     }
+    ///     fn on_message(&mut self, io: &mut Io<()>, msg: u64) {
+    ///         self.0 += 1;
+    ///         if msg == 0 {
+    ///             io.stop();
+    ///         }
+    ///     }
+    /// }
+    ///
+    /// let runtime = Runtime::new(Config::default(), 2)?.bind("127.0.0.1:0".parse().unwrap())?;
+    /// let senders = runtime.senders::<u64>()?;
+    /// std::thread::spawn(move || {
+    ///     for n in [3, 2, 1, 0] {
+    ///         senders[1].send(n).expect("loop 1 runs until it gets 0");
+    ///     }
+    ///     senders[0].send(0).expect("loop 0 runs until it gets 0");
+    /// });
+    /// let finished = runtime.run(|_| Counter(0))?;
+    /// assert_eq!(finished.handlers[0].0, 1);
+    /// assert_eq!(finished.handlers[1].0, 4);
+    /// # Ok::<(), iomux::Error>(())
+    /// ```
+    pub fn senders<M: Send + 'static>(&self) -> Result<Vec<Sender<M>>> {
+        let inboxes = self.inboxes.get_or_init(|| Inboxes {
+            loops: Box::new((0..self.threads).map(|_| Inbox::<M>::new()).collect::<Vec<_>>()),
+            type_name: std::any::type_name::<M>(),
+        });
+        let loops = inboxes.loops.downcast_ref::<Vec<Arc<Inbox<M>>>>().ok_or_else(|| Error::InvalidConfig {
+            field: "senders",
+            reason: format!(
+                "senders were made for messages of type {}, not {}",
+                inboxes.type_name,
+                std::any::type_name::<M>()
+            ),
+        })?;
+        Ok(loops.iter().enumerate().map(|(i, inbox)| Sender::new(inbox.clone(), i)).collect())
+    }
+
     /// Runs the loops until they stop: a server until [`Control::stop`]
     /// (or a signal), a client until its handlers have nothing left to do.
     /// `make_handler(i)` builds loop `i`'s handler on that loop's thread
@@ -217,6 +290,7 @@ impl Runtime {
     ///
     /// impl Handler for Shared {
     ///     type Conn = ();
+    ///     type Message = ();
     ///     fn on_accept(&mut self, io: &mut Io<()>, conn: ConnId) {
     ///         let _ = io.write(conn, &self.0);
     ///     }
@@ -247,7 +321,23 @@ impl Runtime {
         F: Fn(usize) -> H + Sync,
         T: Send,
     {
-        let Runtime { config, threads, listeners, control, signals, on_ready, .. } = self;
+        let Runtime { config, threads, listeners, control, signals, on_ready, inboxes, .. } = self;
+        let mut inboxes = match inboxes.into_inner() {
+            None => vec![None; threads],
+            Some(Inboxes { loops, type_name }) => match loops.downcast::<Vec<Arc<Inbox<H::Message>>>>() {
+                Ok(loops) => loops.into_iter().map(Some).collect(),
+                Err(_) => {
+                    return Err(Error::InvalidConfig {
+                        field: "senders",
+                        reason: format!(
+                            "senders were made for messages of type {type_name}, but the handler's Message is {}",
+                            std::any::type_name::<H::Message>()
+                        ),
+                    })
+                }
+            },
+        }
+        .into_iter();
         reserve_descriptors(&config, threads);
         let signal_thread = if signals { Some(SignalThread::start(&control)?) } else { None };
         let ready = Ready { remaining: AtomicUsize::new(threads), callback: Mutex::new(on_ready) };
@@ -256,13 +346,16 @@ impl Runtime {
             let mut handles = Vec::with_capacity(threads);
             for i in 0..threads {
                 let listener = listeners.next();
+                let inbox = inboxes.next().flatten();
                 let (make_handler, config, control, ready) = (&make_handler, &config, &control, &ready);
                 let spawned =
                     std::thread::Builder::new().name(format!("iomux-loop-{i}")).spawn_scoped(scope, move || {
                         // A panic here (handler, on_ready) stops the other loops too.
                         let _stop_on_panic = StopOnPanic(control);
+                        // However the loop ends, later sends fail instead of queueing for nobody.
+                        let _close_inbox = inbox.clone().map(CloseOnDrop);
                         let mut handler = make_handler(i);
-                        let setup = Setup { cfg: config, listener, control, ready: &|| ready.one_ready() };
+                        let setup = Setup { cfg: config, listener, control, inbox, ready: &|| ready.one_ready() };
                         let result = match config.backend {
                             Backend::Uring | Backend::UringSqpoll => completion::run(setup, &mut handler),
                             _ => readiness::run(setup, &mut handler),
@@ -303,6 +396,15 @@ impl Drop for StopOnPanic<'_> {
         if std::thread::panicking() {
             self.0.stop();
         }
+    }
+}
+
+/// Closes a loop's inbox when the loop's thread leaves its work.
+struct CloseOnDrop<M>(Arc<Inbox<M>>);
+
+impl<M> Drop for CloseOnDrop<M> {
+    fn drop(&mut self) {
+        self.0.close();
     }
 }
 

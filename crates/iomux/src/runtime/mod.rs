@@ -35,6 +35,7 @@ mod core;
 mod handler;
 mod io;
 mod launch;
+mod messages;
 mod readiness;
 mod slab;
 mod stats;
@@ -45,6 +46,7 @@ pub use config::{Config, ConfigBuilder};
 pub use handler::Handler;
 pub use io::Io;
 pub use launch::{Finished, Runtime};
+pub use messages::Sender;
 pub use stats::{LoopStats, UringFeature};
 pub use timers::TimerId;
 

@@ -58,11 +58,11 @@ struct Readiness {
     ready: VecDeque<ConnId>,
 }
 
-pub fn run<H: Handler>(setup: Setup<'_>, handler: &mut H) -> Result<LoopStats> {
-    let Setup { cfg, listener, control, ready } = setup;
-    let mut core = Core::new(cfg, listener.is_some(), handler, control);
+pub fn run<H: Handler>(setup: Setup<'_, H::Message>, handler: &mut H) -> Result<LoopStats> {
+    let mut core = Core::new(&setup, handler);
+    let Setup { cfg, listener, ready, .. } = setup;
     let mut poller = cfg.backend.open()?;
-    control.register(poller.waker(WAKER)?);
+    core.wake_with(&poller.waker(WAKER)?);
     if let Some(l) = &listener {
         poller.add(l.raw(), LISTENER, Interest::READABLE, Mode::Level)?;
     }

@@ -28,6 +28,8 @@ pub struct LoopStats {
     /// Accepted connections the backend could not watch (select beyond
     /// FD_SETSIZE), closed at once.
     pub refused: u64,
+    /// Messages handed to [`Handler::on_message`](super::Handler::on_message).
+    pub messages: u64,
     /// Times accepting paused for EMFILE/ENFILE.
     pub accept_backoffs: u64,
     /// The most output bytes queued on one connection at any time.
@@ -83,6 +85,7 @@ impl LoopStats {
         self.turns += o.turns;
         self.accept_backoffs += o.accept_backoffs;
         self.refused += o.refused;
+        self.messages += o.messages;
         self.peak_output = self.peak_output.max(o.peak_output);
         self.peak_conns += o.peak_conns;
         self.syscalls.merge(&o.syscalls);

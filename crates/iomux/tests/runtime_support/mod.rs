@@ -5,6 +5,23 @@
 
 #![allow(dead_code)] // each test crate uses part of it
 
+/// Each test function, once per backend: `partial_consumption::epoll_et`.
+/// Attributes before a name (`#[ignore = "..."]`) go on its six tests.
+#[allow(unused_macros)] // not every test crate runs per backend
+macro_rules! on_every_backend {
+    ($($(#[$attr:meta])* $test:ident),+ $(,)?) => {$(
+        mod $test {
+            use iomux::Backend;
+            $(#[$attr])* #[test] fn select() { super::$test(Backend::Select) }
+            $(#[$attr])* #[test] fn poll() { super::$test(Backend::Poll) }
+            $(#[$attr])* #[test] fn epoll() { super::$test(Backend::Epoll) }
+            $(#[$attr])* #[test] fn epoll_et() { super::$test(Backend::EpollEt) }
+            $(#[$attr])* #[test] fn uring() { super::$test(Backend::Uring) }
+            $(#[$attr])* #[test] fn uring_sqpoll() { super::$test(Backend::UringSqpoll) }
+        }
+    )+};
+}
+
 use iomux::runtime::{CloseReason, Config, Control, Finished, Handler, Runtime};
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
