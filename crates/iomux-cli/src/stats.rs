@@ -47,6 +47,11 @@ pub struct ServerStats {
     pub http_responses: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_timeouts: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resp_replies: Option<u64>,
+    /// Of them, error replies.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resp_errors: Option<u64>,
 }
 
 /// One optional io_uring feature as a loop ran it.
@@ -109,6 +114,8 @@ pub fn stats_json(stats: &LoopStats, backend: Backend, extra: &[(&str, Value)]) 
         zero_copy_copied: uring.then_some(stats.zero_copy_copied),
         http_responses: None,
         http_timeouts: None,
+        resp_replies: None,
+        resp_errors: None,
     };
     let mut v = serde_json::to_value(typed)?;
     for (k, val) in extra {

@@ -3,6 +3,10 @@
 
 use crate::parse::integer;
 use crate::Store;
+use std::borrow::Cow;
+
+/// A command's argument: borrowed from the input, or unquoted (inline).
+pub type Arg<'a> = Cow<'a, [u8]>;
 
 /// What the connection does after a reply.
 #[derive(Debug, PartialEq, Eq)]
@@ -20,7 +24,7 @@ pub fn error(out: &mut Vec<u8>, text: &[u8]) {
 
 fn bulk(out: &mut Vec<u8>, value: &[u8]) {
     out.push(b'$');
-    out.extend_from_slice(value.len().to_string().as_bytes());
+    out.extend_from_slice(itoa::Buffer::new().format(value.len()).as_bytes());
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
@@ -28,13 +32,13 @@ fn bulk(out: &mut Vec<u8>, value: &[u8]) {
 
 fn int(out: &mut Vec<u8>, n: i64) {
     out.push(b':');
-    out.extend_from_slice(n.to_string().as_bytes());
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
     out.extend_from_slice(b"\r\n");
 }
 
 fn array(out: &mut Vec<u8>, len: usize) {
     out.push(b'*');
-    out.extend_from_slice(len.to_string().as_bytes());
+    out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
     out.extend_from_slice(b"\r\n");
 }
 
@@ -76,7 +80,7 @@ const CONFIG: &[(&str, &str)] =
 
 /// The unknown-command error, formatted as redis does: the name and the
 /// first arguments, quoted, up to 128 characters of them.
-fn unknown(out: &mut Vec<u8>, args: &[Vec<u8>]) {
+fn unknown(out: &mut Vec<u8>, args: &[Arg<'_>]) {
     // %s stops at a NUL, as in C.
     let c_str = |a: &[u8]| a.iter().position(|&b| b == 0).map_or(a.len(), |n| n).min(a.len());
     let mut text = b"unknown command '".to_vec();
@@ -103,9 +107,8 @@ fn arity_error(out: &mut Vec<u8>, fullname: &str) {
 }
 
 /// Runs one command, appending its reply.
-pub fn execute(store: &mut Store, now: u64, args: &[Vec<u8>], out: &mut Vec<u8>) -> After {
-    let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
-    let Some(spec) = COMMANDS.iter().find(|s| s.name == name) else {
+pub fn execute(store: &mut Store, now: u64, args: &[Arg<'_>], out: &mut Vec<u8>) -> After {
+    let Some(spec) = COMMANDS.iter().find(|s| s.name.as_bytes().eq_ignore_ascii_case(&args[0])) else {
         unknown(out, args);
         return After::Continue;
     };
@@ -176,7 +179,7 @@ fn unknown_subcommand(out: &mut Vec<u8>, sub: &[u8], container: &str) {
     error(out, &text);
 }
 
-fn config(args: &[Vec<u8>], out: &mut Vec<u8>) {
+fn config(args: &[Arg<'_>], out: &mut Vec<u8>) {
     if !args[1].eq_ignore_ascii_case(b"get") {
         return unknown_subcommand(out, &args[1], "CONFIG");
     }
@@ -223,7 +226,7 @@ fn millis(arg: &[u8], seconds: bool, command: &str) -> Result<i64, Vec<u8>> {
     Ok(if seconds { n * 1000 } else { n })
 }
 
-fn set(store: &mut Store, now: u64, args: &[Vec<u8>], out: &mut Vec<u8>) {
+fn set(store: &mut Store, now: u64, args: &[Arg<'_>], out: &mut Vec<u8>) {
     #[derive(PartialEq)]
     enum Expiry {
         Relative,
@@ -242,7 +245,7 @@ fn set(store: &mut Store, now: u64, args: &[Vec<u8>], out: &mut Vec<u8>) {
             b"keepttl" if expiry.is_none() => keep_ttl = true,
             b"ex" | b"px" | b"exat" | b"pxat" if !keep_ttl && expiry.is_none() && next.is_some() => {
                 let kind = if opt.ends_with(b"at") { Expiry::Absolute } else { Expiry::Relative };
-                expiry = Some((kind, opt[0] == b'e', next.map_or(&[][..], |n| n.as_slice())));
+                expiry = Some((kind, opt[0] == b'e', next.map_or(&[][..], |n| &n[..])));
                 j += 1;
             }
             _ => return error(out, SYNTAX),
@@ -276,7 +279,7 @@ fn set(store: &mut Store, now: u64, args: &[Vec<u8>], out: &mut Vec<u8>) {
         return;
     }
     let keep = if keep_ttl { store.expires_at(&args[1], now).flatten() } else { None };
-    store.set(&args[1], args[2].clone(), expires_at.or(keep));
+    store.set(&args[1], args[2].to_vec(), expires_at.or(keep));
     if expires_at.is_some_and(|at| at <= now) {
         store.remove(&args[1], now); // already expired (EXAT/PXAT in the past)
     }
@@ -285,7 +288,7 @@ fn set(store: &mut Store, now: u64, args: &[Vec<u8>], out: &mut Vec<u8>) {
     }
 }
 
-fn expire(store: &mut Store, now: u64, args: &[Vec<u8>], out: &mut Vec<u8>) {
+fn expire(store: &mut Store, now: u64, args: &[Arg<'_>], out: &mut Vec<u8>) {
     let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
     for opt in &args[3..] {
         match opt.to_ascii_lowercase().as_slice() {

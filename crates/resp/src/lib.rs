@@ -50,6 +50,8 @@ pub struct Fed {
     pub consumed: usize,
     /// Replies appended to `out`.
     pub replies: u32,
+    /// Of them, error replies (`-ERR ...`, `-WRONGTYPE ...`).
+    pub errors: u32,
     /// Close once `out` is sent (QUIT, or a protocol error); nothing more
     /// is read.
     pub close: bool,
@@ -59,13 +61,14 @@ pub struct Fed {
 #[derive(Default)]
 pub struct Resp {
     limits: Limits,
-    args: Vec<Vec<u8>>,
+    /// The current request's arguments, as ranges of the input (reused).
+    ranges: Vec<(usize, usize)>,
 }
 
 impl Resp {
     /// A protocol with these limits.
     pub fn new(limits: Limits) -> Resp {
-        Resp { limits, args: Vec::new() }
+        Resp { limits, ranges: Vec::new() }
     }
 
     /// Answers the complete requests at the start of `input` against
@@ -75,27 +78,34 @@ impl Resp {
     /// than `out_budget` bytes (so a pipeline of large replies is answered
     /// a part at a time as the output drains).
     pub fn feed(&mut self, store: &mut Store, now_ms: u64, input: &[u8], out: &mut Vec<u8>, out_budget: usize) -> Fed {
-        let mut fed = Fed { consumed: 0, replies: 0, close: false };
+        let mut fed = Fed { consumed: 0, replies: 0, errors: 0, close: false };
         store.purge(now_ms);
+        // The arguments borrow the input (an inline one with quotes is
+        // unquoted into its own bytes): no copy per argument.
+        let mut args: Vec<std::borrow::Cow<'_, [u8]>> = Vec::new();
         while fed.consumed < input.len() && out.len() <= out_budget {
             let rest = &input[fed.consumed..];
-            match parse::request(rest, &self.limits) {
+            match parse::request(rest, &self.limits, &mut self.ranges) {
                 parse::Parsed::Incomplete => break,
                 parse::Parsed::Nothing { consumed } => fed.consumed += consumed,
                 parse::Parsed::Error(text) => {
                     commands::error(out, &text);
                     fed.replies += 1;
+                    fed.errors += 1;
                     fed.close = true;
                     fed.consumed = input.len();
                     break;
                 }
-                parse::Parsed::Command { args, consumed } => {
+                parse::Parsed::Command { consumed } => {
                     let inline = rest[0] != b'*';
-                    self.args.clear();
-                    self.args.extend(args.iter().map(|&(a, b)| parse::unquote(&rest[a..b], inline).into_owned()));
+                    args.clear();
+                    args.extend(self.ranges.iter().map(|&(a, b)| parse::unquote(&rest[a..b], inline)));
                     fed.consumed += consumed;
                     fed.replies += 1;
-                    if commands::execute(store, now_ms, &self.args, out) == commands::After::Close {
+                    let reply_at = out.len();
+                    let after = commands::execute(store, now_ms, &args, out);
+                    fed.errors += u32::from(out.get(reply_at) == Some(&b'-'));
+                    if after == commands::After::Close {
                         fed.close = true;
                         break;
                     }

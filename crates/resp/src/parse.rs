@@ -8,8 +8,9 @@ use crate::Limits;
 /// One request at the start of the input.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Parsed {
-    /// A command's arguments (ranges into the input), and the bytes it took.
-    Command { args: Vec<(usize, usize)>, consumed: usize },
+    /// A command, its arguments left in the caller's list (ranges into
+    /// the input), and the bytes it took.
+    Command { consumed: usize },
     /// Bytes that carry no command (an empty inline line, `*0` or `*-1`).
     Nothing { consumed: usize },
     /// The request is not complete yet.
@@ -23,12 +24,15 @@ pub enum Parsed {
 /// a multibulk one, without their end (PROTO_INLINE_MAX_SIZE).
 pub const INLINE_MAX: usize = 64 * 1024;
 
-/// Parses the request at the start of `input`.
-pub fn request(input: &[u8], limits: &Limits) -> Parsed {
+/// Parses the request at the start of `input`; a command's arguments go
+/// to `args` (cleared first: one list reused for every request, so
+/// parsing allocates nothing once it has grown).
+pub fn request(input: &[u8], limits: &Limits, args: &mut Vec<(usize, usize)>) -> Parsed {
+    args.clear();
     match input.first() {
         None => Parsed::Incomplete,
-        Some(b'*') => multibulk(input, limits),
-        Some(_) => inline(input),
+        Some(b'*') => multibulk(input, limits, args),
+        Some(_) => inline(input, args),
     }
 }
 
@@ -44,18 +48,29 @@ fn line(input: &[u8], from: usize) -> Option<(&[u8], usize)> {
 
 /// Redis's string2ll: an optional '-', no leading zeros, no '+', no spaces.
 pub fn integer(text: &[u8]) -> Option<i64> {
-    let s = std::str::from_utf8(text).ok()?;
-    let digits = s.strip_prefix('-').unwrap_or(s);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || text.len() > 20 {
+    let (negative, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    if digits.is_empty() || text.len() > 20 || (digits.len() > 1 && digits[0] == b'0') || (negative && digits == b"0") {
         return None;
     }
-    if digits.len() > 1 && digits.starts_with('0') || s == "-0" {
-        return None;
+    // Accumulated negative, so i64::MIN parses too; overflow fails.
+    let mut n: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_sub(i64::from(d - b'0'))?;
     }
-    s.parse().ok()
+    if negative {
+        Some(n)
+    } else {
+        n.checked_neg()
+    }
 }
 
-fn multibulk(input: &[u8], limits: &Limits) -> Parsed {
+fn multibulk(input: &[u8], limits: &Limits, args: &mut Vec<(usize, usize)>) -> Parsed {
     let Some((count_line, mut pos)) = line(input, 1) else {
         return if input.len() > INLINE_MAX {
             Parsed::Error(b"Protocol error: too big mbulk count string".to_vec())
@@ -70,7 +85,7 @@ fn multibulk(input: &[u8], limits: &Limits) -> Parsed {
     if count <= 0 {
         return Parsed::Nothing { consumed: pos };
     }
-    let mut args = Vec::with_capacity((count as usize).min(1024));
+    args.reserve((count as usize).min(1024));
     for _ in 0..count {
         if pos >= input.len() {
             return Parsed::Incomplete;
@@ -96,7 +111,7 @@ fn multibulk(input: &[u8], limits: &Limits) -> Parsed {
         // Redis does not check the two bytes after a bulk: it skips them.
         pos = body + len + 2;
     }
-    Parsed::Command { args, consumed: pos }
+    Parsed::Command { consumed: pos }
 }
 
 /// Redis's "expected '$', got '%c'": the byte itself, whatever it is.
@@ -106,7 +121,7 @@ fn expected_dollar(got: u8) -> Parsed {
     Parsed::Error(text)
 }
 
-fn inline(input: &[u8]) -> Parsed {
+fn inline(input: &[u8], args: &mut Vec<(usize, usize)>) -> Parsed {
     let Some(newline) = input.iter().position(|&b| b == b'\n') else {
         return if input.len() > INLINE_MAX {
             Parsed::Error(b"Protocol error: too big inline request".to_vec())
@@ -118,9 +133,9 @@ fn inline(input: &[u8]) -> Parsed {
     if text.last() == Some(&b'\r') {
         text = &text[..text.len() - 1];
     }
-    match split_args(text) {
-        Some(args) if args.is_empty() => Parsed::Nothing { consumed: newline + 1 },
-        Some(args) => Parsed::Command { args, consumed: newline + 1 },
+    match split_args(text, args) {
+        Some(()) if args.is_empty() => Parsed::Nothing { consumed: newline + 1 },
+        Some(()) => Parsed::Command { consumed: newline + 1 },
         None => Parsed::Error(b"Protocol error: unbalanced quotes in request".to_vec()),
     }
 }
@@ -130,15 +145,14 @@ fn inline(input: &[u8]) -> Parsed {
 /// 'single quotes' (only \' escaped). Quoted arguments come back as ranges
 /// of their raw text; `unquote` gives their bytes. None: unbalanced quotes,
 /// or a closing quote not followed by a space.
-pub fn split_args(text: &[u8]) -> Option<Vec<(usize, usize)>> {
-    let mut args = Vec::new();
+pub fn split_args(text: &[u8], args: &mut Vec<(usize, usize)>) -> Option<()> {
     let mut i = 0;
     loop {
         while i < text.len() && text[i].is_ascii_whitespace() {
             i += 1;
         }
         if i >= text.len() {
-            return Some(args);
+            return Some(());
         }
         let start = i;
         match text[i] {

@@ -30,8 +30,15 @@ impl Store {
     }
 
     fn live(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
-        if self.keys.get(key).is_some_and(|e| e.expires_at.is_some_and(|at| at <= now_ms)) {
+        // No expiry pending (the heap keeps one per expiry set until it
+        // comes due): one lookup.
+        if self.expiries.is_empty() {
+            return self.keys.get_mut(key);
+        }
+        let expired = self.keys.get(key)?.expires_at.is_some_and(|at| at <= now_ms);
+        if expired {
             self.keys.remove(key);
+            return None;
         }
         self.keys.get_mut(key)
     }
@@ -52,7 +59,13 @@ impl Store {
         if let Some(at) = expires_at {
             self.expiries.push(Reverse((at, key.to_vec())));
         }
-        self.keys.insert(key.to_vec(), Entry { value, expires_at });
+        // An existing key keeps its allocation.
+        match self.keys.get_mut(key) {
+            Some(entry) => *entry = Entry { value, expires_at },
+            None => {
+                self.keys.insert(key.to_vec(), Entry { value, expires_at });
+            }
+        }
     }
 
     /// Removes the keys whose expiry has passed at `now_ms`.

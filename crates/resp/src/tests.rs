@@ -107,3 +107,26 @@ fn the_output_budget_stops_a_pipeline() {
     let fed = Resp::default().feed(&mut store, 0, input, &mut out, 500);
     assert_eq!((fed.replies, fed.consumed), (1, 9), "one reply passes the budget, then it stops");
 }
+
+/// Integers as redis's string2ll reads them.
+#[test]
+fn integers_as_string2ll() {
+    use crate::parse::integer;
+    let cases: [(&[u8], Option<i64>); 12] = [
+        (b"0", Some(0)),
+        (b"42", Some(42)),
+        (b"-7", Some(-7)),
+        (b"9223372036854775807", Some(i64::MAX)),
+        (b"-9223372036854775808", Some(i64::MIN)),
+        (b"9223372036854775808", None),
+        (b"-0", None),
+        (b"01", None),
+        (b"+1", None),
+        (b" 1", None),
+        (b"-", None),
+        (b"", None),
+    ];
+    for (text, want) in cases {
+        assert_eq!(integer(text), want, "{:?}", String::from_utf8_lossy(text));
+    }
+}

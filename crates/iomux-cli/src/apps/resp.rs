@@ -4,8 +4,10 @@
 //! One keyspace for every loop, behind a lock: a command holds it only
 //! while it runs (microseconds), so the loops rarely meet there, and a
 //! SET on one connection is seen by a GET on any other, as in redis.
-//! (The other way, a store per loop with commands routed to the owner,
-//! needs messages between loops, which the library does not have yet.)
+//! The other way, a store per loop with each command routed to its
+//! owner by a message, costs a round trip of messages (5.7-5.9 us and 4
+//! syscalls measured by `cargo run --release -p iomux --example
+//! state_sharing`) against 12-14 ns for the lock: more than a command.
 
 use iomux::runtime::{ConnId, Handler, Io};
 use iomux_resp::{Limits, Resp, Store};
@@ -35,11 +37,13 @@ pub struct RespServer {
     keys: Arc<Keyspace>,
     /// Replies sent (errors included).
     pub replies: u64,
+    /// Error replies sent.
+    pub errors: u64,
 }
 
 impl RespServer {
     pub fn new(keys: Arc<Keyspace>, limits: Limits) -> RespServer {
-        RespServer { resp: Resp::new(limits), keys, replies: 0 }
+        RespServer { resp: Resp::new(limits), keys, replies: 0, errors: 0 }
     }
 }
 
@@ -60,6 +64,7 @@ impl Handler for RespServer {
         };
         drop(store);
         self.replies += u64::from(fed.replies);
+        self.errors += u64::from(fed.errors);
         if fed.close {
             io.close(conn);
             return data.len();

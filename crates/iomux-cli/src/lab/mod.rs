@@ -15,6 +15,7 @@ mod noise;
 mod output;
 mod placement;
 mod plot;
+pub mod quota;
 mod raw;
 pub mod registry;
 pub mod render;

@@ -95,6 +95,11 @@ registry! {
     /// measured by wrk and h2load (with and without pipelining):
     /// requests/s, server CPU per request, latency, errors.
     Http => super::experiments::http::Http,
+    /// E7: `iomux serve --proto resp` on each backend beside
+    /// redis-server, measured by redis-benchmark (SET, GET, INCR, with and
+    /// without pipelining), open and in the same CPU quota: requests/s,
+    /// server CPU per request, latency, errors.
+    Resp => super::experiments::resp::Resp,
 }
 
 /// The view of the experiment named `name` from its JSON text.

@@ -21,8 +21,8 @@ pub struct Kit {
 }
 
 pub const HTTP: Kit = Kit {
-    tools: &["wrk", "h2load", "nginx"],
-    for_what: "E6 (bench http)",
+    tools: &["wrk", "h2load", "nginx", "redis-server", "redis-benchmark"],
+    for_what: "E6 (bench http) and E7 (bench resp)",
     script: "scripts/install-http-tools",
     text: include_str!("../../../../scripts/install-http-tools"),
 };
@@ -88,6 +88,8 @@ fn present(tool: &str) -> bool {
         "wrk" => Tool::Wrk.find().is_ok(),
         "h2load" => Tool::H2load.find().is_ok(),
         "nginx" => Tool::Nginx.find().is_ok(),
+        "redis-server" => Tool::RedisServer.find().is_ok(),
+        "redis-benchmark" => Tool::RedisBenchmark.find().is_ok(),
         "chromium" => super::browser::chromium_path().is_file(),
         other => unreachable!("no kit brings {other}"),
     }

@@ -352,7 +352,9 @@ fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCod
             crate::apps::resp::RespServer::new(keys.clone(), iomux_resp::Limits::default())
         })?;
         let replies: u64 = finished.handlers.iter().map(|h| h.replies).sum();
+        let errors: u64 = finished.handlers.iter().map(|h| h.errors).sum();
         extra.push(("resp_replies", serde_json::json!(replies)));
+        extra.push(("resp_errors", serde_json::json!(errors)));
         finished.stats
     } else {
         runtime

@@ -8,7 +8,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// The install command every "missing" message gives.
-pub const INSTALL: &str = "scripts/install-http-tools (Debian's wrk, nghttp2-client and nginx)";
+pub const INSTALL: &str =
+    "scripts/install-http-tools (Debian's wrk, nghttp2-client, nginx, redis-server and redis-tools)";
 
 /// A program E6 drives: found on PATH (or in /usr/sbin, where Debian
 /// puts nginx), or at the path in its environment variable.
@@ -17,6 +18,8 @@ pub enum Tool {
     Wrk,
     H2load,
     Nginx,
+    RedisServer,
+    RedisBenchmark,
 }
 
 impl Tool {
@@ -25,6 +28,8 @@ impl Tool {
             Tool::Wrk => "wrk",
             Tool::H2load => "h2load",
             Tool::Nginx => "nginx",
+            Tool::RedisServer => "redis-server",
+            Tool::RedisBenchmark => "redis-benchmark",
         }
     }
 
@@ -33,6 +38,8 @@ impl Tool {
             Tool::Wrk => "IOMUX_WRK",
             Tool::H2load => "IOMUX_H2LOAD",
             Tool::Nginx => "IOMUX_NGINX",
+            Tool::RedisServer => "IOMUX_REDIS_SERVER",
+            Tool::RedisBenchmark => "IOMUX_REDIS_BENCHMARK",
         }
     }
 

@@ -10,6 +10,8 @@ pub mod idle;
 mod nginx;
 mod peer_cell;
 pub mod peers;
+mod redis;
+pub mod resp;
 pub mod sink;
 pub mod syscall_rate;
 #[cfg(test)]

@@ -1,0 +1,639 @@
+//! E7 `resp`: `iomux serve --proto resp` on each backend beside
+//! redis-server (no persistence, one I/O thread), each pinned to one CPU,
+//! measured by redis-benchmark on the other: SET, GET and INCR, 50
+//! connections, without and with pipelining; open (each server on a CPU
+//! of its own) and server-bound (every server in the same 50% CPU quota,
+//! so the one client thread has headroom and requests/s measure the
+//! server). Requests/s, server CPU per request, syscalls per request
+//! (iomux), latency and errors.
+
+use super::redis::{self, RedisServer};
+use crate::lab::child::ServerChild;
+use crate::lab::harness::envelope::Envelope;
+use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+use crate::lab::harness::stats::Needed;
+use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::harness::{by_name, by_names};
+use crate::lab::quota::{self, CpuQuota, Scenario, BOUND_SHARE};
+use crate::lab::render::markdown::cell as shown;
+use crate::lab::{plot, Settings};
+use crate::CliResult;
+use iomux::Backend;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// redis-benchmark's default and the issue's.
+const CONNS: u32 = 50;
+/// Requests per run at depth 1; a run at depth D sends D times as many,
+/// so that each lasts about as long (several of the quota's 100 ms
+/// periods: a shorter run could fit in the quota's first period).
+const QUICK_REQUESTS: u64 = 30_000;
+const FULL_REQUESTS: u64 = 100_000;
+const QUICK_REPS: usize = 1;
+const FULL_REPS: usize = 5;
+const BUDGET_S: f64 = 30.0;
+const DEFAULT_DEPTHS: [u32; 2] = [1, 16];
+/// A side using at least this share of its CPU sets the pace.
+const SATURATED: f64 = 0.95;
+/// iomux's goals against redis-server, server-bound: requests/s at depth
+/// 1, and pipelined.
+const GOAL_UNPIPELINED: f64 = 1.2;
+const GOAL_PIPELINED: f64 = 1.5;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Test {
+    Set,
+    Get,
+    Incr,
+}
+
+impl Test {
+    const ALL: [Test; 3] = [Test::Set, Test::Get, Test::Incr];
+    fn name(self) -> &'static str {
+        match self {
+            Test::Set => "set",
+            Test::Get => "get",
+            Test::Incr => "incr",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Server {
+    Iomux(Backend),
+    Redis,
+}
+
+impl std::fmt::Display for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Server::Iomux(b) => write!(f, "iomux-{b}"),
+            Server::Redis => f.write_str("redis"),
+        }
+    }
+}
+
+impl std::str::FromStr for Server {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Server, String> {
+        match s {
+            "redis" => Ok(Server::Redis),
+            _ => s
+                .strip_prefix("iomux-")
+                .ok_or_else(|| format!("unknown server '{s}'"))
+                .and_then(crate::parse_backend)
+                .map(Server::Iomux),
+        }
+    }
+}
+
+#[derive(clap::Args, Debug, Default)]
+pub struct Args {
+    /// iomux backends, comma-separated [default: epoll, uring; --full: all six]
+    #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
+    pub backends: Option<Vec<Backend>>,
+    /// redis-benchmark tests, comma-separated [default: get,set; --full: set,get,incr]
+    #[arg(long, value_delimiter = ',')]
+    pub tests: Option<Vec<Test>>,
+    /// Pipelining depths (redis-benchmark -P), comma-separated [default: 1,16]
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub depths: Option<Vec<u32>>,
+    /// Scenarios, comma-separated: open (each server on a CPU of its own)
+    /// and bound (every server in the same 50% CPU quota; needs root and
+    /// a cgroup CPU controller) [default: bound, the claims'; --full:
+    /// open,bound]
+    #[arg(long, value_delimiter = ',')]
+    pub scenarios: Option<Vec<Scenario>>,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1000..=100_000_000),
+          help = format!("Requests per run at -P 1 (at -P D, D times as many) \
+                          [default: {QUICK_REQUESTS}; --full: {FULL_REQUESTS}]"))]
+    pub requests: Option<u64>,
+    #[arg(long, help = format!("Rounds before any is added for undecided claims; servers in another order each \
+                                 round [default: {QUICK_REPS}; --full: {FULL_REPS}]"))]
+    pub reps: Option<usize>,
+    #[arg(long, value_parser = crate::lab::harness::parse_budget, help = crate::lab::harness::budget_help(BUDGET_S, ""))]
+    pub budget: Option<f64>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Params {
+    #[serde(with = "by_names")]
+    servers: Vec<Server>,
+    tests: Vec<Test>,
+    depths: Vec<u32>,
+    scenarios: Vec<Scenario>,
+    /// redis-server and redis-benchmark, when found.
+    programs: Option<(PathBuf, PathBuf)>,
+    /// Why some cells are not run (a program missing, no quota).
+    missing: Vec<String>,
+    conns: u32,
+    requests: u64,
+    first_rounds: usize,
+    budget_s: f64,
+    pinned: Option<(usize, usize)>,
+    bound_share: f64,
+    saturated_at: f64,
+}
+
+impl Params {
+    fn requests_at(&self, depth: u32) -> u64 {
+        self.requests * u64::from(depth)
+    }
+}
+
+/// One cell: a server, a test, a pipelining depth, a scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Arm {
+    #[serde(with = "by_name")]
+    server: Server,
+    test: Test,
+    depth: u32,
+    scenario: Scenario,
+}
+
+impl std::fmt::Display for Arm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} -P {} {}", self.server, self.test.name(), self.depth, self.scenario)
+    }
+}
+
+/// One run of one cell.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Run {
+    pub report: redis::Report,
+    pub requests: u64,
+    /// User + system time of the server over the client's run, per request.
+    pub server_cpu_us_per_request: f64,
+    /// Shares of one CPU over the client's run.
+    pub server_util: f64,
+    pub client_util: f64,
+    /// iomux only: its syscalls over its life per reply it sent.
+    pub syscalls_per_request: Option<f64>,
+    /// Error replies the server sent (redis: INFO's total_error_replies).
+    pub errors: u64,
+    /// Server-bound: periods in which the quota held the server back.
+    pub throttled_periods: Option<u64>,
+}
+
+fn run_cell(p: &Params, arm: &Arm) -> Result<Run, String> {
+    let Some((redis_server, benchmark)) = &p.programs else { return Err(p.missing.join("; ")) };
+    let (server_cpu, client_cpu) = crate::lab::cell::cpus();
+    let requests = p.requests_at(arm.depth);
+    let quota = match arm.scenario {
+        Scenario::Open => None,
+        Scenario::Bound => Some(CpuQuota::new(BOUND_SHARE)?),
+    };
+    let measure = |addr: std::net::SocketAddr, pid: u32| -> Result<(redis::Report, Duration, Duration), String> {
+        if arm.test == Test::Get {
+            redis::ask(addr, &["SET", redis::GET_KEY[0], redis::GET_KEY[1]]).map_err(|e| format!("{arm}: {e}"))?;
+        }
+        if let Some(q) = &quota {
+            q.add(pid)?;
+        }
+        let args = redis::args(addr, arm.test.name(), p.conns, arm.depth, requests);
+        let before = crate::os::process_cpu(pid).map_err(|e| format!("the server's CPU time: {e}"))?;
+        // Bounded: even at 1,000 requests/s the run ends well within it.
+        let limit = Duration::from_secs(requests / 1000 + 30);
+        let (report, used) = redis::run(benchmark, &args, client_cpu, limit).map_err(|e| e.to_string())?;
+        let after = crate::os::process_cpu(pid).map_err(|e| format!("the server's CPU time: {e}"))?;
+        Ok((report, after.saturating_sub(before), used))
+    };
+    let (report, server_used, client_used, syscalls, errors) = match arm.server {
+        Server::Iomux(backend) => {
+            let child =
+                ServerChild::start_with(backend, "resp", server_cpu, None, 1, &[]).map_err(|e| e.to_string())?;
+            let measured = measure(child.addr, child.pid);
+            let stats = child.stop().map_err(|e| e.to_string())?.typed;
+            let (report, s, c) = measured?;
+            let replies = stats.resp_replies.map_or(f64::NAN, |n| n as f64);
+            let syscalls = stats.syscalls_total as f64 / replies;
+            (report, s, c, syscalls.is_finite().then_some(syscalls), stats.resp_errors.unwrap_or(0))
+        }
+        Server::Redis => {
+            let server = RedisServer::start(redis_server, server_cpu).map_err(|e| e.to_string())?;
+            let measured = measure(server.addr, server.pid());
+            let errors = redis::error_replies(server.addr);
+            server.stop().map_err(|e| e.to_string())?;
+            let (report, s, c) = measured?;
+            (report, s, c, None, errors?)
+        }
+    };
+    let seconds = requests as f64 / report.requests_per_sec;
+    Ok(Run {
+        server_cpu_us_per_request: server_used.as_secs_f64() * 1e6 / requests as f64,
+        server_util: server_used.as_secs_f64() / seconds,
+        client_util: client_used.as_secs_f64() / seconds,
+        syscalls_per_request: syscalls,
+        errors,
+        throttled_periods: quota.as_ref().and_then(CpuQuota::throttled_periods),
+        requests,
+        report,
+    })
+}
+
+fn every_cell(p: &Params, pick: impl Fn(&Arm) -> bool) -> Vec<Arm> {
+    let mut arms = Vec::new();
+    for &scenario in &p.scenarios {
+        for &test in &p.tests {
+            for &depth in &p.depths {
+                for &server in &p.servers {
+                    let arm = Arm { server, test, depth, scenario };
+                    if pick(&arm) {
+                        arms.push(arm);
+                    }
+                }
+            }
+        }
+    }
+    arms
+}
+
+fn runs<'a>(r: &'a RoundView<Arm, Run>, arms: &'a [Arm]) -> Option<Vec<(&'a Arm, &'a Run)>> {
+    arms.iter().map(|a| r.get(a).map(|run| (a, run))).collect()
+}
+
+fn goal(depth: u32) -> f64 {
+    if depth > 1 {
+        GOAL_PIPELINED
+    } else {
+        GOAL_UNPIPELINED
+    }
+}
+
+fn no_repeats<T: PartialEq + std::fmt::Debug>(flag: &str, values: &[T]) -> CliResult<()> {
+    if values.is_empty() {
+        return Err(format!("{flag} needs at least one value").into());
+    }
+    for (i, v) in values.iter().enumerate() {
+        if values[..i].contains(v) {
+            return Err(format!("{flag} names {v:?} twice").into());
+        }
+    }
+    Ok(())
+}
+
+pub struct Resp;
+
+impl Experiment for Resp {
+    experiment_types!(Args, Params, Arm, Run);
+
+    const ENTRY: Entry = Entry {
+        name: "resp",
+        label: "E7",
+        title: "iomux serve --proto resp beside redis-server, by redis-benchmark",
+        smoke: &["--backends", "epoll,uring", "--tests", "get", "--requests", "2000", "--reps", "1", "--budget", "0"],
+        needs: &["redis-server", "redis-benchmark"],
+    };
+    const PUBLISHED: &'static str = "nothing: the documents served no RESP. iomux's goals, server-bound (every \
+                                     server in the same 50% CPU quota): 1.2 times redis-server's requests/s at -P 1 \
+                                     and 1.5 times at -P 16, for GET and for SET.";
+
+    fn plan(args: &Args, settings: &Settings) -> CliResult<Params> {
+        let quick = [Backend::Epoll, Backend::Uring];
+        let backends =
+            args.backends.clone().unwrap_or_else(|| if settings.full { Backend::ALL.to_vec() } else { quick.to_vec() });
+        // Quick settings: what the claims read (GET and SET, server-bound).
+        let tests = args.tests.clone().unwrap_or_else(|| {
+            if settings.full {
+                Test::ALL.to_vec()
+            } else {
+                vec![Test::Get, Test::Set]
+            }
+        });
+        let depths = args.depths.clone().unwrap_or_else(|| DEFAULT_DEPTHS.to_vec());
+        let mut scenarios = args.scenarios.clone().unwrap_or_else(|| {
+            if settings.full {
+                vec![Scenario::Open, Scenario::Bound]
+            } else {
+                vec![Scenario::Bound]
+            }
+        });
+        no_repeats("--backends", &backends)?;
+        no_repeats("--tests", &tests)?;
+        no_repeats("--depths", &depths)?;
+        no_repeats("--scenarios", &scenarios)?;
+        let first_rounds = args.reps.unwrap_or(if settings.full { FULL_REPS } else { QUICK_REPS });
+        if first_rounds == 0 {
+            return Err("--reps must be at least 1".into());
+        }
+        let mut missing = Vec::new();
+        let programs = match redis::programs() {
+            Ok(found) => Some(found),
+            Err(why) => {
+                missing.push(format!("{why}; install it with {}", super::http_clients::INSTALL));
+                None
+            }
+        };
+        if scenarios.contains(&Scenario::Bound) {
+            if let Err(why) = quota::available() {
+                if args.scenarios.is_some() {
+                    return Err(format!("--scenarios bound: {why}").into());
+                }
+                missing.push(format!("the server-bound scenario is not run: {why}"));
+                scenarios.retain(|s| *s != Scenario::Bound);
+            }
+        }
+        let mut servers: Vec<Server> = backends.into_iter().map(Server::Iomux).collect();
+        servers.push(Server::Redis);
+        Ok(Params {
+            servers,
+            tests,
+            depths,
+            scenarios,
+            programs,
+            missing,
+            conns: CONNS,
+            requests: args.requests.unwrap_or(if settings.full { FULL_REQUESTS } else { QUICK_REQUESTS }),
+            first_rounds,
+            budget_s: args.budget.unwrap_or(BUDGET_S),
+            pinned: match crate::lab::cell::cpus() {
+                (Some(s), Some(c)) => Some((s, c)),
+                _ => None,
+            },
+            bound_share: BOUND_SHARE,
+            saturated_at: SATURATED,
+        })
+    }
+
+    fn budget(p: &Params, _: &Settings) -> Duration {
+        Duration::from_secs_f64(p.budget_s)
+    }
+
+    fn claims(p: &Params) -> Vec<Spec<Arm, Run>> {
+        let mut claims = Vec::new();
+        if p.scenarios.contains(&Scenario::Bound) {
+            for test in [Test::Get, Test::Set].into_iter().filter(|t| p.tests.contains(t)) {
+                for &depth in &p.depths {
+                    let arms = every_cell(p, |a| a.scenario == Scenario::Bound && a.test == test && a.depth == depth);
+                    let keep = arms.clone();
+                    claims.push(Spec::iomux(
+                        format!("E7 bound {} -P {depth}: iomux best req/s / redis's", test.name().to_uppercase()),
+                        Needed::AtLeast(goal(depth)),
+                        arms,
+                        move |r| {
+                            let runs = runs(r, &keep)?;
+                            let rate = |redis: bool| {
+                                runs.iter()
+                                    .filter(|(a, _)| (a.server == Server::Redis) == redis)
+                                    .map(|(_, r)| r.report.requests_per_sec)
+                                    .reduce(f64::max)
+                            };
+                            Some(rate(false)? / rate(true)?)
+                        },
+                    ));
+                }
+            }
+        }
+        let all = every_cell(p, |_| true);
+        let keep = all.clone();
+        claims.push(Spec::iomux("E7 error replies", Needed::AtMost(0.0), all, move |r| {
+            Some(runs(r, &keep)?.iter().map(|(_, r)| r.errors as f64).sum())
+        }));
+        claims
+    }
+
+    fn metrics() -> Vec<Metric<Run>> {
+        vec![
+            Metric { name: "requests/s", unit: "1/s", higher_is_better: true, get: |r| r.report.requests_per_sec },
+            Metric {
+                name: "server CPU per request",
+                unit: "us",
+                higher_is_better: false,
+                get: |r| r.server_cpu_us_per_request,
+            },
+        ]
+    }
+
+    fn measure(p: &Params, trial: &mut Trial<Arm, Run>, claims: &[Spec<Arm, Run>], _: &Settings) -> CliResult<()> {
+        for why in &p.missing {
+            eprintln!("resp: {why}");
+        }
+        let mut measure = |a: &Arm| -> Measured<Run> { Ok(run_cell(p, a)) };
+        let arms = every_cell(p, |_| true);
+        for _ in 0..p.first_rounds {
+            trial.round(&arms, &mut measure)?;
+        }
+        trial.until_decided(claims, &mut measure)
+    }
+
+    fn view(env: &Envelope<Params, Arm, Run>) -> CliResult<View> {
+        let p = &env.params;
+        let mut view = View { intro: vec![intro(p)], ..View::default() };
+        for why in &p.missing {
+            view.intro.push(format!("Not run: {why}."));
+        }
+        for &scenario in &p.scenarios {
+            for &test in &p.tests {
+                for &depth in &p.depths {
+                    view.tables.push(table(env, &mut view.notes, Arm { server: Server::Redis, test, depth, scenario }));
+                }
+            }
+        }
+        if !env.takes.is_empty() {
+            view.svg = Some(svg(env)?);
+        }
+        Ok(view)
+    }
+}
+
+/// The table of one test, depth and scenario; `redis` names them.
+fn table(env: &Envelope<Params, Arm, Run>, notes: &mut Vec<String>, redis: Arm) -> TableView {
+    let p = &env.params;
+    let mut footnote = |why: &str| {
+        let mut v = View { notes: std::mem::take(notes), ..View::default() };
+        let mark = v.footnote(why);
+        *notes = v.notes;
+        mark
+    };
+    let reference = env.estimate(&redis, |r| r.report.requests_per_sec);
+    let mut t = TableView {
+        caption: format!("{} -P {}, {}", redis.test.name().to_uppercase(), redis.depth, redis.scenario),
+        header: [
+            "server",
+            "runs",
+            "requests/s",
+            "/ redis",
+            "server CPU us/req",
+            "server CPU",
+            "client CPU",
+            "p50 us",
+            "p99 us",
+            "errors",
+            "syscalls/req",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: Vec::new(),
+    };
+    for &server in &p.servers {
+        let arm = Arm { server, ..redis };
+        let mut name = server.to_string();
+        if let Some(why) = env.note(&arm) {
+            name = format!("{name} {}", footnote(why));
+        }
+        let med = |f: fn(&Run) -> f64| env.estimate(&arm, f).map(|e| e.median);
+        let fixed = |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
+        let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.0}%", v * 100.0));
+        let client_util = med(|r| r.client_util);
+        if client_util.is_some_and(|u| u >= SATURATED) {
+            let why = format!(
+                "{arm}: the client used {:.0}% of its CPU: these requests/s measure the client",
+                client_util.unwrap_or(f64::NAN) * 100.0
+            );
+            name = format!("{name} {}", footnote(&why));
+        }
+        if arm.scenario == Scenario::Bound && env.kept(&arm).any(|r| r.throttled_periods == Some(0)) {
+            name = format!("{name} {}", footnote(&format!("{arm}: the quota never held the server back in some runs")));
+        }
+        let rate = env.estimate(&arm, |r| r.report.requests_per_sec);
+        t.rows.push(vec![
+            name,
+            env.kept(&arm).count().to_string(),
+            shown(rate),
+            fixed(rate.zip(reference).map(|(r, n)| r.median / n.median), 2),
+            shown(env.estimate(&arm, |r| r.server_cpu_us_per_request)),
+            pct(med(|r| r.server_util)),
+            pct(client_util),
+            fixed(med(|r| r.report.p50_us), 0),
+            fixed(med(|r| r.report.p99_us), 0),
+            env.kept(&arm).map(|r| r.errors).sum::<u64>().to_string(),
+            fixed(med(|r| r.syscalls_per_request.unwrap_or(f64::NAN)), 3),
+        ]);
+    }
+    t
+}
+
+fn intro(p: &Params) -> String {
+    let placement = match p.pinned {
+        Some((s, c)) => format!("Every server runs pinned to CPU {s}, redis-benchmark to CPU {c}."),
+        None => "This machine has one CPU, so nothing is pinned.".to_string(),
+    };
+    format!(
+        "{placement} Servers: `iomux serve --proto resp --backend B` (one loop) and redis-server (`--save '' \
+         --appendonly no --io-threads 1`). Client: `redis-benchmark -c {c} -n N -P D -t TEST --csv` with N = {n} \
+         x D (one key, 3-byte values; GET's key is set first). Each run gets a fresh server. \
+         Scenarios: open (the server has its CPU to itself) and bound (the server in a cgroup CPU quota of {share:.0}% \
+         of one CPU, the same for every server, so the client has headroom and the requests/s measure the server). \
+         Server CPU: user + system time of the server process over the client's run, per request; CPU shares are of \
+         one CPU over the run. A side at {sat:.0}% or more of its CPU sets the pace. Syscalls/request (iomux only): \
+         the server's own counters over its life over its replies. Errors: error replies the server counted \
+         (redis: INFO's total_error_replies). {r} rounds first, each in another order of the cells, then more for \
+         undecided claims; cells: median ± half its 95% interval.",
+        c = p.conns,
+        n = p.requests_at(1),
+        share = p.bound_share * 100.0,
+        sat = p.saturated_at * 100.0,
+        r = p.first_rounds,
+    )
+}
+
+fn svg(env: &Envelope<Params, Arm, Run>) -> CliResult<String> {
+    let p = &env.params;
+    let mut groups = Vec::new();
+    for &scenario in &p.scenarios {
+        for &test in &p.tests {
+            for &depth in &p.depths {
+                groups.push((format!("{} -P {depth} {scenario}", test.name().to_uppercase()), test, depth, scenario));
+            }
+        }
+    }
+    let series: Vec<plot::BarSeries> = p
+        .servers
+        .iter()
+        .map(|&server| plot::BarSeries {
+            name: server.to_string(),
+            values: groups
+                .iter()
+                .map(|&(_, test, depth, scenario)| {
+                    let e = env.estimate(&Arm { server, test, depth, scenario }, |r| r.report.requests_per_sec);
+                    e.map_or((f64::NAN, f64::NAN, f64::NAN), |e| (e.median, e.lo, e.hi))
+                })
+                .collect(),
+        })
+        .collect();
+    let names: Vec<String> = groups.into_iter().map(|(n, ..)| n).collect();
+    plot::grouped_bars(
+        "E7: RESP requests/s by redis-benchmark, 50 connections (median, whiskers its 95% interval)",
+        "test, pipelining depth, scenario",
+        "requests/s",
+        &names,
+        &series,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::harness::claim::Claim;
+    use crate::lab::harness::trial::Quiet;
+
+    fn run(rate: f64, errors: u64) -> Run {
+        Run {
+            report: redis::Report { requests_per_sec: rate, ..Default::default() },
+            requests: 1000,
+            server_cpu_us_per_request: 1e6 / rate,
+            server_util: 0.5,
+            client_util: 0.6,
+            syscalls_per_request: None,
+            errors,
+            throttled_periods: Some(10),
+        }
+    }
+
+    fn judged(value: impl Fn(&Arm) -> Measured<Run>) -> Vec<Claim> {
+        let p = Params {
+            servers: vec![Server::Iomux(Backend::Epoll), Server::Iomux(Backend::Uring), Server::Redis],
+            tests: Test::ALL.to_vec(),
+            depths: vec![1, 16],
+            scenarios: vec![Scenario::Open, Scenario::Bound],
+            programs: None,
+            missing: vec![],
+            conns: CONNS,
+            requests: 1000,
+            first_rounds: 6,
+            budget_s: 0.0,
+            pinned: None,
+            bound_share: BOUND_SHARE,
+            saturated_at: SATURATED,
+        };
+        let mut trial = Trial::new(&Quiet, "test", Duration::ZERO);
+        for _ in 0..6 {
+            trial.round(&every_cell(&p, |_| true), &mut |a: &Arm| value(a)).unwrap();
+        }
+        Resp::claims(&p).iter().map(|s| trial.judge(s)).collect()
+    }
+
+    #[test]
+    fn claims_take_the_best_iomux_against_redis_in_the_quota() {
+        let claims = judged(|a| {
+            Ok(Ok(match (a.server, a.depth, a.scenario) {
+                (_, _, Scenario::Open) => run(1.0, 0),
+                (Server::Redis, 1, _) => run(40_000.0, 0),
+                (Server::Redis, _, _) => run(300_000.0, 0),
+                (Server::Iomux(Backend::Uring), 1, _) => run(50_000.0, 0),
+                (Server::Iomux(_), 1, _) => run(44_000.0, 0),
+                (Server::Iomux(_), _, _) => run(480_000.0, u64::from(a.test == Test::Incr)),
+            }))
+        });
+        let median = |q: &str| claims.iter().find(|c| c.quantity == q).and_then(|c| c.estimate).map(|e| e.median);
+        assert_eq!(median("E7 bound GET -P 1: iomux best req/s / redis's"), Some(1.25));
+        assert_eq!(median("E7 bound SET -P 16: iomux best req/s / redis's"), Some(1.6));
+        // INCR has no goal, but its errors count.
+        assert_eq!(claims.len(), 5, "{claims:?}");
+        // INCR -P 16 in the quota: one error reply from each iomux backend.
+        assert_eq!(median("E7 error replies"), Some(2.0));
+    }
+
+    #[test]
+    fn cells_are_named_and_parse_back() {
+        let arm =
+            Arm { server: Server::Iomux(Backend::EpollEt), test: Test::Incr, depth: 16, scenario: Scenario::Bound };
+        assert_eq!(arm.to_string(), "iomux-epoll-et incr -P 16 bound");
+        let json = serde_json::to_string(&arm).unwrap();
+        assert_eq!(serde_json::from_str::<Arm>(&json).unwrap(), arm);
+        assert_eq!("redis".parse::<Server>(), Ok(Server::Redis));
+        assert!("nginx".parse::<Server>().is_err());
+    }
+}

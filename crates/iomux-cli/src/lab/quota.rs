@@ -1,0 +1,152 @@
+//! A CPU quota for the servers of a "server-bound" scenario: a cgroup of
+//! its own (v1 `cpu` controller: `cpu.cfs_quota_us` over
+//! `cpu.cfs_period_us`; v2: `cpu.max`), made by the lab and removed when
+//! dropped. With every server in the same quota, and the client on a CPU
+//! of its own, the client has headroom and requests/s measure the server.
+
+use std::path::{Path, PathBuf};
+
+/// How a server is given CPU in a cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Scenario {
+    /// A CPU of its own: the client sets the pace (when it saturates
+    /// first, the requests/s measure the client).
+    Open,
+    /// Every server in the same CPU quota ([`BOUND_SHARE`] of a CPU), so
+    /// the client has headroom and requests/s measure the server.
+    Bound,
+}
+
+impl std::fmt::Display for Scenario {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Scenario::Open => "open",
+            Scenario::Bound => "bound",
+        })
+    }
+}
+
+/// The server-bound scenario's quota: half of one CPU.
+pub const BOUND_SHARE: f64 = 0.5;
+
+/// The scheduler's period; the quota is a share of it.
+const PERIOD_US: u64 = 100_000;
+
+/// Where this machine's CPU controller is mounted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Version {
+    V1,
+    V2,
+}
+
+/// A cgroup whose processes together get at most `share` of one CPU.
+pub struct CpuQuota {
+    dir: PathBuf,
+    /// Where processes go back to before the cgroup is removed.
+    parent_procs: PathBuf,
+}
+
+/// The CPU controller's root on this machine, or why there is none.
+fn controller() -> Result<(PathBuf, Version), String> {
+    let v1 = Path::new("/sys/fs/cgroup/cpu");
+    if v1.join("cpu.cfs_quota_us").exists() {
+        return Ok((v1.to_path_buf(), Version::V1));
+    }
+    let v2 = Path::new("/sys/fs/cgroup");
+    let controllers = std::fs::read_to_string(v2.join("cgroup.subtree_control")).unwrap_or_default();
+    if controllers.split_whitespace().any(|c| c == "cpu") {
+        return Ok((v2.to_path_buf(), Version::V2));
+    }
+    Err("no cgroup CPU controller (neither v1's /sys/fs/cgroup/cpu nor v2's cpu in cgroup.subtree_control)".into())
+}
+
+/// Whether a quota can be made here, or why not (checked before any run).
+pub fn available() -> Result<(), String> {
+    controller()?;
+    if !rustix::process::geteuid().is_root() {
+        return Err("a CPU quota needs root (it makes a cgroup)".into());
+    }
+    Ok(())
+}
+
+impl CpuQuota {
+    /// A new cgroup limited to `share` of one CPU (0 < share <= number of CPUs).
+    pub fn new(share: f64) -> Result<CpuQuota, String> {
+        let (root, version) = controller()?;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = root.join(format!("iomux-lab-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        std::fs::create_dir(&dir).map_err(|e| format!("creating the cgroup {}: {e}", dir.display()))?;
+        let quota = CpuQuota { dir, parent_procs: root.join("cgroup.procs") };
+        let quota_us = (share * PERIOD_US as f64).round() as u64;
+        match version {
+            Version::V1 => {
+                quota.write("cpu.cfs_period_us", &PERIOD_US.to_string())?;
+                quota.write("cpu.cfs_quota_us", &quota_us.to_string())?;
+            }
+            Version::V2 => quota.write("cpu.max", &format!("{quota_us} {PERIOD_US}"))?,
+        }
+        Ok(quota)
+    }
+
+    fn write(&self, file: &str, value: &str) -> Result<(), String> {
+        let path = self.dir.join(file);
+        std::fs::write(&path, value).map_err(|e| format!("writing {value} to {}: {e}", path.display()))
+    }
+
+    /// Moves process `pid` (all its threads, an SQPOLL thread included)
+    /// into the quota; what it forks later is in it too.
+    pub fn add(&self, pid: u32) -> Result<(), String> {
+        self.write("cgroup.procs", &pid.to_string())
+    }
+
+    /// Periods in which the cgroup used its whole quota and was held back
+    /// (`nr_throttled` of cpu.stat): more than zero shows the quota bound.
+    pub fn throttled_periods(&self) -> Option<u64> {
+        let stat = std::fs::read_to_string(self.dir.join("cpu.stat")).ok()?;
+        stat.lines().find_map(|l| l.strip_prefix("nr_throttled ")?.trim().parse().ok())
+    }
+}
+
+impl Drop for CpuQuota {
+    fn drop(&mut self) {
+        // Processes still inside go back to the root, or the cgroup
+        // could not be removed.
+        let procs = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.split_whitespace() {
+            let _ = std::fs::write(&self.parent_procs, pid);
+        }
+        if let Err(e) = std::fs::remove_dir(&self.dir) {
+            eprintln!("lab: could not remove the cgroup {}: {e}", self.dir.display());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A quota holds a busy process to its share: the cgroup's processes
+    /// are throttled, and the process's CPU over a wall interval is near
+    /// the share. Skipped (and says so) without root or a CPU controller.
+    #[test]
+    fn a_quota_throttles_a_busy_process() {
+        if let Err(why) = available() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let quota = CpuQuota::new(0.2).expect("a cgroup with a 20% quota");
+        let mut busy = std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn().expect("sh");
+        quota.add(busy.id()).expect("moved into the quota");
+        let before = crate::os::process_cpu(busy.id()).expect("its CPU time");
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        let used = crate::os::process_cpu(busy.id()).expect("its CPU time") - before;
+        let throttled = quota.throttled_periods();
+        let _ = busy.kill();
+        let _ = busy.wait();
+        let share = used.as_secs_f64() / 0.6;
+        assert!(share < 0.3, "a 20% quota let it use {:.0}% of a CPU", share * 100.0);
+        assert!(throttled.is_some_and(|n| n > 0), "throttled periods: {throttled:?}");
+    }
+}
