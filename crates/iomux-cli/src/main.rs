@@ -102,8 +102,23 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("iomux: error: {e}");
+            eprintln!("iomux: error: {}", chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and every cause under it, "outer: inner: kernel's", each
+/// once (a message that already quotes its cause is not repeated).
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if !text.contains(&said) {
+            text = format!("{text}: {said}");
+        }
+        cause = c.source();
+    }
+    text
 }

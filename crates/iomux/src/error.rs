@@ -2,6 +2,7 @@
 //! for kernel errors, the syscall that failed.
 
 use crate::poller::Mode;
+use crate::syscalls::Syscall;
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
@@ -55,11 +56,23 @@ pub enum Error {
         /// The backend (or layer: "listen", "connect", "signals") that made it.
         backend: &'static str,
         /// The call.
-        syscall: &'static str,
+        syscall: Syscall,
         /// The descriptor it was made on, if any.
         fd: Option<RawFd>,
         /// The kernel's error.
         source: io::Error,
+    },
+    /// A negative descriptor number was given.
+    BadFd {
+        /// The backend asked.
+        backend: &'static str,
+        /// The number.
+        fd: RawFd,
+    },
+    /// The connection id names no open connection (it closed).
+    NoConnection {
+        /// What was asked of it ("peer address").
+        what: &'static str,
     },
     /// A backend name that is not one of [`crate::Backend::NAMES`].
     UnknownBackend {
@@ -89,7 +102,7 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn sys(backend: &'static str, syscall: &'static str, fd: Option<RawFd>, source: io::Error) -> Error {
+    pub(crate) fn sys(backend: &'static str, syscall: Syscall, fd: Option<RawFd>, source: io::Error) -> Error {
         Error::Sys { backend, syscall, fd, source }
     }
 
@@ -100,6 +113,8 @@ impl Error {
             | Error::UringUnavailable { source, .. }
             | Error::Bind { source, .. }
             | Error::Spawn(source) => source.raw_os_error(),
+            // What the kernel answers for one.
+            Error::BadFd { .. } => Some(libc::EBADF),
             _ => None,
         }
     }
@@ -110,7 +125,8 @@ impl Error {
             Error::Unsupported { .. } => io::ErrorKind::Unsupported,
             Error::AlreadyExists { .. } => io::ErrorKind::AlreadyExists,
             Error::NotFound { .. } => io::ErrorKind::NotFound,
-            Error::FdSetSize { .. } => io::ErrorKind::InvalidInput,
+            Error::FdSetSize { .. } | Error::BadFd { .. } => io::ErrorKind::InvalidInput,
+            Error::NoConnection { .. } => io::ErrorKind::NotConnected,
             Error::UringUnavailable { .. } => io::ErrorKind::Unsupported,
             Error::Sys { source, .. } => source.kind(),
             Error::UnknownBackend { .. } | Error::InvalidConfig { .. } => io::ErrorKind::InvalidInput,
@@ -135,11 +151,15 @@ impl fmt::Display for Error {
                  below FD_SETSIZE ({}) and at most that many fds; use poll, epoll or uring",
                 crate::sys::FD_SETSIZE
             ),
-            Error::UringUnavailable { reason, source } => write!(f, "io_uring unavailable: {reason} ({source})"),
-            Error::Sys { backend, syscall, fd: Some(fd), source } => {
-                write!(f, "{backend}: {syscall} on fd {fd} failed: {source}")
+            // The kernel's error is the source, not part of the message:
+            // a reporter that walks the chain would print it twice.
+            Error::UringUnavailable { reason, .. } => write!(f, "io_uring unavailable: {reason}"),
+            Error::Sys { backend, syscall, fd: Some(fd), .. } => {
+                write!(f, "{backend}: {} on fd {fd} failed", syscall.name())
             }
-            Error::Sys { backend, syscall, fd: None, source } => write!(f, "{backend}: {syscall} failed: {source}"),
+            Error::Sys { backend, syscall, fd: None, .. } => write!(f, "{backend}: {} failed", syscall.name()),
+            Error::BadFd { backend, fd } => write!(f, "{backend}: {fd} is not a descriptor"),
+            Error::NoConnection { what } => write!(f, "{what}: no open connection has this id"),
             Error::UnknownBackend { name } => {
                 write!(f, "unknown backend '{name}'; valid backends: {}", crate::Backend::NAMES.join(", "))
             }
@@ -151,9 +171,9 @@ impl fmt::Display for Error {
                     Some(libc::EACCES) => " (a port below 1024 needs privileges)",
                     _ => "",
                 };
-                write!(f, "cannot listen on {addr}{why}: {source}")
+                write!(f, "cannot listen on {addr}{why}")
             }
-            Error::Spawn(source) => write!(f, "cannot start a loop thread: {source}"),
+            Error::Spawn(_) => f.write_str("cannot start a loop thread"),
             Error::LoopPanicked => f.write_str("a loop's handler panicked; the other loops were stopped"),
             Error::Stopping => f.write_str("the loop is stopping: no new connection"),
         }
@@ -175,5 +195,27 @@ impl std::error::Error for Error {
 impl From<Error> for io::Error {
     fn from(e: Error) -> io::Error {
         io::Error::new(e.kind(), e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    /// The message names the call; the kernel's error is its source,
+    /// printed once by whoever walks the chain.
+    #[test]
+    fn display_leaves_the_cause_to_the_source() {
+        let e = Error::sys("epoll", Syscall::EpollCtl, Some(5), io::Error::from_raw_os_error(libc::EBADF));
+        assert_eq!(e.to_string(), "epoll: epoll_ctl on fd 5 failed");
+        let cause = e.source().expect("the kernel's error").to_string();
+        assert!(cause.contains("Bad file descriptor"), "{cause}");
+        assert_eq!(e.raw_os_error(), Some(libc::EBADF));
+        let bind = Error::Bind {
+            addr: "127.0.0.1:80".parse().unwrap(),
+            source: io::Error::from_raw_os_error(libc::EADDRINUSE),
+        };
+        assert!(!bind.to_string().contains("os error"), "{bind}");
     }
 }

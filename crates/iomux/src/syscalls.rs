@@ -103,6 +103,9 @@ syscalls! {
     Mmap => "mmap",
     /// `munmap`.
     Munmap => "munmap",
+    /// `rt_sigaction`: installing the SIGINT/SIGTERM handler (made by the
+    /// signal-hook crate, so never counted; named in errors).
+    RtSigaction => "rt_sigaction",
 }
 
 const KINDS: usize = Syscall::ALL.len();

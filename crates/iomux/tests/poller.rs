@@ -210,8 +210,11 @@ fn error_cases(backend: Backend) {
         r => panic!("{backend}: add of closed fd {closed} gave {r:?}"),
     }
     match p.add(-1, T, Interest::READABLE, Mode::Level) {
-        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{backend}: fd -1 gave {e}"),
-        Ok(()) => panic!("{backend}: fd -1 accepted"),
+        Err(e @ Error::BadFd { backend: b, fd: -1 }) => {
+            assert_eq!(b, name);
+            assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{backend}: fd -1 gave {e}");
+        }
+        r => panic!("{backend}: fd -1 gave {r:?}"),
     }
 }
 

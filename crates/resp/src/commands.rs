@@ -212,7 +212,7 @@ fn incr_by(store: &mut Store, now: u64, key: &[u8], by: i64, out: &mut Vec<u8>) 
     let Some(next) = current.checked_add(by) else {
         return error(out, b"increment or decrement would overflow");
     };
-    store.replace(key, next.to_string().into_bytes(), now);
+    store.replace(key, itoa::Buffer::new().format(next).as_bytes(), now);
     int(out, next);
 }
 
@@ -271,7 +271,8 @@ fn set(store: &mut Store, now: u64, args: &[Arg<'_>], out: &mut Vec<u8>) {
             None => out.extend_from_slice(NIL),
         }
     }
-    let found = store.exists(&args[1], now);
+    // Looked up only when a condition needs it: a plain SET hashes once.
+    let found = (nx || xx) && store.exists(&args[1], now);
     if (nx && found) || (xx && !found) {
         if !get {
             out.extend_from_slice(NIL);
@@ -279,7 +280,7 @@ fn set(store: &mut Store, now: u64, args: &[Arg<'_>], out: &mut Vec<u8>) {
         return;
     }
     let keep = if keep_ttl { store.expires_at(&args[1], now).flatten() } else { None };
-    store.set(&args[1], args[2].to_vec(), expires_at.or(keep));
+    store.set(&args[1], &args[2], expires_at.or(keep));
     if expires_at.is_some_and(|at| at <= now) {
         store.remove(&args[1], now); // already expired (EXAT/PXAT in the past)
     }

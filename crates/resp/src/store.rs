@@ -55,15 +55,17 @@ impl Store {
 
     /// Sets a value; `keep_ttl` keeps a live key's expiry, else
     /// `expires_at` replaces it.
-    pub fn set(&mut self, key: &[u8], value: Vec<u8>, expires_at: Option<u64>) {
+    pub fn set(&mut self, key: &[u8], value: &[u8], expires_at: Option<u64>) {
         if let Some(at) = expires_at {
             self.expiries.push(Reverse((at, key.to_vec())));
         }
-        // An existing key keeps its allocation.
         match self.keys.get_mut(key) {
-            Some(entry) => *entry = Entry { value, expires_at },
+            Some(entry) => {
+                entry.expires_at = expires_at;
+                overwrite(&mut entry.value, value);
+            }
             None => {
-                self.keys.insert(key.to_vec(), Entry { value, expires_at });
+                self.keys.insert(key.to_vec(), Entry { value: value.to_vec(), expires_at });
             }
         }
     }
@@ -82,9 +84,9 @@ impl Store {
     }
 
     /// Replaces a live key's value, keeping its expiry (INCR, DECR).
-    pub fn replace(&mut self, key: &[u8], value: Vec<u8>, now_ms: u64) {
+    pub fn replace(&mut self, key: &[u8], value: &[u8], now_ms: u64) {
         match self.live(key, now_ms) {
-            Some(e) => e.value = value,
+            Some(e) => overwrite(&mut e.value, value),
             None => self.set(key, value, None),
         }
     }
@@ -125,5 +127,17 @@ impl Store {
     pub fn clear(&mut self) {
         self.keys.clear();
         self.expiries.clear();
+    }
+}
+
+/// Replaces `old` with `new` in `old`'s allocation (a SET of a key that
+/// exists allocates nothing), unless that allocation is much larger than
+/// needed: a small value does not keep a large one's memory.
+fn overwrite(old: &mut Vec<u8>, new: &[u8]) {
+    if old.capacity() > 2 * new.len() + 64 {
+        *old = new.to_vec();
+    } else {
+        old.clear();
+        old.extend_from_slice(new);
     }
 }

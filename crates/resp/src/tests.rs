@@ -101,7 +101,7 @@ fn partial_requests_wait_and_quit_closes() {
 #[test]
 fn the_output_budget_stops_a_pipeline() {
     let mut store = Store::new();
-    store.set(b"big", vec![b'x'; 1000], None);
+    store.set(b"big", &[b'x'; 1000], None);
     let mut out = Vec::new();
     let input = b"GET big\r\nGET big\r\nGET big\r\n";
     let fed = Resp::default().feed(&mut store, 0, input, &mut out, 500);

@@ -63,7 +63,7 @@ impl Handler for Server {
     fn on_refused(&mut self, error: &Error) {
         // Say why once (and how often at the end, in the stats), not per fd.
         if self.refusals_reported == 0 {
-            eprintln!("iomux serve: refusing connections: {error}");
+            eprintln!("iomux serve: refusing connections: {}", crate::chain(error));
         }
         self.refusals_reported += 1;
     }

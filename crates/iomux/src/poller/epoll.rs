@@ -6,6 +6,7 @@
 use super::{Events, Interest, Mode, Poller, Token, Waker};
 use crate::error::{Error, Result};
 use crate::sys::{self, EpollOp};
+use crate::Syscall;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
@@ -21,15 +22,22 @@ pub struct EpollPoller {
 impl EpollPoller {
     /// A new, empty poller.
     pub fn new() -> Result<EpollPoller> {
-        let epfd = sys::epoll_create1().map_err(|e| Error::sys(NAME, "epoll_create1", None, e))?;
+        let epfd = sys::epoll_create1().map_err(|e| Error::sys(NAME, Syscall::EpollCreate1, None, e))?;
         Ok(EpollPoller { epfd, waker: None })
     }
 
     fn ctl(&self, op: EpollOp, fd: RawFd, bits: u32, token: Token) -> Result<()> {
+        if fd < 0 {
+            // As every backend says it (the others never reach the kernel).
+            return Err(match op {
+                EpollOp::Add => Error::BadFd { backend: NAME, fd },
+                _ => Error::NotFound { backend: NAME, fd },
+            });
+        }
         sys::epoll_ctl(self.epfd.as_fd(), op, fd, bits, token.0 as u64).map_err(|e| match e.raw_os_error() {
             Some(libc::EEXIST) => Error::AlreadyExists { backend: NAME, fd },
             Some(libc::ENOENT) => Error::NotFound { backend: NAME, fd },
-            _ => Error::sys(NAME, "epoll_ctl", Some(fd), e),
+            _ => Error::sys(NAME, Syscall::EpollCtl, Some(fd), e),
         })
     }
 }
@@ -69,7 +77,7 @@ impl Poller for EpollPoller {
         match sys::epoll_wait(self.epfd.as_fd(), &mut events.list, timeout) {
             Ok(n) => Ok(n),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
-            Err(e) => Err(Error::sys(NAME, "epoll_pwait", Some(self.epfd.as_raw_fd()), e)),
+            Err(e) => Err(Error::sys(NAME, Syscall::EpollPwait, Some(self.epfd.as_raw_fd()), e)),
         }
     }
 

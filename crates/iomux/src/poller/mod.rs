@@ -27,6 +27,7 @@ pub use uring::UringPoller;
 
 use crate::error::{Error, Result};
 use crate::sys;
+use crate::Syscall;
 use rustix::event::epoll::{Event as EpollEvent, EventData, EventFlags};
 use std::fmt;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -237,7 +238,7 @@ pub struct Waker {
 
 impl Waker {
     pub(crate) fn new() -> Result<(Waker, RawFd)> {
-        let fd = sys::eventfd().map_err(|e| Error::sys("waker", "eventfd2", None, e))?;
+        let fd = sys::eventfd().map_err(|e| Error::sys("waker", Syscall::Eventfd2, None, e))?;
         let raw = fd.as_raw_fd();
         Ok((Waker { eventfd: Arc::new(fd) }, raw))
     }
@@ -250,7 +251,7 @@ impl Waker {
             Ok(()) => Ok(()),
             // The counter is saturated, so a wake is already pending.
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
-            Err(e) => Err(Error::sys("waker", "write", Some(fd), e)),
+            Err(e) => Err(Error::sys("waker", Syscall::Write, Some(fd), e)),
         }
     }
 }

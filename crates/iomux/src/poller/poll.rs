@@ -6,6 +6,7 @@
 use super::{unsupported, Events, Interest, Mode, Poller, Token, Waker};
 use crate::error::{Error, Result};
 use crate::sys;
+use crate::Syscall;
 use rustix::event::{PollFd, PollFlags};
 use std::io;
 use std::os::fd::RawFd;
@@ -75,7 +76,7 @@ impl PollPoller {
     fn arm(&mut self, slot: usize) -> Result<()> {
         let entry = &self.entries[slot];
         self.pollfds[slot] = sys::pollfd(entry.fd, entry.interest.poll_bits())
-            .map_err(|e| Error::sys(NAME, "add", Some(entry.fd), e))?;
+            .map_err(|_| Error::BadFd { backend: NAME, fd: entry.fd })?;
         if slot >= self.armed {
             self.swap(slot, self.armed);
             self.armed += 1;
@@ -111,13 +112,13 @@ impl Poller for PollPoller {
     fn add(&mut self, fd: RawFd, token: Token, interest: Interest, mode: Mode) -> Result<()> {
         check_mode(mode)?;
         if fd < 0 {
-            return Err(Error::sys(NAME, "add", Some(fd), io::Error::from_raw_os_error(libc::EBADF)));
+            return Err(Error::BadFd { backend: NAME, fd });
         }
         if self.slot(fd).is_some() {
             return Err(Error::AlreadyExists { backend: NAME, fd });
         }
-        sys::fd_is_open(fd).map_err(|e| Error::sys(NAME, "fcntl", Some(fd), e))?;
-        let pollfd = sys::pollfd(fd, interest.poll_bits()).map_err(|e| Error::sys(NAME, "add", Some(fd), e))?;
+        sys::fd_is_open(fd).map_err(|e| Error::sys(NAME, Syscall::Fcntl, Some(fd), e))?;
+        let pollfd = sys::pollfd(fd, interest.poll_bits()).map_err(|_| Error::BadFd { backend: NAME, fd })?;
         let idx = fd as usize;
         if self.slot_of.len() <= idx {
             self.slot_of.resize(idx + 1, NO_SLOT);
@@ -156,7 +157,7 @@ impl Poller for PollPoller {
         let ready = match sys::poll(&mut self.pollfds[..self.armed], timeout) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(0),
-            Err(e) => return Err(Error::sys(NAME, "ppoll", None, e)),
+            Err(e) => return Err(Error::sys(NAME, Syscall::Ppoll, None, e)),
         };
         let len = self.armed;
         let mut seen = 0;
@@ -180,7 +181,7 @@ impl Poller for PollPoller {
                 }
                 events.push(entry.token, bits);
                 if Some(entry.fd) == self.waker_fd {
-                    sys::eventfd_drain(entry.fd).map_err(|e| Error::sys(NAME, "read", Some(entry.fd), e))?;
+                    sys::eventfd_drain(entry.fd).map_err(|e| Error::sys(NAME, Syscall::Read, Some(entry.fd), e))?;
                 } else if entry.mode == Mode::Oneshot {
                     self.fired.push(entry.fd);
                 }

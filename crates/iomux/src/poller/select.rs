@@ -8,6 +8,7 @@
 use super::{unsupported, Events, Interest, Mode, Poller, Token, Waker};
 use crate::error::{Error, Result};
 use crate::sys::{self, FdSet};
+use crate::Syscall;
 use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
@@ -96,7 +97,7 @@ impl Poller for SelectPoller {
     fn add(&mut self, fd: RawFd, token: Token, interest: Interest, mode: Mode) -> Result<()> {
         check_mode(mode)?;
         if fd < 0 {
-            return Err(Error::sys(NAME, "add", Some(fd), io::Error::from_raw_os_error(libc::EBADF)));
+            return Err(Error::BadFd { backend: NAME, fd });
         }
         if !FdSet::fits(fd) || self.registered >= FD_SETSIZE {
             return Err(Error::FdSetSize { fd, registered: self.registered });
@@ -104,7 +105,7 @@ impl Poller for SelectPoller {
         if self.entry(fd).is_some() {
             return Err(Error::AlreadyExists { backend: NAME, fd });
         }
-        sys::fd_is_open(fd).map_err(|e| Error::sys(NAME, "fcntl", Some(fd), e))?;
+        sys::fd_is_open(fd).map_err(|e| Error::sys(NAME, Syscall::Fcntl, Some(fd), e))?;
         self.entries[fd as usize] = Some(Entry { token, mode });
         self.registered += 1;
         self.nfds = self.nfds.max(fd as usize + 1);
@@ -145,7 +146,7 @@ impl Poller for SelectPoller {
         let ready = match sys::select(self.nfds, &mut read, &mut write, timeout) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(0),
-            Err(e) => return Err(Error::sys(NAME, "pselect6", self.closed_fd(), e)),
+            Err(e) => return Err(Error::sys(NAME, Syscall::Pselect6, self.closed_fd(), e)),
         };
         if ready == 0 || self.nfds == 0 {
             return Ok(0);
@@ -167,7 +168,7 @@ impl Poller for SelectPoller {
             if let (true, Some(entry)) = (bits != 0, self.entries[fd]) {
                 events.push(entry.token, bits);
                 if Some(raw) == self.waker_fd {
-                    sys::eventfd_drain(raw).map_err(|e| Error::sys(NAME, "read", Some(raw), e))?;
+                    sys::eventfd_drain(raw).map_err(|e| Error::sys(NAME, Syscall::Read, Some(raw), e))?;
                 } else if entry.mode == Mode::Oneshot {
                     self.read.remove(raw);
                     self.write.remove(raw);

@@ -20,6 +20,7 @@ use super::{Events, Interest, Mode, Poller, Token, Waker};
 use crate::error::{Error, Result};
 use crate::sys::uring::Ring;
 use crate::sys::{self};
+use crate::Syscall;
 use std::io;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
@@ -114,7 +115,7 @@ impl UringPoller {
     }
 
     fn queue_error(fd: RawFd, e: io::Error) -> Error {
-        Error::sys(NAME, "io_uring_enter", Some(fd), e)
+        Error::sys(NAME, Syscall::IoUringEnter, Some(fd), e)
     }
 
     /// Queues the poll for `reg` and marks it armed.
@@ -173,14 +174,14 @@ impl Poller for UringPoller {
 
     fn add(&mut self, fd: RawFd, token: Token, interest: Interest, mode: Mode) -> Result<()> {
         if fd < 0 {
-            return Err(Error::sys(NAME, "add", Some(fd), io::Error::from_raw_os_error(libc::EBADF)));
+            return Err(Error::BadFd { backend: NAME, fd });
         }
         if self.reg(fd).is_some() {
             return Err(Error::AlreadyExists { backend: NAME, fd });
         }
         // The poll itself would fail only later, at the next wait; say
         // EBADF now, where the caller can tell which fd it was.
-        sys::fd_is_open(fd).map_err(|e| Error::sys(NAME, "fcntl", Some(fd), e))?;
+        sys::fd_is_open(fd).map_err(|e| Error::sys(NAME, Syscall::Fcntl, Some(fd), e))?;
         let mut reg = Reg { token, interest, mode, gen: self.new_gen(), armed: false };
         self.arm(fd, &mut reg)?;
         let idx = fd as usize;
@@ -234,7 +235,7 @@ impl Poller for UringPoller {
                         Some(libc::ETIME) | Some(libc::EINTR) => stop = true,
                         // The completion ring is full: reaping below makes room.
                         Some(libc::EBUSY) => {}
-                        _ => return Err(Error::sys(NAME, "io_uring_enter", None, e)),
+                        _ => return Err(Error::sys(NAME, Syscall::IoUringEnter, None, e)),
                     }
                 }
             }

@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::poller::{Backend, UringPoller, Waker};
 use crate::sys::net::Fd;
 use crate::sys::uring::{Completion, Ring};
+use crate::Syscall;
 use std::io;
 use std::net::SocketAddr;
 
@@ -69,7 +70,7 @@ struct Uring {
 }
 
 fn ring_err(e: io::Error) -> Error {
-    Error::sys(NAME, "io_uring_enter", None, e)
+    Error::sys(NAME, Syscall::IoUringEnter, None, e)
 }
 
 pub fn run<H: Handler>(setup: Setup<'_, H::Message>, handler: &mut H) -> Result<LoopStats> {
@@ -78,7 +79,7 @@ pub fn run<H: Handler>(setup: Setup<'_, H::Message>, handler: &mut H) -> Result<
     let sqpoll = (cfg.backend == Backend::UringSqpoll).then_some(UringPoller::SQPOLL_IDLE);
     let mut ring = Ring::for_loop(RING_ENTRIES, sqpoll).map_err(crate::poller::uring_unavailable)?;
     let (features, feature_report) = uring_features::enable(&mut ring, cfg, BUFFER_GROUP)
-        .map_err(|e| Error::sys(NAME, "io_uring_register(PBUF_RING)", None, e))?;
+        .map_err(|e| Error::sys(NAME, Syscall::IoUringRegister, None, e))?;
     let (waker, waker_fd) = Waker::new()?;
     core.wake_with(&waker);
     let mut k = Uring {
@@ -223,7 +224,7 @@ impl Uring {
             (0, _) => core.io.peer_eof(id),
             // Out of ring buffers, or our own cancel: armed again if wanted.
             (e, _) if e == -libc::ENOBUFS || e == -libc::ECANCELED => {}
-            (e, _) => core.io.failed(id, "recv", io::Error::from_raw_os_error(-e)),
+            (e, _) => core.io.failed(id, Syscall::Recvfrom, io::Error::from_raw_os_error(-e)),
         }
     }
 
@@ -237,7 +238,7 @@ impl Uring {
             }
             let reason = match c.result {
                 0 => CloseReason::Reset, // a send that took nothing
-                e => io_reason("send", io::Error::from_raw_os_error(-e)),
+                e => io_reason(Syscall::Sendto, io::Error::from_raw_os_error(-e)),
             };
             return io.send_aborted(id, reason);
         }
@@ -265,7 +266,7 @@ impl Uring {
         let zero_copy = zc > 0 && buf.len().saturating_sub(offset) >= zc;
         match self.ring.push_send(fd, buf, offset, ud(SEND, id), zero_copy) {
             Ok(()) => set_bit(io, id, SEND_IN_FLIGHT),
-            Err(e) => io.send_aborted(id, io_reason("send", e)),
+            Err(e) => io.send_aborted(id, io_reason(Syscall::Sendto, e)),
         }
     }
 
@@ -292,7 +293,7 @@ impl Driver for Uring {
         let fd = c.fd.raw();
         if c.reading() && c.driver & RECV_ARMED == 0 {
             if let Err(e) = self.ring.push_recv_multi(fd, ud(RECV, id), self.features.bundle) {
-                return io.failed(id, "recv", e);
+                return io.failed(id, Syscall::Recvfrom, e);
             }
             c.driver |= RECV_ARMED;
         } else if !c.reading() && c.driver & (RECV_ARMED | CANCELLING) == RECV_ARMED {

@@ -13,6 +13,7 @@ use super::timers::{ConnDeadlines, Deadlines, TimerId, Timers};
 use super::{CloseReason, Config, ConnId};
 use crate::error::{Error, Result};
 use crate::sys::net::{self, Fd};
+use crate::Syscall;
 use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -322,17 +323,17 @@ impl<S> Io<S> {
         if self.shutting_down {
             return Err(Error::Stopping);
         }
-        let fd = net::tcp_socket(&addr, false).map_err(|e| err("socket", e))?;
+        let fd = net::tcp_socket(&addr, false).map_err(|e| err(Syscall::Socket, e))?;
         if let Some(ip) = source {
             if ip.is_ipv4() {
-                net::set_bind_address_no_port(fd.raw()).map_err(|e| err("setsockopt", e))?;
+                net::set_bind_address_no_port(fd.raw()).map_err(|e| err(Syscall::Setsockopt, e))?;
             }
-            net::bind(fd.raw(), &SocketAddr::new(ip, 0)).map_err(|e| err("bind", e))?;
+            net::bind(fd.raw(), &SocketAddr::new(ip, 0)).map_err(|e| err(Syscall::Bind, e))?;
         }
         if self.cfg.nodelay {
-            net::set_nodelay(fd.raw()).map_err(|e| err("setsockopt", e))?;
+            net::set_nodelay(fd.raw()).map_err(|e| err(Syscall::Setsockopt, e))?;
         }
-        net::set_oob_inline(fd.raw()).map_err(|e| err("setsockopt", e))?;
+        net::set_oob_inline(fd.raw()).map_err(|e| err(Syscall::Setsockopt, e))?;
         let id = self.insert(fd, CONNECTING, Some(state));
         self.connecting.push_back((id, addr));
         Ok(id)
@@ -420,25 +421,22 @@ impl<S> Io<S> {
     /// An error for a closed connection, one still connecting, or a peer
     /// that has already reset it.
     pub fn peer_addr(&self, conn: ConnId) -> Result<SocketAddr> {
-        self.address(conn, "peer address", "getpeername", net::peer_addr)
+        self.address(conn, "peer address", Syscall::Getpeername, net::peer_addr)
     }
 
     /// The connection's own address (one `getsockname`).
     pub fn local_addr(&self, conn: ConnId) -> Result<SocketAddr> {
-        self.address(conn, "local address", "getsockname", net::local_addr)
+        self.address(conn, "local address", Syscall::Getsockname, net::local_addr)
     }
 
     fn address(
         &self,
         conn: ConnId,
         what: &'static str,
-        syscall: &'static str,
+        syscall: Syscall,
         read: fn(RawFd) -> io::Result<SocketAddr>,
     ) -> Result<SocketAddr> {
-        let Some(c) = self.conns.get(conn) else {
-            let closed = io::Error::new(io::ErrorKind::NotConnected, "no open connection has this id");
-            return Err(Error::sys(what, syscall, None, closed));
-        };
+        let Some(c) = self.conns.get(conn) else { return Err(Error::NoConnection { what }) };
         read(c.fd.raw()).map_err(|e| Error::sys(what, syscall, Some(c.fd.raw()), e))
     }
 
@@ -468,7 +466,7 @@ pub(crate) enum Accept {
 }
 
 /// Why a syscall's error closes a connection: a reset, or an error.
-pub(crate) fn io_reason(syscall: &'static str, e: io::Error) -> CloseReason {
+pub(crate) fn io_reason(syscall: Syscall, e: io::Error) -> CloseReason {
     match e.raw_os_error() {
         Some(libc::ECONNRESET) | Some(libc::EPIPE) => CloseReason::Reset,
         _ => CloseReason::Error { syscall, error: e },
@@ -549,7 +547,7 @@ impl<S> Io<S> {
     }
 
     /// A syscall on the connection failed: it closes (reset or error).
-    pub(crate) fn failed(&mut self, id: ConnId, syscall: &'static str, e: io::Error) {
+    pub(crate) fn failed(&mut self, id: ConnId, syscall: Syscall, e: io::Error) {
         self.doom(id, io_reason(syscall, e));
     }
 
@@ -568,7 +566,7 @@ impl<S> Io<S> {
             return self.doom(id, reason);
         }
         if let Err(e) = net::shutdown_write(c.fd.raw()) {
-            return self.failed(id, "shutdown", e);
+            return self.failed(id, Syscall::Shutdown, e);
         }
         c.flags |= LINGER;
         self.lingering.push(until, id);

@@ -11,6 +11,7 @@ use crate::sys::{
     self,
     net::{self, Fd},
 };
+use crate::Syscall;
 use std::any::Any;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{IntoRawFd, OwnedFd};
@@ -134,8 +135,8 @@ impl Runtime {
         let reuse_port = self.reuse_port || self.threads > 1;
         let bind_err = |addr, source| Error::Bind { addr, source };
         let first = net::tcp_listener(&addr, reuse_port, BACKLOG).map_err(|e| bind_err(addr, e))?;
-        let local =
-            net::local_addr(first.raw()).map_err(|e| Error::sys("listen", "getsockname", Some(first.raw()), e))?;
+        let local = net::local_addr(first.raw())
+            .map_err(|e| Error::sys("listen", Syscall::Getsockname, Some(first.raw()), e))?;
         self.listeners = vec![first];
         for _ in 1..self.threads {
             self.listeners.push(net::tcp_listener(&local, true, BACKLOG).map_err(|e| bind_err(local, e))?);
@@ -149,16 +150,16 @@ impl Runtime {
     /// SO_OOBINLINE are set on it, so accepted connections inherit them.
     pub fn listener(mut self, listener: TcpListener) -> Result<Runtime> {
         let sys_err = |syscall, e| Error::sys("listen", syscall, None, e);
-        listener.set_nonblocking(true).map_err(|e| sys_err("fcntl", e))?;
-        let local = listener.local_addr().map_err(|e| sys_err("getsockname", e))?;
+        listener.set_nonblocking(true).map_err(|e| sys_err(Syscall::Fcntl, e))?;
+        let local = listener.local_addr().map_err(|e| sys_err(Syscall::Getsockname, e))?;
         let mut fds = Vec::with_capacity(self.threads);
         for _ in 1..self.threads {
-            let dup = listener.try_clone().map_err(|e| sys_err("fcntl(F_DUPFD_CLOEXEC)", e))?;
+            let dup = listener.try_clone().map_err(|e| sys_err(Syscall::Fcntl, e))?;
             fds.push(adopt(dup));
         }
         fds.push(adopt(listener));
         for fd in &fds {
-            let setsockopt = |e| Error::sys("listen", "setsockopt", Some(fd.raw()), e);
+            let setsockopt = |e| Error::sys("listen", Syscall::Setsockopt, Some(fd.raw()), e);
             net::set_nodelay(fd.raw()).map_err(setsockopt)?;
             net::set_oob_inline(fd.raw()).map_err(setsockopt)?;
         }
@@ -444,7 +445,7 @@ fn default_when_unhandled() -> Result<&'static (Arc<AtomicBool>, AtomicUsize)> {
     let flag = Arc::new(AtomicBool::new(true));
     for signal in [SIGINT, SIGTERM] {
         signal_hook::flag::register_conditional_default(signal, flag.clone())
-            .map_err(|e| Error::sys("signals", "sigaction", None, e))?;
+            .map_err(|e| Error::sys("signals", Syscall::RtSigaction, None, e))?;
     }
     Ok(STATE.get_or_init(|| (flag, AtomicUsize::new(0))))
 }
@@ -456,7 +457,7 @@ impl SignalThread {
         handling.fetch_add(1, Ordering::SeqCst);
         unhandled.store(false, Ordering::SeqCst);
         let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
-            .map_err(|e| Error::sys("signals", "sigaction", None, e))?;
+            .map_err(|e| Error::sys("signals", Syscall::RtSigaction, None, e))?;
         let handle = signals.handle();
         let control = control.clone();
         let thread = std::thread::Builder::new()

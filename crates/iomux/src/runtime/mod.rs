@@ -51,6 +51,8 @@ pub use stats::{LoopStats, UringFeature};
 pub use timers::TimerId;
 
 use crate::poller::Waker;
+use crate::syscalls::Syscall;
+use crate::Error;
 use std::io as stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -88,10 +90,12 @@ pub enum CloseReason {
     Shutdown,
     /// An outbound connect failed.
     ConnectFailed(stdio::Error),
-    /// Any other I/O error, naming the syscall.
+    /// Any other I/O error, naming the syscall (on io_uring, the ring's
+    /// operation of that kind: a receive is [`Syscall::Recvfrom`], a send
+    /// [`Syscall::Sendto`], on every backend).
     Error {
         /// The call that failed.
-        syscall: &'static str,
+        syscall: Syscall,
         /// What the kernel said.
         error: stdio::Error,
     },
@@ -101,6 +105,9 @@ pub enum CloseReason {
     /// After [`Io::close`], the peer did not take the queued output within
     /// [`ConfigBuilder::close_timeout`].
     CloseTimeout,
+    /// The backend could not watch the connection any more (its poller
+    /// refused a change of interest).
+    Unwatchable(Error),
 }
 
 impl CloseReason {

@@ -15,6 +15,7 @@ use super::{CloseReason, ConnId, Handler};
 use crate::error::Result;
 use crate::poller::{Event, Events, Interest, Mode, Poller, Token};
 use crate::sys::{net, net::Fd};
+use crate::Syscall;
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
@@ -145,7 +146,7 @@ impl Readiness {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return core.io.failed(id, "read", e),
+                Err(e) => return core.io.failed(id, Syscall::Read, e),
             }
         }
         // Budget used and maybe still readable: come back after the others.
@@ -168,7 +169,7 @@ impl Readiness {
                 Ok(n) => io.sent(id, n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return io.failed(id, "send", e),
+                Err(e) => return io.failed(id, Syscall::Sendto, e),
             }
         }
     }
@@ -245,7 +246,7 @@ impl Driver for Readiness {
         };
         match self.poller.modify(c.fd.raw(), token(id), interest, self.mode) {
             Ok(()) => c.driver = (c.driver & !(WANT_READ | WANT_WRITE)) | want,
-            Err(e) => return io.doom(id, CloseReason::Error { syscall: "poller modify", error: e.into() }),
+            Err(e) => return io.doom(id, CloseReason::Unwatchable(e)),
         }
         let resumed = want & WANT_READ != 0 && registered & WANT_READ == 0;
         if self.mode == Mode::Edge && resumed && c.driver & IN_READY == 0 {

@@ -58,7 +58,7 @@ impl From<&CloseReason> for Reason {
             CloseReason::Reset => Reason::Reset,
             CloseReason::Shutdown => Reason::Shutdown,
             CloseReason::ConnectFailed(e) => Reason::ConnectFailed(e.raw_os_error()),
-            CloseReason::Error { syscall, error } => Reason::Error(syscall, error.raw_os_error()),
+            CloseReason::Error { syscall, error } => Reason::Error(syscall.name(), error.raw_os_error()),
             CloseReason::InputLimit => Reason::InputLimit,
             other => Reason::Other(format!("{other:?}")),
         }

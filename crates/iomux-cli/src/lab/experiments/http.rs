@@ -3,7 +3,9 @@
 //! nobody here wrote: wrk (with and without pipelining) and h2load
 //! `--h1`, on the other CPU. Requests/s, server CPU per request, both
 //! sides' CPU shares (so a client-bound cell says so), latency, errors,
-//! and iomux's syscalls per request.
+//! and iomux's syscalls per request. Open (the server has its CPU to
+//! itself, so at depth 1 the one client thread sets the pace) and
+//! server-bound (every server in the same 50% CPU quota, wrk only).
 
 use super::http_clients::{self, Client, Report, Tool, INSTALL};
 use super::nginx::Nginx;
@@ -13,6 +15,7 @@ use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metri
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
 use crate::lab::harness::{by_name, by_names};
+use crate::lab::quota::{self, CpuQuota, Scenario, BOUND_SHARE};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::{plot, Settings};
 use crate::CliResult;
@@ -87,6 +90,11 @@ pub struct Args {
     pub seconds: Option<u32>,
     #[arg(long, value_parser = crate::lab::harness::parse_budget, help = crate::lab::harness::budget_help(BUDGET_S, ""))]
     pub budget: Option<f64>,
+    /// Scenarios, comma-separated: open (each server on a CPU of its own)
+    /// and bound (every server in the same 50% CPU quota, by wrk; needs
+    /// root and a cgroup CPU controller) [default: open,bound]
+    #[arg(long, value_delimiter = ',')]
+    pub scenarios: Option<Vec<Scenario>>,
 }
 
 /// Whether `addr` answers `GET /plaintext` with TechEmpower's body.
@@ -110,17 +118,20 @@ fn cpu_of(pids: &[u32]) -> Duration {
     pids.iter().filter_map(|&p| crate::os::process_cpu(p).ok()).sum()
 }
 
-fn run_cell(
-    server: Server,
-    client: Client,
-    program: &std::path::Path,
-    depth: u32,
-    seconds: u32,
-    script: &std::path::Path,
-) -> Result<Run, String> {
+fn run_cell(arm: &Arm, program: &std::path::Path, seconds: u32, script: &std::path::Path) -> Result<Run, String> {
+    let Arm { server, client, depth, scenario } = *arm;
     let (server_cpu, client_cpu) = crate::lab::cell::cpus();
+    let quota = match scenario {
+        Scenario::Open => None,
+        Scenario::Bound => Some(CpuQuota::new(BOUND_SHARE)?),
+    };
     let measure = |addr: SocketAddr, pids: &[u32]| -> Result<(Report, Duration, Duration), String> {
         answers_plaintext(addr).map_err(|e| format!("{server}: {e}"))?;
+        if let Some(q) = &quota {
+            for &pid in pids {
+                q.add(pid)?;
+            }
+        }
         let url = format!("http://{addr}/plaintext");
         let args = http_clients::args(client, &url, CONNS, depth, seconds, Some(script));
         let before = cpu_of(pids);
@@ -156,6 +167,7 @@ fn run_cell(
         server_util: per(server_used),
         client_util: per(client_used),
         syscalls_per_request: syscalls,
+        throttled_periods: quota.as_ref().and_then(CpuQuota::throttled_periods),
         report,
     })
 }
@@ -165,6 +177,9 @@ pub struct Params {
     #[serde(with = "by_names")]
     servers: Vec<Server>,
     depths: Vec<u32>,
+    /// Results written before the server-bound scenario were all open.
+    #[serde(default = "open_only")]
+    scenarios: Vec<Scenario>,
     /// The clients found, with their paths.
     clients: Vec<(Client, PathBuf)>,
     /// Tools not found, with why; the cells that need them are not run.
@@ -178,18 +193,32 @@ pub struct Params {
     saturated_at: f64,
 }
 
-/// One cell: a server, a client, a pipelining depth.
+fn open_only() -> Vec<Scenario> {
+    vec![Scenario::Open]
+}
+
+fn open() -> Scenario {
+    Scenario::Open
+}
+
+/// One cell: a server, a client, a pipelining depth, a scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Arm {
     #[serde(with = "by_name")]
     server: Server,
     client: Client,
     depth: u32,
+    #[serde(default = "open")]
+    scenario: Scenario,
 }
 
 impl std::fmt::Display for Arm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {} depth {}", self.server, self.client.name(), self.depth)
+        write!(f, "{} {} depth {}", self.server, self.client.name(), self.depth)?;
+        match self.scenario {
+            Scenario::Open => Ok(()),
+            Scenario::Bound => f.write_str(" bound"),
+        }
     }
 }
 
@@ -205,16 +234,23 @@ pub struct Run {
     /// iomux only: the syscalls its loop made over its whole life (starting,
     /// the client's connects and closes included) per response it sent.
     pub syscalls_per_request: Option<f64>,
+    /// Server-bound: periods in which the quota held the server back.
+    #[serde(default)]
+    pub throttled_periods: Option<u64>,
 }
 
+/// Every cell: both clients open; wrk alone in the quota (the bound
+/// scenario measures the server, which one client does).
 fn every_cell(p: &Params, pick: impl Fn(&Arm) -> bool) -> Vec<Arm> {
     let mut arms = Vec::new();
-    for client in CLIENTS {
-        for &depth in &p.depths {
-            for &server in &p.servers {
-                let arm = Arm { server, client, depth };
-                if pick(&arm) {
-                    arms.push(arm);
+    for &scenario in &p.scenarios {
+        for client in CLIENTS.into_iter().filter(|&c| scenario == Scenario::Open || c == Client::Wrk) {
+            for &depth in &p.depths {
+                for &server in &p.servers {
+                    let arm = Arm { server, client, depth, scenario };
+                    if pick(&arm) {
+                        arms.push(arm);
+                    }
                 }
             }
         }
@@ -278,6 +314,24 @@ impl Experiment for Http {
         if let Err(why) = Tool::Nginx.find() {
             missing.push(why);
         }
+        let mut scenarios = args.scenarios.clone().unwrap_or_else(|| vec![Scenario::Open, Scenario::Bound]);
+        for (i, sc) in scenarios.iter().enumerate() {
+            if scenarios[..i].contains(sc) {
+                return Err(format!("--scenarios names {sc} twice").into());
+            }
+        }
+        if scenarios.contains(&Scenario::Bound) {
+            if let Err(why) = quota::available() {
+                if args.scenarios.is_some() {
+                    return Err(format!("--scenarios bound: {why}").into());
+                }
+                missing.push(format!("the server-bound scenario is not run: {why}"));
+                scenarios.retain(|s| *s != Scenario::Bound);
+            }
+        }
+        if scenarios.is_empty() {
+            return Err("--scenarios needs at least one value".into());
+        }
         let mut clients = Vec::new();
         for client in CLIENTS {
             match client.tool().find() {
@@ -288,6 +342,7 @@ impl Experiment for Http {
         Ok(Params {
             servers,
             depths,
+            scenarios,
             clients,
             missing,
             conns: CONNS,
@@ -308,12 +363,23 @@ impl Experiment for Http {
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Run>> {
         let mut claims = Vec::new();
-        let wrk_at = |depth: u32| every_cell(p, move |a| a.client == Client::Wrk && a.depth == depth);
-        for &depth in &p.depths {
-            let arms = wrk_at(depth);
+        let wrk_at = |depth: u32, scenario: Scenario| {
+            every_cell(p, move |a| a.client == Client::Wrk && a.depth == depth && a.scenario == scenario)
+        };
+        // Open at every depth; in the quota at depth 1, where the open
+        // figure measures the client.
+        let rate_claims = p.depths.iter().map(|&d| (d, Scenario::Open)).chain(
+            (p.scenarios.contains(&Scenario::Bound) && p.depths.contains(&1)).then_some((1, Scenario::Bound)),
+        );
+        for (depth, scenario) in rate_claims.filter(|(_, s)| p.scenarios.contains(s)) {
+            let arms = wrk_at(depth, scenario);
             let keep = arms.clone();
+            let name = match scenario {
+                Scenario::Open => format!("E6 wrk depth {depth}: iomux best req/s / nginx's"),
+                Scenario::Bound => format!("E6 bound wrk depth {depth}: iomux best req/s / nginx's"),
+            };
             claims.push(Spec::iomux(
-                format!("E6 wrk depth {depth}: iomux best req/s / nginx's"),
+                name,
                 Needed::AtLeast(GOAL),
                 arms,
                 move |r| {
@@ -329,11 +395,12 @@ impl Experiment for Http {
             ));
         }
         let all = every_cell(p, |_| true);
-        let keep = all.clone();
+        let open = every_cell(p, |a| a.scenario == Scenario::Open);
+        let keep = open.clone();
         claims.push(Spec::iomux(
             "E6 h2load req/s / wrk's: worst abs(ratio - 1)",
             Needed::AtMost(AGREEMENT),
-            all.clone(),
+            open,
             move |r| {
                 let runs = runs(r, &keep)?;
                 let rate = |a: Arm| runs.iter().find(|(x, _)| **x == a).map(|(_, r)| r.report.requests_per_sec);
@@ -349,8 +416,8 @@ impl Experiment for Http {
         claims.push(Spec::iomux("E6 errors reported by wrk and h2load", Needed::AtMost(0.0), all, move |r| {
             Some(runs(r, &keep)?.iter().map(|(_, r)| r.report.errors as f64).sum())
         }));
-        if p.depths.contains(&1) {
-            let arms = wrk_at(1);
+        if p.depths.contains(&1) && p.scenarios.contains(&Scenario::Open) {
+            let arms = wrk_at(1, Scenario::Open);
             let keep = arms.clone();
             claims.push(Spec::iomux(
                 "E6 wrk depth 1: nginx CPU/request / iomux best's",
@@ -401,7 +468,7 @@ impl Experiment for Http {
                 std::fs::write(&lua, http_clients::wrk_pipeline_script(a.depth))
                     .map_err(|e| format!("writing {}: {e}", lua.display()))?;
             }
-            Ok(run_cell(a.server, a.client, program, a.depth, p.seconds, &lua))
+            Ok(run_cell(a, program, p.seconds, &lua))
         };
         let arms = every_cell(p, |_| true);
         for _ in 0..p.first_rounds {
@@ -416,12 +483,19 @@ impl Experiment for Http {
         if !p.missing.is_empty() {
             view.intro.push(format!("Not run: {}; install with {INSTALL}.", p.missing.join("; ")));
         }
-        for client in CLIENTS {
+        let tables = p.scenarios.iter().flat_map(|&scenario| {
+            CLIENTS.into_iter().filter(move |&c| scenario == Scenario::Open || c == Client::Wrk).map(move |c| (scenario, c))
+        });
+        for (scenario, client) in tables {
             for &depth in &p.depths {
-                let nginx = env.estimate(&Arm { server: Server::Nginx, client, depth }, |r| r.report.requests_per_sec);
+                let nginx = env
+                    .estimate(&Arm { server: Server::Nginx, client, depth, scenario }, |r| r.report.requests_per_sec);
                 let wrk = client == Client::Wrk;
                 let mut t = TableView {
-                    caption: format!("{} depth {depth}", client.name()),
+                    caption: match scenario {
+                        Scenario::Open => format!("{} depth {depth}", client.name()),
+                        Scenario::Bound => format!("{} depth {depth}, every server in a 50% CPU quota", client.name()),
+                    },
                     header: [
                         "server",
                         "runs",
@@ -440,7 +514,7 @@ impl Experiment for Http {
                     rows: Vec::new(),
                 };
                 for &server in &p.servers {
-                    let arm = Arm { server, client, depth };
+                    let arm = Arm { server, client, depth, scenario };
                     let mut name = server.to_string();
                     if let Some(why) = env.note(&arm) {
                         name = format!("{name} {}", view.footnote(why));
@@ -454,6 +528,10 @@ impl Experiment for Http {
                             "{arm}: the client used {:.0}% of its CPU: these requests/s measure the client",
                             client_util.unwrap_or(f64::NAN) * 100.0
                         );
+                        name = format!("{name} {}", view.footnote(&why));
+                    }
+                    if scenario == Scenario::Bound && env.kept(&arm).any(|r| r.throttled_periods == Some(0)) {
+                        let why = format!("{arm}: the quota never held the server back in some runs");
                         name = format!("{name} {}", view.footnote(&why));
                     }
                     let rate = env.estimate(&arm, |r| r.report.requests_per_sec);
@@ -503,9 +581,11 @@ fn intro(p: &Params) -> String {
          before the client starts to its exit, over the requests; CPU shares are of one CPU over the client's \
          measured seconds. A side at {:.0}% or more of its CPU sets the pace: when the client is, the requests/s \
          measure the client. Syscalls/request (iomux only): the server's own counters over its life over its \
-         responses. {} rounds first, each in another order of the cells, then more for undecided claims; cells: \
-         median ± half its 95% interval.",
+         responses. Server-bound (\"in a 50% CPU quota\"): every server in a cgroup CPU quota of {:.0}% of one CPU, \
+         by wrk alone, so the client has headroom and the requests/s measure the server. {} rounds first, each in \
+         another order of the cells, then more for undecided claims; cells: median ± half its 95% interval.",
         p.saturated_at * 100.0,
+        BOUND_SHARE * 100.0,
         p.first_rounds,
         c = p.conns,
         s = p.seconds,
@@ -515,9 +595,12 @@ fn intro(p: &Params) -> String {
 fn svg(env: &Envelope<Params, Arm, Run>) -> CliResult<String> {
     let p = &env.params;
     let mut groups = Vec::new();
-    for client in CLIENTS {
-        for &depth in &p.depths {
-            groups.push((format!("{} depth {depth}", client.name()), client, depth));
+    for &scenario in &p.scenarios {
+        for client in CLIENTS.into_iter().filter(|&c| scenario == Scenario::Open || c == Client::Wrk) {
+            for &depth in &p.depths {
+                let bound = if scenario == Scenario::Bound { " bound" } else { "" };
+                groups.push((format!("{} depth {depth}{bound}", client.name()), client, depth, scenario));
+            }
         }
     }
     let series: Vec<plot::BarSeries> = p
@@ -527,14 +610,14 @@ fn svg(env: &Envelope<Params, Arm, Run>) -> CliResult<String> {
             name: server.to_string(),
             values: groups
                 .iter()
-                .map(|&(_, client, depth)| {
-                    let e = env.estimate(&Arm { server, client, depth }, |r| r.report.requests_per_sec);
+                .map(|&(_, client, depth, scenario)| {
+                    let e = env.estimate(&Arm { server, client, depth, scenario }, |r| r.report.requests_per_sec);
                     e.map_or((f64::NAN, f64::NAN, f64::NAN), |e| (e.median, e.lo, e.hi))
                 })
                 .collect(),
         })
         .collect();
-    let names: Vec<String> = groups.into_iter().map(|(n, _, _)| n).collect();
+    let names: Vec<String> = groups.into_iter().map(|(n, ..)| n).collect();
     plot::grouped_bars(
         "E6: HTTP GET /plaintext requests/s, 100 connections (median, whiskers its 95% interval)",
         "client and pipelining depth (requests per write)",
@@ -553,7 +636,14 @@ mod tests {
     fn run(rate: f64, client_util: f64, errors: u64) -> Run {
         let report =
             Report { requests: rate as u64, seconds: 1.0, requests_per_sec: rate, errors, ..Report::default() };
-        Run { report, server_cpu_us_per_request: 1e6 / rate, server_util: 1.0, client_util, syscalls_per_request: None }
+        Run {
+            report,
+            server_cpu_us_per_request: 1e6 / rate,
+            server_util: 1.0,
+            client_util,
+            syscalls_per_request: None,
+            throttled_periods: None,
+        }
     }
 
     /// E6's claims over six quiet rounds of what `value` gives each cell.
@@ -561,6 +651,7 @@ mod tests {
         let p = Params {
             servers,
             depths: vec![1, 16],
+            scenarios: vec![Scenario::Open, Scenario::Bound],
             clients: vec![(Client::Wrk, "wrk".into()), (Client::H2load, "h2load".into())],
             missing: vec![],
             conns: CONNS,
@@ -582,6 +673,9 @@ mod tests {
         let (i, n) = (Server::Iomux(Backend::Uring), Server::Nginx);
         let claims = judged(vec![i, n], |a| {
             Ok(Ok(match (a.server, a.client, a.depth) {
+                // In the quota, iomux serves 1.25 times nginx's requests/s.
+                (Server::Nginx, _, _) if a.scenario == Scenario::Bound => run(80_000.0, 0.4, 0),
+                (_, _, _) if a.scenario == Scenario::Bound => run(100_000.0, 0.5, 0),
                 (Server::Nginx, Client::Wrk, 1) => run(212_000.0, 0.97, 0),
                 (Server::Nginx, Client::Wrk, _) => run(320_000.0, 0.75, 0),
                 (Server::Nginx, Client::H2load, 1) => run(212_000.0, 0.9, 0),
@@ -600,6 +694,8 @@ mod tests {
         assert!((worst - 0.3).abs() < 1e-9, "{worst}");
         assert_eq!(median("E6 errors reported by wrk and h2load"), Some(0.0));
         assert_eq!(median("E6 wrk depth 1: nginx CPU/request / iomux best's"), Some(220_000.0 / 212_000.0));
+        assert_eq!(median("E6 bound wrk depth 1: iomux best req/s / nginx's"), Some(1.25));
+        assert_eq!(claims.len(), 6, "{claims:?}");
     }
 
     #[test]
