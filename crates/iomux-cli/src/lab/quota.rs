@@ -61,6 +61,26 @@ fn controller() -> Result<(PathBuf, Version), String> {
     Err("no cgroup CPU controller (neither v1's /sys/fs/cgroup/cpu nor v2's cpu in cgroup.subtree_control)".into())
 }
 
+/// The scenarios that can run here: without a quota, the server-bound
+/// one is refused when `asked` for by a flag, else left out with the
+/// reason added to `missing`.
+pub fn runnable(
+    mut scenarios: Vec<Scenario>,
+    asked: bool,
+    missing: &mut Vec<String>,
+) -> crate::CliResult<Vec<Scenario>> {
+    if scenarios.contains(&Scenario::Bound) {
+        if let Err(why) = available() {
+            if asked {
+                return Err(format!("--scenarios bound: {why}").into());
+            }
+            missing.push(format!("the server-bound scenario is not run: {why}"));
+            scenarios.retain(|s| *s != Scenario::Bound);
+        }
+    }
+    Ok(scenarios)
+}
+
 /// Whether a quota can be made here, or why not (checked before any run).
 pub fn available() -> Result<(), String> {
     controller()?;

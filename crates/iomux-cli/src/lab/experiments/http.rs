@@ -314,21 +314,13 @@ impl Experiment for Http {
         if let Err(why) = Tool::Nginx.find() {
             missing.push(why);
         }
-        let mut scenarios = args.scenarios.clone().unwrap_or_else(|| vec![Scenario::Open, Scenario::Bound]);
+        let scenarios = args.scenarios.clone().unwrap_or_else(|| vec![Scenario::Open, Scenario::Bound]);
         for (i, sc) in scenarios.iter().enumerate() {
             if scenarios[..i].contains(sc) {
                 return Err(format!("--scenarios names {sc} twice").into());
             }
         }
-        if scenarios.contains(&Scenario::Bound) {
-            if let Err(why) = quota::available() {
-                if args.scenarios.is_some() {
-                    return Err(format!("--scenarios bound: {why}").into());
-                }
-                missing.push(format!("the server-bound scenario is not run: {why}"));
-                scenarios.retain(|s| *s != Scenario::Bound);
-            }
-        }
+        let scenarios = quota::runnable(scenarios, args.scenarios.is_some(), &mut missing)?;
         if scenarios.is_empty() {
             return Err("--scenarios needs at least one value".into());
         }
@@ -368,9 +360,10 @@ impl Experiment for Http {
         };
         // Open at every depth; in the quota at depth 1, where the open
         // figure measures the client.
-        let rate_claims = p.depths.iter().map(|&d| (d, Scenario::Open)).chain(
-            (p.scenarios.contains(&Scenario::Bound) && p.depths.contains(&1)).then_some((1, Scenario::Bound)),
-        );
+        let rate_claims =
+            p.depths.iter().map(|&d| (d, Scenario::Open)).chain(
+                (p.scenarios.contains(&Scenario::Bound) && p.depths.contains(&1)).then_some((1, Scenario::Bound)),
+            );
         for (depth, scenario) in rate_claims.filter(|(_, s)| p.scenarios.contains(s)) {
             let arms = wrk_at(depth, scenario);
             let keep = arms.clone();
@@ -378,21 +371,16 @@ impl Experiment for Http {
                 Scenario::Open => format!("E6 wrk depth {depth}: iomux best req/s / nginx's"),
                 Scenario::Bound => format!("E6 bound wrk depth {depth}: iomux best req/s / nginx's"),
             };
-            claims.push(Spec::iomux(
-                name,
-                Needed::AtLeast(GOAL),
-                arms,
-                move |r| {
-                    let runs = runs(r, &keep)?;
-                    let rate = |pick: &dyn Fn(&Server) -> bool| {
-                        runs.iter()
-                            .filter(|(a, _)| pick(&a.server))
-                            .map(|(_, r)| r.report.requests_per_sec)
-                            .reduce(f64::max)
-                    };
-                    Some(rate(&is_iomux)? / rate(&|s| *s == Server::Nginx)?)
-                },
-            ));
+            claims.push(Spec::iomux(name, Needed::AtLeast(GOAL), arms, move |r| {
+                let runs = runs(r, &keep)?;
+                let rate = |pick: &dyn Fn(&Server) -> bool| {
+                    runs.iter()
+                        .filter(|(a, _)| pick(&a.server))
+                        .map(|(_, r)| r.report.requests_per_sec)
+                        .reduce(f64::max)
+                };
+                Some(rate(&is_iomux)? / rate(&|s| *s == Server::Nginx)?)
+            }));
         }
         let all = every_cell(p, |_| true);
         let open = every_cell(p, |a| a.scenario == Scenario::Open);
@@ -484,7 +472,10 @@ impl Experiment for Http {
             view.intro.push(format!("Not run: {}; install with {INSTALL}.", p.missing.join("; ")));
         }
         let tables = p.scenarios.iter().flat_map(|&scenario| {
-            CLIENTS.into_iter().filter(move |&c| scenario == Scenario::Open || c == Client::Wrk).map(move |c| (scenario, c))
+            CLIENTS
+                .into_iter()
+                .filter(move |&c| scenario == Scenario::Open || c == Client::Wrk)
+                .map(move |c| (scenario, c))
         });
         for (scenario, client) in tables {
             for &depth in &p.depths {

@@ -303,7 +303,7 @@ impl Experiment for Resp {
             }
         });
         let depths = args.depths.clone().unwrap_or_else(|| DEFAULT_DEPTHS.to_vec());
-        let mut scenarios = args.scenarios.clone().unwrap_or_else(|| {
+        let scenarios = args.scenarios.clone().unwrap_or_else(|| {
             if settings.full {
                 vec![Scenario::Open, Scenario::Bound]
             } else {
@@ -326,15 +326,7 @@ impl Experiment for Resp {
                 None
             }
         };
-        if scenarios.contains(&Scenario::Bound) {
-            if let Err(why) = quota::available() {
-                if args.scenarios.is_some() {
-                    return Err(format!("--scenarios bound: {why}").into());
-                }
-                missing.push(format!("the server-bound scenario is not run: {why}"));
-                scenarios.retain(|s| *s != Scenario::Bound);
-            }
-        }
+        let scenarios = quota::runnable(scenarios, args.scenarios.is_some(), &mut missing)?;
         let mut servers: Vec<Server> = backends.into_iter().map(Server::Iomux).collect();
         servers.push(Server::Redis);
         Ok(Params {
