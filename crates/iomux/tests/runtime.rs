@@ -2,8 +2,9 @@
 //! consumption, the input limit, closing with output pending, lingering
 //! close, half-close both ways, resets, timers, per-connection state made
 //! and dropped once, a stop that drains output, a failed connect; then a
-//! property test that drives random traffic through every backend and
-//! checks each against one model.
+//! property test that drives random traffic through every backend (the
+//! server sometimes taking input a piece per call, pausing its reading and
+//! resuming it from a deadline) and checks each against one model.
 //!
 //! Servers run in-process on a thread of their own; clients are std
 //! sockets in the test thread, with timeouts everywhere, so a test fails
@@ -95,13 +96,26 @@ struct Tracked {
     mode: Mode,
     /// The `n` command's tag, once its header came.
     tag: Option<u32>,
+    /// The `p` command's pacing (the `n` command's: none).
+    pacing: Pacing,
     probe: Arc<Probe>,
+}
+
+/// How a `p` connection takes its input: at most `take` bytes a call (0:
+/// all), and reading paused after every `pause_every` bytes (0: never),
+/// resumed by a deadline 1 ms later.
+#[derive(Clone, Copy, Default)]
+struct Pacing {
+    take: usize,
+    pause_every: u64,
+    since_pause: u64,
+    paused: bool,
 }
 
 impl Tracked {
     fn new(probe: &Arc<Probe>) -> Tracked {
         probe.created.fetch_add(1, SeqCst);
-        Tracked { mode: Mode::Undecided, tag: None, probe: probe.clone() }
+        Tracked { mode: Mode::Undecided, tag: None, pacing: Pacing::default(), probe: probe.clone() }
     }
 }
 
@@ -140,6 +154,10 @@ enum Mode {
 /// - `n` + tag (u32 LE) + N (u64 LE): echo the next N bytes, then close
 ///   (N = u64::MAX: echo all); the close reason is kept under the tag.
 ///   The 13-byte header is left unconsumed until it is complete.
+/// - `p` + tag (u32 LE) + N (u64 LE) + take (u32 LE) + pause_every (u32
+///   LE): as `n`, consuming at most `take` bytes a call (0: all), and
+///   pausing reading after every `pause_every` bytes (0: never) until a
+///   deadline 1 ms later resumes it.
 struct Cmd {
     /// The `f`, `r` and `d` reply (made once: a 16 MiB pattern takes a
     /// debug build long enough to skew the loop's clock).
@@ -165,6 +183,7 @@ struct Cmd {
 }
 
 const HEADER: usize = 13;
+const PACED_HEADER: usize = HEADER + 8;
 
 impl Cmd {
     fn new(probe: &Arc<Probe>) -> Cmd {
@@ -194,9 +213,18 @@ impl Cmd {
     fn command(&mut self, io: &mut Io<Tracked>, conn: ConnId, state: &mut Tracked, data: &[u8]) -> Option<usize> {
         let (mode, header) = match data[0] {
             b'n' if data.len() < HEADER => return None,
-            b'n' => {
+            b'p' if data.len() < PACED_HEADER => return None,
+            b'n' | b'p' => {
                 state.tag = Some(u32::from_le_bytes(data[1..5].try_into().unwrap()));
-                (Mode::EchoThenClose(u64::from_le_bytes(data[5..HEADER].try_into().unwrap())), HEADER)
+                let mode = Mode::EchoThenClose(u64::from_le_bytes(data[5..HEADER].try_into().unwrap()));
+                if data[0] == b'n' {
+                    (mode, HEADER)
+                } else {
+                    let field = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().unwrap());
+                    state.pacing.take = field(HEADER) as usize;
+                    state.pacing.pause_every = u64::from(field(HEADER + 4));
+                    (mode, PACED_HEADER)
+                }
             }
             b'e' => (Mode::Echo, 1),
             b'q' => {
@@ -281,6 +309,24 @@ impl Handler for Cmd {
         } else if state.mode == Mode::Closed {
             self.late += 1;
         }
+        let header = data.len() - rest.len();
+        let pacing = &mut state.pacing;
+        if pacing.take > 0 && rest.len() > pacing.take {
+            rest = &rest[..pacing.take]; // the rest is offered again at once
+        }
+        let consumed = header + rest.len();
+        if pacing.pause_every > 0 && state.mode != Mode::Closed {
+            pacing.since_pause += rest.len() as u64;
+            if pacing.since_pause >= pacing.pause_every {
+                pacing.since_pause = 0;
+                pacing.paused = true;
+                io.pause_reading(conn);
+                assert!(
+                    io.set_deadline(conn, io.now() + Duration::from_millis(1)),
+                    "an open connection takes a deadline"
+                );
+            }
+        }
         match &mut state.mode {
             Mode::Echo => {
                 let _ = io.write(conn, rest);
@@ -297,7 +343,13 @@ impl Handler for Cmd {
             Mode::Sink => self.received.extend_from_slice(rest),
             Mode::Closed | Mode::Undecided => {}
         }
-        data.len()
+        consumed
+    }
+
+    fn on_deadline(&mut self, io: &mut Io<Tracked>, conn: ConnId, state: &mut Tracked) {
+        assert!(state.pacing.paused, "only a paused `p` connection has a deadline");
+        state.pacing.paused = false;
+        io.resume_reading(conn);
     }
 
     fn on_drained(&mut self, io: &mut Io<Tracked>, conn: ConnId, _state: &mut Tracked) {
@@ -1261,6 +1313,10 @@ struct Plan {
     shutdown: bool,
     /// The client reads in small pieces, pausing after each.
     slow_reader: bool,
+    /// The server takes at most this many bytes a call, and pauses its
+    /// reading for 1 ms after every so many bytes (`p` command); None:
+    /// all at once, never paused (`n`).
+    pacing: Option<(u32, u32)>,
 }
 
 /// What a connection looked like from outside; the same on every backend.
@@ -1314,9 +1370,12 @@ impl Plan {
 
 fn plan() -> impl Strategy<Value = Plan> {
     let step = prop_oneof![4 => (1usize..70_000).prop_map(Step::Send), 1 => (0u64..4).prop_map(Step::Pause)];
-    (proptest::collection::vec(step, 1..6), any::<bool>(), any::<bool>())
-        .prop_flat_map(|(steps, shutdown, slow_reader)| {
-            let plan = Plan { close_after: None, steps, shutdown, slow_reader };
+    // A take of a few hundred bytes and a pause every few dozen KiB: a
+    // few thousand calls and a few dozen pauses at most.
+    let pacing = prop_oneof![Just(None), (prop_oneof![Just(0u32), 256u32..5000], 16_384u32..100_000).prop_map(Some)];
+    (proptest::collection::vec(step, 1..6), any::<bool>(), any::<bool>(), pacing)
+        .prop_flat_map(|(steps, shutdown, slow_reader, pacing)| {
+            let plan = Plan { close_after: None, steps, shutdown, slow_reader, pacing };
             let sent = plan.sent() as u64;
             // Often within the traffic (0 closes at the header), sometimes
             // exactly at its end, sometimes past it.
@@ -1353,9 +1412,13 @@ fn read_paced(s: &mut std::net::TcpStream, n: usize, slow: bool) -> (Vec<u8>, Op
 fn drive(addr: SocketAddr, tag: u32, plan: Plan, through: Arc<AtomicUsize>, go: mpsc::Receiver<()>) -> (Outcome, u32) {
     let mut s = connect(addr);
     let base = tag as usize * 1_000_003; // a stream of its own
-    let mut header = vec![b'n'];
+    let mut header = vec![if plan.pacing.is_some() { b'p' } else { b'n' }];
     header.extend(tag.to_le_bytes());
     header.extend(plan.close_after.unwrap_or(u64::MAX).to_le_bytes());
+    if let Some((take, pause_every)) = plan.pacing {
+        header.extend(take.to_le_bytes());
+        header.extend(pause_every.to_le_bytes());
+    }
     let mut w = s.try_clone().expect("clone");
     let (steps, shutdown) = (plan.steps.clone(), plan.shutdown);
     let writer = thread::spawn(move || -> std::io::Result<()> {
@@ -1483,8 +1546,10 @@ proptest! {
         ..ProptestConfig::default()
     })]
 
-    /// Random traffic on 1 to 3 connections at once, run on every backend:
-    /// each matches the model, so all give the same outcome.
+    /// Random traffic on 1 to 5 connections at once, run on every backend,
+    /// some with a server that takes its input a piece per call and pauses
+    /// its reading, resumed by a deadline: each matches the model, so all
+    /// give the same outcome.
     #[test]
     fn every_backend_matches_the_model((plans, read_size, ring, max_output) in traffic()) {
         let want: Vec<Outcome> = plans.iter().map(Plan::expected).collect();

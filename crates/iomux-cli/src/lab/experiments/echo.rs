@@ -265,7 +265,13 @@ impl Experiment for Echo {
             threads: args.threads.max(1),
             procs,
             first_rounds: if large || !settings.full { 1 } else { 3 },
-            budget_s: args.budget.unwrap_or(if large { 0.0 } else { BUDGET_S }),
+            budget_s: args.budget.unwrap_or_else(|| {
+                if large {
+                    0.0
+                } else {
+                    crate::lab::harness::default_budget(BUDGET_S, settings)
+                }
+            }),
             server_max,
             nofile_hard,
             tracer: settings.tracer.map(|t| t.name().to_string()),

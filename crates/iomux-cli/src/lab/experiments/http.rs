@@ -340,7 +340,7 @@ impl Experiment for Http {
             conns: CONNS,
             first_rounds,
             seconds: args.seconds.unwrap_or(if settings.full { FULL_SECONDS } else { QUICK_SECONDS }),
-            budget_s: args.budget.unwrap_or(BUDGET_S),
+            budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
             pinned: match crate::lab::cell::cpus() {
                 (Some(s), Some(c)) => Some((s, c)),
                 _ => None,

@@ -133,7 +133,7 @@ impl Experiment for Idle {
             round_trips: ROUND_TRIPS,
             msg_size: 100,
             first_rounds: if settings.full { 3 } else { FIRST_ROUNDS },
-            budget_s: args.budget.unwrap_or(BUDGET_S),
+            budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
             load_backend: cell::LOAD_BACKEND,
         })
     }

@@ -352,7 +352,7 @@ impl Experiment for Peers {
             first_rounds,
             seconds,
             perf_seconds: perf.then(|| if settings.full { seconds } else { seconds.min(QUICK_PERF_SECONDS) }),
-            budget_s: args.budget.unwrap_or(BUDGET_S),
+            budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
             open_rate: OPEN_RATE,
             open_tick_us: OPEN_TICK_US,
             msg_size: 100,

@@ -339,7 +339,7 @@ impl Experiment for Resp {
             conns: CONNS,
             requests: args.requests.unwrap_or(if settings.full { FULL_REQUESTS } else { QUICK_REQUESTS }),
             first_rounds,
-            budget_s: args.budget.unwrap_or(BUDGET_S),
+            budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
             pinned: match crate::lab::cell::cpus() {
                 (Some(s), Some(c)) => Some((s, c)),
                 _ => None,

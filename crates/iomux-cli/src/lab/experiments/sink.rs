@@ -162,7 +162,7 @@ impl Experiment for Sink {
             seconds: args.seconds.unwrap_or(if settings.full { FULL_SECONDS } else { QUICK_SECONDS }),
             paced_msgs_per_sec: PUBLISHED_RATE,
             first_rounds: if settings.full { 5 } else { 1 },
-            budget_s: args.budget.unwrap_or(BUDGET_S),
+            budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
             load_backend: cell::LOAD_BACKEND,
             published: published_rows(),
         })

@@ -408,7 +408,7 @@ impl Experiment for SyscallRate {
             not_possible: impossible,
             seconds_per_run: seconds,
             first_rounds,
-            budget_s: args.budget.unwrap_or(BUDGET_S),
+            budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
             timeout: 0,
             book: BOOK.to_vec(),
         })

@@ -224,7 +224,7 @@ impl Experiment for UringFeatures {
         Ok(Params {
             seconds,
             first_rounds: args.reps.unwrap_or(if settings.full { 5 } else { 1 }).max(1),
-            budget_s: args.budget.unwrap_or(BUDGET_S),
+            budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
             conns,
             features: features(&probe.features.unwrap_or_default()),
             backend: BACKEND,

@@ -46,11 +46,27 @@ pub mod by_names {
     }
 }
 
+/// Quick settings give an experiment this fraction of its budget (1 in
+/// 3): the whole quick bench has to fit in about 10 minutes on a 2-CPU
+/// machine.
+pub const QUICK_BUDGET_DIVISOR: f64 = 3.0;
+
+/// An experiment's budget when `--budget` is not given: `full_s` with
+/// `--full`, a third of it with quick settings.
+pub fn default_budget(full_s: f64, settings: &crate::lab::Settings) -> f64 {
+    if settings.full {
+        full_s
+    } else {
+        full_s / QUICK_BUDGET_DIVISOR
+    }
+}
+
 /// The help of every experiment's `--budget`.
 pub fn budget_help(default_s: f64, extra: &str) -> String {
     format!(
         "Seconds for rounds beyond the six a 95% interval needs, while a claim is undecided (its interval straddles \
-         its threshold); 0: the first rounds alone [default: {default_s}{extra}]"
+         its threshold); 0: the first rounds alone [default: {}; --full: {default_s}{extra}]",
+        default_s / QUICK_BUDGET_DIVISOR
     )
 }
 
