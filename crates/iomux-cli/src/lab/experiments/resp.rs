@@ -26,8 +26,7 @@ use std::time::Duration;
 /// redis-benchmark's default and the issue's.
 const CONNS: u32 = 50;
 /// Requests per run at depth 1; a run at depth D sends D times as many,
-/// so that each lasts about as long (several of the quota's 100 ms
-/// periods: a shorter run could fit in the quota's first period).
+/// so that each lasts about as long (many of the quota's periods).
 const QUICK_REQUESTS: u64 = 30_000;
 const FULL_REQUESTS: u64 = 100_000;
 const QUICK_REPS: usize = 1;
