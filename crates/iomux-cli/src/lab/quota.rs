@@ -30,12 +30,14 @@ impl std::fmt::Display for Scenario {
 /// The server-bound scenario's quota: half of one CPU.
 pub const BOUND_SHARE: f64 = 0.5;
 
-/// The scheduler's period, the quota a share of it: 10 ms, not the
-/// default 100 ms, so that a run of a second spans a hundred periods and
-/// the server is held back often and briefly rather than for 50 ms at a
-/// time (which gave redis-server's requests/s a spread of +-15-33% over
-/// 6 runs of one cell).
-const PERIOD_US: u64 = 10_000;
+/// The scheduler's period, the quota a share of it: the kernel's default,
+/// 100 ms, as a quota set by hand gets. The figures depend on it: a
+/// server held back for 50 ms at a time finds more requests waiting when
+/// it resumes and serves them in bigger batches. With a 10 ms period
+/// (quick E7, 6 rounds) iomux's requests/s over redis-server's at -P 1
+/// fell from 1.19 to 1.11 (GET) and 1.19 to 1.11 (SET), at -P 16 they
+/// rose (GET 1.46 to 1.65, SET 1.67 to 1.77).
+const PERIOD_US: u64 = 100_000;
 
 /// Where this machine's CPU controller is mounted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
