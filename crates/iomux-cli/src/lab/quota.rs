@@ -33,10 +33,8 @@ pub const BOUND_SHARE: f64 = 0.5;
 /// The scheduler's period, the quota a share of it: the kernel's default,
 /// 100 ms, as a quota set by hand gets. The figures depend on it: a
 /// server held back for 50 ms at a time finds more requests waiting when
-/// it resumes and serves them in bigger batches. With a 10 ms period
-/// (quick E7, 6 rounds) iomux's requests/s over redis-server's at -P 1
-/// fell from 1.19 to 1.11 (GET) and 1.19 to 1.11 (SET), at -P 16 they
-/// rose (GET 1.46 to 1.65, SET 1.67 to 1.77).
+/// it resumes and serves them in bigger batches (docs/experiments/resp.md
+/// has E7's ratios with both periods).
 const PERIOD_US: u64 = 100_000;
 
 /// Where this machine's CPU controller is mounted.
