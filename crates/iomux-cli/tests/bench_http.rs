@@ -3,22 +3,13 @@
 //! tool, it says which is missing and how to install it, and still
 //! writes its files.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod lab_support;
 
-fn iomux() -> Command {
-    let mut iomux = Command::new(env!("CARGO_BIN_EXE_iomux"));
-    // Tests never install packages: CI's script does, before them.
-    iomux.env("IOMUX_NO_INSTALL", "1");
-    iomux
-}
+use lab_support::{bench, can_make_a_quota, installed, iomux};
+use std::path::PathBuf;
 
 fn out_dir(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("iomux-e6-{}-{name}", std::process::id()))
-}
-
-fn installed(tool: &str) -> bool {
-    ["/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin"].iter().any(|d| PathBuf::from(d).join(tool).exists())
 }
 
 #[test]
@@ -35,16 +26,8 @@ fn a_tiny_run_measures_iomux_and_nginx_with_both_clients() {
         return;
     }
     let out = out_dir("tiny");
-    let run = iomux()
-        .args(["bench", "http", "--backends", "epoll", "--reps", "1", "--seconds", "1", "--budget", "0", "--out"])
-        .arg(&out)
-        .output()
-        .expect("run iomux");
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("http.json")).unwrap()).unwrap();
+    let args = ["http", "--backends", "epoll", "--reps", "1", "--seconds", "1", "--budget", "0"];
+    let json = bench(&args, &out, "http");
     assert!(json["unmeasurable"].as_array().unwrap().is_empty(), "{}", json["unmeasurable"]);
     let takes = json["takes"].as_array().unwrap();
     for server in ["iomux-epoll", "nginx"] {
@@ -71,8 +54,14 @@ fn a_tiny_run_measures_iomux_and_nginx_with_both_clients() {
         .unwrap();
     let syscalls = pipelined["value"]["syscalls_per_request"].as_f64().unwrap();
     assert!(syscalls > 0.0 && syscalls < 1.0, "pipelined responses go out in batches: {syscalls} syscalls/request");
+    // Server-bound (as root, with a cgroup CPU controller): wrk alone.
+    let bound: Vec<_> = takes.iter().filter(|t| t["arm"]["scenario"] == "bound").collect();
+    if can_make_a_quota() {
+        assert_eq!(bound.len(), 4, "iomux and nginx by wrk at depths 1 and 16: {bound:?}");
+        assert!(bound.iter().all(|t| t["arm"]["client"] == "wrk" && t["value"]["throttled_periods"].is_u64()));
+    }
     let claims = json["claims"].as_array().unwrap();
-    assert_eq!(claims.len(), 5, "{claims:?}");
+    assert_eq!(claims.len(), if bound.is_empty() { 5 } else { 6 }, "{claims:?}");
     let errors = claims.iter().find(|c| c["quantity"] == "E6 errors reported by wrk and h2load").unwrap();
     assert_eq!(errors["estimate"]["median"], 0.0, "{errors}");
     let md = std::fs::read_to_string(out.join("http.md")).unwrap();
