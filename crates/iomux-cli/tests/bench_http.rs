@@ -57,7 +57,11 @@ fn a_tiny_run_measures_iomux_and_nginx_with_both_clients() {
     // Server-bound (as root, with a cgroup CPU controller): wrk alone.
     let bound: Vec<_> = takes.iter().filter(|t| t["arm"]["scenario"] == "bound").collect();
     if can_make_a_quota() {
-        assert_eq!(bound.len(), 4, "iomux and nginx by wrk at depths 1 and 16: {bound:?}");
+        // A take on a busy machine is measured again: count the cells.
+        let mut cells: Vec<String> = bound.iter().map(|t| t["arm"].to_string()).collect();
+        cells.sort();
+        cells.dedup();
+        assert_eq!(cells.len(), 4, "iomux and nginx by wrk at depths 1 and 16: {cells:?}");
         assert!(bound.iter().all(|t| t["arm"]["client"] == "wrk" && t["value"]["throttled_periods"].is_u64()));
     }
     let claims = json["claims"].as_array().unwrap();
