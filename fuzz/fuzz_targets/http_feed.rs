@@ -6,6 +6,8 @@
 //! (`iomux_http::conformance` drives it as the server does).
 #![no_main]
 
+mod chunks;
+
 use iomux_http::conformance::{drive, well_formed};
 use iomux_http::{Http, Limits};
 use libfuzzer_sys::fuzz_target;
@@ -18,14 +20,7 @@ fuzz_target!(|data: &[u8]| {
     let mut http = Http::new(LIMITS);
     http.set_date(UNIX_EPOCH + Duration::from_secs(1_700_000_000));
     let whole = drive(&mut http, stream, []);
-    // Chunks of 1 to 16 bytes, from the seed byte (xorshift32).
-    let mut state = u32::from(seed) | 1;
-    let chunks = std::iter::from_fn(|| {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        Some((state % 16) as usize + 1)
-    });
+    let chunks = chunks::sizes(seed);
     let split = drive(&mut http, stream, chunks);
     assert_eq!(whole.responses, split.responses, "responses depend on the split");
     assert_eq!((whole.count, whole.closed, whole.pending), (split.count, split.closed, split.pending));

@@ -79,7 +79,7 @@ pub fn run<H: Handler>(setup: Setup<'_, H::Message>, handler: &mut H) -> Result<
     let sqpoll = (cfg.backend == Backend::UringSqpoll).then_some(UringPoller::SQPOLL_IDLE);
     let mut ring = Ring::for_loop(RING_ENTRIES, sqpoll).map_err(crate::poller::uring_unavailable)?;
     let (features, feature_report) = uring_features::enable(&mut ring, cfg, BUFFER_GROUP)
-        .map_err(|e| Error::sys(NAME, Syscall::IoUringRegister, None, e))?;
+        .map_err(|e| Error::sys("uring provided-buffer ring", Syscall::IoUringRegister, None, e))?;
     let (waker, waker_fd) = Waker::new()?;
     core.wake_with(&waker);
     let mut k = Uring {
