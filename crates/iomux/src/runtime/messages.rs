@@ -60,6 +60,17 @@ impl<M> Inbox<M> {
 /// a worker, `main`); the loop hands each to
 /// [`Handler::on_message`](super::Handler::on_message), in the order sent.
 /// Cheap to clone. Made by [`Runtime::senders`](super::Runtime::senders).
+///
+/// ```
+/// use iomux::runtime::{Config, Runtime};
+///
+/// let runtime = Runtime::new(Config::default(), 2)?;
+/// let senders = runtime.senders::<String>()?;
+/// assert_eq!(senders.iter().map(|s| s.loop_index()).collect::<Vec<_>>(), [0, 1]);
+/// // Queued until loop 1 runs (a handler with `type Message = String` gets it).
+/// senders[1].send("hello".to_string()).expect("loop 1 has not ended");
+/// # Ok::<(), iomux::Error>(())
+/// ```
 pub struct Sender<M> {
     inbox: Arc<Inbox<M>>,
     loop_index: usize,
