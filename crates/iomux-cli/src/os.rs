@@ -59,6 +59,22 @@ pub fn terminate(pid: u32) -> io::Result<()> {
     Ok(rustix::process::kill_process(pid, rustix::process::Signal::TERM)?)
 }
 
+/// Sends `signal` to `child` and waits up to `grace` for it to exit;
+/// false when it has not (the caller's Drop kills it).
+pub fn signal_and_wait(child: &mut std::process::Child, signal: rustix::process::Signal, grace: Duration) -> bool {
+    if let Some(pid) = i32::try_from(child.id()).ok().and_then(rustix::process::Pid::from_raw) {
+        let _ = rustix::process::kill_process(pid, signal);
+    }
+    let deadline = std::time::Instant::now() + grace;
+    while std::time::Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
 /// CPU time (user + system, in ns as the scheduler counts it) that
 /// process `pid` has used so far, all its threads, the exited ones too
 /// (CLOCK_PROCESS_CPUTIME_ID of another process; readable until it is

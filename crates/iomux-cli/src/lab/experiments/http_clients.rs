@@ -142,6 +142,27 @@ pub fn run(
     cpu: Option<usize>,
     seconds: u32,
 ) -> CliResult<(Report, Duration)> {
+    let limit = Duration::from_secs(2 * u64::from(seconds) + 30);
+    let (out, used) = run_pinned(program, args, cpu, limit, client.name())?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report = match client {
+        Client::Wrk => parse_wrk(&stdout),
+        Client::H2load => parse_h2load(&stdout),
+    }
+    .map_err(|e| format!("{}'s report: {e}\n{stdout}", client.name()))?;
+    Ok((report, used))
+}
+
+/// Runs a client program pinned to `cpu` (killed after `limit`); returns
+/// its output, which must say it succeeded, and the CPU it used. A failure
+/// is named by `name` and the first line the program said.
+pub fn run_pinned(
+    program: &Path,
+    args: &[String],
+    cpu: Option<usize>,
+    limit: Duration,
+    name: &str,
+) -> CliResult<(std::process::Output, Duration)> {
     use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(program);
     cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
@@ -154,23 +175,19 @@ pub fn run(
     }
     let before = crate::os::children_cpu().map_err(|e| format!("getrusage(RUSAGE_CHILDREN): {e}"))?;
     let child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", program.display()))?;
-    let limit = Duration::from_secs(2 * u64::from(seconds) + 30);
-    let out = crate::os::wait_output_within(child, limit)
-        .map_err(|e| format!("{} {}: {e}", client.name(), args.join(" ")))?;
+    let out = crate::os::wait_output_within(child, limit).map_err(|e| format!("{name} {}: {e}", args.join(" ")))?;
     let used =
         crate::os::children_cpu().map_err(|e| format!("getrusage(RUSAGE_CHILDREN): {e}"))?.saturating_sub(before);
-    let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let said = stderr.lines().chain(stdout.lines()).find(|l| !l.trim().is_empty()).unwrap_or("no output");
-        return Err(format!("{} exited with {}: {said}", client.name(), out.status).into());
+        return Err(format!("{name} exited with {}: {}", out.status, first_said(&out)).into());
     }
-    let report = match client {
-        Client::Wrk => parse_wrk(&stdout),
-        Client::H2load => parse_h2load(&stdout),
-    }
-    .map_err(|e| format!("{}'s report: {e}\n{stdout}", client.name()))?;
-    Ok((report, used))
+    Ok((out, used))
+}
+
+/// The first line a program wrote (stderr first), for an error.
+pub fn first_said(out: &std::process::Output) -> String {
+    let (stderr, stdout) = (String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
+    stderr.lines().chain(stdout.lines()).find(|l| !l.trim().is_empty()).unwrap_or("no output").to_string()
 }
 
 /// `462.17us`, `1.20ms`, `2.00s`, `1.00m` in microseconds.

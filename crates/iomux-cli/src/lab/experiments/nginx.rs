@@ -112,14 +112,8 @@ impl Nginx {
 
     /// SIGQUIT (nginx's graceful stop), then SIGKILL after 5 s.
     pub fn stop(mut self) -> CliResult<()> {
-        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).ok_or("nginx has no pid")?;
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::QUIT);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        if crate::os::signal_and_wait(&mut self.child, rustix::process::Signal::QUIT, Duration::from_secs(5)) {
+            return Ok(());
         }
         Err(format!("nginx did not stop within 5 s of SIGQUIT; killed. {}", self.error_log()).into())
     }

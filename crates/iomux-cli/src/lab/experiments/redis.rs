@@ -135,14 +135,8 @@ impl RedisServer {
 
     /// SIGTERM (redis's clean stop, nothing to save), SIGKILL after 5 s.
     pub fn stop(mut self) -> CliResult<()> {
-        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).ok_or("redis-server has no pid")?;
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        if crate::os::signal_and_wait(&mut self.child, rustix::process::Signal::TERM, Duration::from_secs(5)) {
+            return Ok(());
         }
         Err("redis-server did not stop within 5 s of SIGTERM; killed".into())
     }
@@ -194,27 +188,11 @@ pub fn args(addr: SocketAddr, test: &str, conns: u32, depth: u32, requests: u64)
 /// Runs redis-benchmark pinned to `cpu` (killed after `limit`); returns
 /// its report and the CPU it used.
 pub fn run(program: &Path, args: &[String], cpu: Option<usize>, limit: Duration) -> CliResult<(Report, Duration)> {
-    use std::os::unix::process::CommandExt;
-    let mut cmd = Command::new(program);
-    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    if let Some(cpu) = cpu {
-        // SAFETY: as in `RedisServer::start`: only sched_setaffinity runs
-        // between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || crate::os::pin_to_cpu(cpu));
-        }
-    }
-    let before = crate::os::children_cpu().map_err(|e| format!("getrusage(RUSAGE_CHILDREN): {e}"))?;
-    let child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", program.display()))?;
-    let out =
-        crate::os::wait_output_within(child, limit).map_err(|e| format!("redis-benchmark {}: {e}", args.join(" ")))?;
-    let used =
-        crate::os::children_cpu().map_err(|e| format!("getrusage(RUSAGE_CHILDREN): {e}"))?.saturating_sub(before);
+    let (out, used) = super::http_clients::run_pinned(program, args, cpu, limit, "redis-benchmark")?;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() || stderr.contains("Error") || stdout.contains("Error") {
-        let said = stderr.lines().chain(stdout.lines()).find(|l| !l.trim().is_empty()).unwrap_or("no output");
-        return Err(format!("redis-benchmark exited with {}: {said}", out.status).into());
+    // It exits 0 even when a request failed; it says "Error" then.
+    if String::from_utf8_lossy(&out.stderr).contains("Error") || stdout.contains("Error") {
+        return Err(format!("redis-benchmark: {}", super::http_clients::first_said(&out)).into());
     }
     let report = parse_csv(&stdout).map_err(|e| format!("redis-benchmark's report: {e}\n{stdout}"))?;
     Ok((report, used))
