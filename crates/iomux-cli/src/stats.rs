@@ -26,6 +26,8 @@ pub struct ServerStats {
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub messages: u64,
+    /// Sends of several buffers at once (shared values behind a head).
+    pub gathered_sends: u64,
     pub turns: u64,
     pub peak_output_bytes: u64,
     pub peak_conns: u64,
@@ -90,6 +92,7 @@ pub fn stats_json(stats: &LoopStats, backend: Backend, extra: &[(&str, Value)]) 
         bytes_in: stats.bytes_in,
         bytes_out: stats.bytes_out,
         messages: stats.reads,
+        gathered_sends: stats.gathered_sends,
         turns: stats.turns,
         peak_output_bytes: stats.peak_output,
         peak_conns: stats.peak_conns,

@@ -2,7 +2,8 @@
 //! same script of commands goes to both, one by one, pipelined in one
 //! write, and byte by byte, and the replies must be equal byte for byte;
 //! then each protocol error, on a connection of its own, must get the
-//! same error and the same close. On every backend.
+//! same error and the same close. On every backend. And a pipeline of
+//! GETs of a large value is served from the one shared copy.
 //!
 //! Without redis-server the test says so and passes, except under
 //! CI=true, where .ci/run has installed it (scripts/install-http-tools).
@@ -302,3 +303,41 @@ fn same_replies_as_redis_server(backend: &str) {
 }
 
 on_every_backend!(same_replies_as_redis_server);
+
+/// Forty pipelined GETs of a 3 MB value, read only after a pause: the
+/// value is shared with its replies, not copied into each, so the
+/// server's memory stays within its output bound plus one value plus a
+/// fixed bound; every reply arrives intact, in gathered sends.
+fn large_values_are_shared_not_copied(backend: &str) {
+    const VALUE: usize = 3_000_000;
+    const GETS: usize = 40;
+    const MAX_OUTPUT: u64 = 4 << 20; // `iomux serve`'s default
+    let server = Serve::start(backend, &["--proto", "resp"]);
+    let mut s = connect(server.addr);
+    let value: Vec<u8> = (0..VALUE).map(|i| (i % 251) as u8).collect();
+    let mut set = format!("*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n${VALUE}\r\n").into_bytes();
+    set.extend_from_slice(&value);
+    set.extend_from_slice(b"\r\n");
+    s.write_all(&set).expect("write SET");
+    assert_eq!(read_replies(&mut s, 1, "SET big"), b"+OK\r\n");
+    let baseline = server.rss();
+    s.write_all(&request(b"GET big").repeat(GETS)).expect("write GETs");
+    std::thread::sleep(Duration::from_millis(300));
+    let grown = server.rss().saturating_sub(baseline);
+    let mut want = format!("${VALUE}\r\n").into_bytes();
+    want.extend_from_slice(&value);
+    want.extend_from_slice(b"\r\n");
+    let mut got = vec![0u8; want.len()];
+    for i in 0..GETS {
+        s.read_exact(&mut got).unwrap_or_else(|e| panic!("{backend}: reply {i}: {e}"));
+        assert!(got == want, "{backend}: reply {i} differs from the value set");
+    }
+    drop(s);
+    let (stats, _) = server.stop();
+    eprintln!("{backend}: RSS grew {grown} bytes under {GETS} GETs of {VALUE} bytes");
+    assert!(stats["gathered_sends"].as_u64().unwrap_or(0) > 0, "{backend}: no gathered send: {stats}");
+    let bound = MAX_OUTPUT + VALUE as u64 + (8 << 20);
+    assert!(grown < bound, "{backend}: RSS grew {grown} bytes, bound {bound}");
+}
+
+on_every_backend!(large_values_are_shared_not_copied);

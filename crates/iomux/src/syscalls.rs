@@ -69,6 +69,8 @@ syscalls! {
     Write => "write",
     /// `sendto` (how `send` reaches the kernel).
     Sendto => "sendto",
+    /// `sendmsg`: a send of several buffers at once.
+    Sendmsg => "sendmsg",
     /// `recvfrom` (how `recv` reaches the kernel).
     Recvfrom => "recvfrom",
     /// `accept4`.

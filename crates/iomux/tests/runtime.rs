@@ -16,7 +16,7 @@
 #[macro_use]
 mod runtime_support;
 
-use iomux::runtime::{CloseReason, Config, ConnId, Finished, Handler, Io, Runtime, Sender, TimerId};
+use iomux::runtime::{Bytes, CloseReason, Config, ConnId, Finished, Handler, Io, Runtime, Sender, TimerId};
 use iomux::Backend;
 use proptest::prelude::*;
 use runtime_support::*;
@@ -63,6 +63,7 @@ on_every_backend! {
     a_handler_that_is_not_send,
     deadlines_fire_move_and_clear,
     writes_in_place_keep_their_order,
+    shared_buffers_go_out_gathered_in_order,
     messages_cross_loops_in_order,
 }
 
@@ -98,6 +99,8 @@ struct Tracked {
     tag: Option<u32>,
     /// The `p` command's pacing (the `n` command's: none).
     pacing: Pacing,
+    /// Deliveries so far: every other one echoes through a shared buffer.
+    calls: u64,
     probe: Arc<Probe>,
 }
 
@@ -115,7 +118,7 @@ struct Pacing {
 impl Tracked {
     fn new(probe: &Arc<Probe>) -> Tracked {
         probe.created.fetch_add(1, SeqCst);
-        Tracked { mode: Mode::Undecided, tag: None, pacing: Pacing::default(), probe: probe.clone() }
+        Tracked { mode: Mode::Undecided, tag: None, pacing: Pacing::default(), calls: 0, probe: probe.clone() }
     }
 }
 
@@ -327,13 +330,13 @@ impl Handler for Cmd {
                 );
             }
         }
+        state.calls += 1;
+        let share = state.calls.is_multiple_of(2);
         match &mut state.mode {
-            Mode::Echo => {
-                let _ = io.write(conn, rest);
-            }
+            Mode::Echo => echo(io, conn, rest, share),
             Mode::EchoThenClose(left) => {
                 let n = rest.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
-                let _ = io.write(conn, &rest[..n]);
+                echo(io, conn, &rest[..n], share);
                 *left -= n as u64;
                 if *left == 0 {
                     io.close(conn);
@@ -366,6 +369,19 @@ impl Handler for Cmd {
         drop(state);
         self.probe.closed.fetch_add(1, SeqCst);
     }
+}
+
+/// Echoes `data`: in one copied write, or (`share`) its middle third as a
+/// shared buffer between two copied writes, so that it goes out gathered.
+fn echo(io: &mut Io<Tracked>, conn: ConnId, data: &[u8], share: bool) {
+    if !share {
+        let _ = io.write(conn, data);
+        return;
+    }
+    let third = data.len() / 3;
+    let (head, rest) = data.split_at(third);
+    let (middle, tail) = rest.split_at(third);
+    let _ = io.write(conn, head) && io.write_bytes(conn, Bytes::copy_from_slice(middle)) && io.write(conn, tail);
 }
 
 /// Every close reason the loops recorded, in loop order.
@@ -1607,6 +1623,16 @@ impl Handler for OneLine {
             });
             assert_eq!(n, Some(self.value_len - half), "write_with returns what its closure returned");
             assert_eq!(io.write_with(conn, |out| out.push(b'\n')), Some(()));
+        } else if line == b"s\n" {
+            // A copied head, two shared buffers (one of them short enough
+            // to be copied), a copied tail: one stream, in order.
+            let value = Bytes::from(pattern(0, self.value_len));
+            let accepted = io.write(conn, b"<")
+                && io.write_bytes(conn, value.clone())
+                && io.write_bytes(conn, Bytes::from_static(b"|"))
+                && io.write_bytes(conn, value)
+                && io.write(conn, b">\n");
+            assert!(accepted, "shared writes to an open connection are accepted");
         } else if line == b"q\n" {
             assert_eq!(io.write_with(conn, |out| out.extend_from_slice(b"bye\n")), Some(()));
             io.close(conn);
@@ -1891,6 +1917,30 @@ fn writes_in_place_keep_their_order(backend: Backend) {
     let (rest, end) = read_to_end(&mut c);
     assert_eq!((rest.as_slice(), end), (&b"bye\n"[..], End::Eof), "{backend}: the last write, then the close");
     server.stop();
+}
+
+/// Shared buffers go out with the copied writes around them, in order,
+/// gathered into sends of several buffers; behind output still queued
+/// too (the second request's arrives while the first's is unread).
+fn shared_buffers_go_out_gathered_in_order(backend: Backend) {
+    const VALUE: usize = 1 << 20;
+    let (server, _calls) = one_line_server(config(backend).build().unwrap(), VALUE);
+    let mut c = connect(server.addr);
+    c.write_all(b"s\ns\nq\n").unwrap();
+    let value = pattern(0, VALUE);
+    let want = [&b"<"[..], &value, b"|", &value, b">\n"].concat();
+    for i in 0..2 {
+        assert_bytes(&read_exact(&mut c, want.len()), &want, &format!("{backend}: reply {i}"));
+    }
+    let (rest, end) = read_to_end(&mut c);
+    assert_eq!((rest.as_slice(), end), (&b"bye\n"[..], End::Eof), "{backend}: the last write, then the close");
+    let finished = server.stop();
+    assert!(finished.stats.gathered_sends > 0, "{backend}: the shared buffers went out in gathered sends");
+    let sendmsg = finished.stats.syscalls.get(iomux::Syscall::Sendmsg);
+    match backend {
+        Backend::Uring | Backend::UringSqpoll => assert_eq!(sendmsg, 0, "{backend}: sent by the ring"),
+        _ => assert_eq!(sendmsg, finished.stats.gathered_sends, "{backend}: one sendmsg per gathered send"),
+    }
 }
 
 /// A relay: each connection is told its loop (`loop <i>`); a line

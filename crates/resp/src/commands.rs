@@ -2,7 +2,9 @@
 //! expire.c, server.c's processCommand).
 
 use crate::parse::integer;
+use crate::store::Value;
 use crate::Store;
+use bytes::Bytes;
 use std::borrow::Cow;
 
 /// A command's argument: borrowed from the input, or unquoted (inline).
@@ -13,6 +15,8 @@ pub type Arg<'a> = Cow<'a, [u8]>;
 pub enum After {
     Continue,
     Close,
+    /// The reply goes on with these shared bytes, after `out`.
+    Shared(Bytes),
 }
 
 pub fn error(out: &mut Vec<u8>, text: &[u8]) {
@@ -23,10 +27,14 @@ pub fn error(out: &mut Vec<u8>, text: &[u8]) {
 }
 
 fn bulk(out: &mut Vec<u8>, value: &[u8]) {
-    out.push(b'$');
-    out.extend_from_slice(itoa::Buffer::new().format(value.len()).as_bytes());
-    out.extend_from_slice(b"\r\n");
+    bulk_head(out, value.len());
     out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn bulk_head(out: &mut Vec<u8>, len: usize) {
+    out.push(b'$');
+    out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
     out.extend_from_slice(b"\r\n");
 }
 
@@ -107,7 +115,9 @@ fn arity_error(out: &mut Vec<u8>, fullname: &str) {
 }
 
 /// Runs one command, appending its reply.
-pub fn execute(store: &mut Store, now: u64, args: &[Arg<'_>], out: &mut Vec<u8>) -> After {
+/// Runs one command, appending its reply to `out`; with `share`, a GET of
+/// a shared value appends only the reply's head and hands back the rest.
+pub fn execute(store: &mut Store, now: u64, args: &[Arg<'_>], out: &mut Vec<u8>, share: bool) -> After {
     let Some(spec) = COMMANDS.iter().find(|s| s.name.as_bytes().eq_ignore_ascii_case(&args[0])) else {
         unknown(out, args);
         return After::Continue;
@@ -124,8 +134,12 @@ pub fn execute(store: &mut Store, now: u64, args: &[Arg<'_>], out: &mut Vec<u8>)
             _ => arity_error(out, "ping"),
         },
         "echo" => bulk(out, &args[1]),
-        "get" => match store.get(&args[1], now) {
-            Some(v) => bulk(out, v),
+        "get" => match store.value(&args[1], now) {
+            Some(Value::Shared(tail)) if share => {
+                bulk_head(out, tail.len() - 2);
+                return After::Shared(tail.clone());
+            }
+            Some(v) => bulk(out, v.as_slice()),
             None => out.extend_from_slice(NIL),
         },
         "set" => set(store, now, args, out),

@@ -21,8 +21,9 @@ pub mod conformance;
 mod parse;
 mod store;
 
+pub use bytes::Bytes;
 pub use parse::INLINE_MAX;
-pub use store::Store;
+pub use store::{Store, SHARED_MIN};
 
 /// Redis's request limits (`proto-max-bulk-len`, and the multibulk count
 /// it accepts).
@@ -42,7 +43,7 @@ impl Default for Limits {
 }
 
 /// What [`Resp::feed`] did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fed {
     /// Input bytes used; the rest (a request not yet complete, or not yet
     /// answered because the output passed its budget) is handed back
@@ -55,6 +56,10 @@ pub struct Fed {
     /// Close once `out` is sent (QUIT, or a protocol error); nothing more
     /// is read.
     pub close: bool,
+    /// The rest of the last reply, to send right after `out` without a
+    /// copy: a shared value ([`Resp::share_values`] only). Feeding stops
+    /// after such a reply.
+    pub shared: Option<Bytes>,
 }
 
 /// The protocol side: limits, and scratch space reused between requests.
@@ -63,12 +68,34 @@ pub struct Resp {
     limits: Limits,
     /// The current request's arguments, as ranges of the input (reused).
     ranges: Vec<(usize, usize)>,
+    share: bool,
 }
 
 impl Resp {
     /// A protocol with these limits.
     pub fn new(limits: Limits) -> Resp {
-        Resp { limits, ranges: Vec::new() }
+        Resp { limits, ranges: Vec::new(), share: false }
+    }
+
+    /// Hands large values to the caller instead of copying them into the
+    /// output: a GET of a value the store keeps shared ([`SHARED_MIN`]
+    /// bytes or more) ends the feed with [`Fed::shared`], which the
+    /// caller sends after `out` (with `iomux`'s `Io::write_bytes`, say).
+    ///
+    /// ```
+    /// use iomux_resp::{Resp, Store, SHARED_MIN};
+    ///
+    /// let (mut resp, mut store, mut out) = (Resp::default().share_values(), Store::new(), Vec::new());
+    /// store.set(b"big", &vec![b'x'; SHARED_MIN], None);
+    /// let fed = resp.feed(&mut store, 0, b"GET big\r\nPING\r\n", &mut out, usize::MAX);
+    /// assert_eq!(out, format!("${SHARED_MIN}\r\n").as_bytes(), "the reply's head");
+    /// let tail = fed.shared.expect("the value, shared");
+    /// assert_eq!((tail.len(), &tail[SHARED_MIN..]), (SHARED_MIN + 2, &b"\r\n"[..]));
+    /// assert_eq!((fed.consumed, fed.replies), (9, 1), "PING waits for the next feed");
+    /// ```
+    pub fn share_values(mut self) -> Resp {
+        self.share = true;
+        self
     }
 
     /// Answers the complete requests at the start of `input` against
@@ -78,7 +105,7 @@ impl Resp {
     /// than `out_budget` bytes (so a pipeline of large replies is answered
     /// a part at a time as the output drains).
     pub fn feed(&mut self, store: &mut Store, now_ms: u64, input: &[u8], out: &mut Vec<u8>, out_budget: usize) -> Fed {
-        let mut fed = Fed { consumed: 0, replies: 0, errors: 0, close: false };
+        let mut fed = Fed { consumed: 0, replies: 0, errors: 0, close: false, shared: None };
         store.purge(now_ms);
         // The arguments borrow the input (an inline one with quotes is
         // unquoted into its own bytes): no copy per argument.
@@ -103,11 +130,18 @@ impl Resp {
                     fed.consumed += consumed;
                     fed.replies += 1;
                     let reply_at = out.len();
-                    let after = commands::execute(store, now_ms, &args, out);
+                    let after = commands::execute(store, now_ms, &args, out, self.share);
                     fed.errors += u32::from(out.get(reply_at) == Some(&b'-'));
-                    if after == commands::After::Close {
-                        fed.close = true;
-                        break;
+                    match after {
+                        commands::After::Continue => {}
+                        commands::After::Close => {
+                            fed.close = true;
+                            break;
+                        }
+                        commands::After::Shared(tail) => {
+                            fed.shared = Some(tail);
+                            break;
+                        }
                     }
                 }
             }

@@ -4,29 +4,86 @@
 //! of expiries (redis samples keys in the background instead; either way
 //! DBSIZE does not count a key long expired).
 
+use bytes::Bytes;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
+/// Values this long or longer are kept shared, so that a GET can send one
+/// without copying it ([`Resp::share_values`](crate::Resp::share_values)).
+pub const SHARED_MIN: usize = 16 << 10;
+
+/// A value, stored once.
+#[derive(Clone, Debug)]
+pub(crate) enum Value {
+    /// A small one: a SET of the key overwrites it in place.
+    Inline(Vec<u8>),
+    /// A large one, followed by CRLF (a bulk reply's tail, so that the
+    /// reply is its head and this), shared with the replies that send it.
+    Shared(Bytes),
+}
+
+impl Value {
+    fn new(value: &[u8], shared_min: usize) -> Value {
+        if value.len() < shared_min {
+            return Value::Inline(value.to_vec());
+        }
+        let mut tail = Vec::with_capacity(value.len() + 2);
+        tail.extend_from_slice(value);
+        tail.extend_from_slice(b"\r\n");
+        Value::Shared(Bytes::from(tail))
+    }
+
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            Value::Inline(v) => v,
+            Value::Shared(tail) => &tail[..tail.len() - 2],
+        }
+    }
+
+    /// Replaces the value, in place when it stays small.
+    fn replace(&mut self, new: &[u8], shared_min: usize) {
+        match self {
+            Value::Inline(old) if new.len() < shared_min => overwrite(old, new),
+            slot => *slot = Value::new(new, shared_min),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Entry {
-    value: Vec<u8>,
+    value: Value,
     /// Milliseconds on the caller's clock; None: no expiry.
     expires_at: Option<u64>,
 }
 
 /// String keys and their values.
-#[derive(Default, Debug)]
+#[derive(Debug)]
 pub struct Store {
     keys: HashMap<Vec<u8>, Entry>,
     /// Every expiry set, by time; an entry whose key has since changed
     /// expiry (or gone) is skipped when it comes due.
     expiries: BinaryHeap<Reverse<(u64, Vec<u8>)>>,
+    /// Values at least this long are kept shared.
+    shared_min: usize,
+}
+
+impl Default for Store {
+    fn default() -> Store {
+        Store::sharing_from(SHARED_MIN)
+    }
 }
 
 impl Store {
-    /// An empty keyspace.
+    /// An empty keyspace; values of [`SHARED_MIN`] bytes or more are kept
+    /// shared.
     pub fn new() -> Store {
         Store::default()
+    }
+
+    /// An empty keyspace that keeps values of `shared_min` bytes or more
+    /// shared (tests share small ones too).
+    pub fn sharing_from(shared_min: usize) -> Store {
+        Store { keys: HashMap::new(), expiries: BinaryHeap::new(), shared_min }
     }
 
     fn live(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
@@ -48,6 +105,11 @@ impl Store {
         self.live(key, now_ms).map(|e| e.value.as_slice())
     }
 
+    /// The stored value of a live key.
+    pub(crate) fn value(&mut self, key: &[u8], now_ms: u64) -> Option<&Value> {
+        self.live(key, now_ms).map(|e| &e.value)
+    }
+
     /// Whether the key is live.
     pub fn exists(&mut self, key: &[u8], now_ms: u64) -> bool {
         self.live(key, now_ms).is_some()
@@ -62,10 +124,10 @@ impl Store {
         match self.keys.get_mut(key) {
             Some(entry) => {
                 entry.expires_at = expires_at;
-                overwrite(&mut entry.value, value);
+                entry.value.replace(value, self.shared_min);
             }
             None => {
-                self.keys.insert(key.to_vec(), Entry { value: value.to_vec(), expires_at });
+                self.keys.insert(key.to_vec(), Entry { value: Value::new(value, self.shared_min), expires_at });
             }
         }
     }
@@ -85,8 +147,9 @@ impl Store {
 
     /// Replaces a live key's value, keeping its expiry (INCR, DECR).
     pub fn replace(&mut self, key: &[u8], value: &[u8], now_ms: u64) {
+        let shared_min = self.shared_min;
         match self.live(key, now_ms) {
-            Some(e) => overwrite(&mut e.value, value),
+            Some(e) => e.value.replace(value, shared_min),
             None => self.set(key, value, None),
         }
     }

@@ -1,9 +1,9 @@
 //! Any split of a pipeline gives the replies the whole pipeline gives,
 //! fed as a server feeds it (each piece after what was left unconsumed),
-//! and never a panic. 100,000 cases by default (`PROPTEST_CASES`
+//! with values copied or shared, and never a panic. 100,000 cases by default (`PROPTEST_CASES`
 //! overrides).
 
-use iomux_resp::conformance::drive;
+use iomux_resp::conformance::{drive, Values};
 use iomux_resp::Limits;
 use proptest::prelude::*;
 
@@ -56,6 +56,7 @@ proptest! {
         cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..6),
         budget in prop_oneof![Just(usize::MAX), 0usize..64],
         garbage in prop::option::of(prop::collection::vec(any::<u8>(), 1..20)),
+        values in prop_oneof![Just(Values::Copied), (0usize..24).prop_map(Values::SharedFrom)],
     ) {
         let mut input = Vec::new();
         for (args, inline) in &commands {
@@ -64,11 +65,11 @@ proptest! {
         if let Some(g) = garbage {
             input.extend_from_slice(&g);
         }
-        let whole = drive(Limits::default(), &input, std::iter::once(usize::MAX), usize::MAX);
+        let whole = drive(Limits::default(), &input, std::iter::once(usize::MAX), usize::MAX, Values::Copied);
         let mut at: Vec<usize> = cuts.iter().map(|c| c.index(input.len() + 1)).collect();
         at.sort_unstable();
         at.push(input.len());
         let sizes: Vec<usize> = std::iter::once(0).chain(at.iter().copied()).zip(at.iter().copied()).map(|(a, b)| b - a).collect();
-        prop_assert_eq!(drive(Limits::default(), &input, sizes.into_iter(), budget), whole);
+        prop_assert_eq!(drive(Limits::default(), &input, sizes.into_iter(), budget, values), whole);
     }
 }

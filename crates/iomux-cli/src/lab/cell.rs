@@ -143,4 +143,5 @@ pub fn data_path(stats: &crate::stats::ServerStats) -> u64 {
 }
 
 use iomux::Syscall::*;
-const DATA_PATH: [iomux::Syscall; 8] = [EpollPwait, Ppoll, Pselect6, IoUringEnter, Read, Recvfrom, Write, Sendto];
+const DATA_PATH: [iomux::Syscall; 9] =
+    [EpollPwait, Ppoll, Pselect6, IoUringEnter, Read, Recvfrom, Write, Sendto, Sendmsg];

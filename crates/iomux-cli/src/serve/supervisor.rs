@@ -528,7 +528,7 @@ fn describe(status: ExitStatus) -> String {
 /// Counters that add up over workers; `peak_conns` and `peak_rss_bytes`
 /// too (the workers' peaks need not coincide: the sum bounds the whole
 /// server's from above).
-const SUMMED: [&str; 14] = [
+const SUMMED: [&str; 15] = [
     "loops",
     "accepted",
     "connected",
@@ -539,6 +539,7 @@ const SUMMED: [&str; 14] = [
     "bytes_in",
     "bytes_out",
     "messages",
+    "gathered_sends",
     "turns",
     "peak_conns",
     "syscalls_total",

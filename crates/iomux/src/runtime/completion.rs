@@ -22,6 +22,7 @@ use super::{CloseReason, ConnId, Handler};
 use crate::error::{Error, Result};
 use crate::poller::{Backend, UringPoller, Waker};
 use crate::sys::net::Fd;
+use crate::sys::payload::Payload;
 use crate::sys::uring::{Completion, Ring};
 use crate::Syscall;
 use std::io;
@@ -174,8 +175,8 @@ impl Uring {
         match (c.user_data >> KIND_SHIFT, id) {
             (SEND, _) if c.is_notification() => {
                 // A zero-copy send's buffer, free at last.
-                if let Some(buf) = c.returned {
-                    core.io.recycle(buf);
+                if let Some(payload) = c.returned {
+                    core.io.recycle_payload(payload);
                 }
             }
             (ACCEPT, _) => self.on_accept(core, &c),
@@ -193,8 +194,8 @@ impl Uring {
                 self.ring.consume_received(&c, |_| {});
             }
             (SEND, None) => {
-                if let Some(buf) = c.returned {
-                    core.io.recycle(buf);
+                if let Some(payload) = c.returned {
+                    core.io.recycle_payload(payload);
                 }
             }
             _ => {}
@@ -233,12 +234,16 @@ impl Uring {
             conn.driver &= !SEND_IN_FLIGHT; // set again below for the rest of a short send
         }
         if c.result <= 0 {
-            if let Some(buf) = c.returned {
-                io.recycle(buf);
+            let mut syscall = Syscall::Sendto;
+            if let Some(payload) = c.returned {
+                if matches!(payload, Payload::Many(_)) {
+                    syscall = Syscall::Sendmsg;
+                }
+                io.recycle_payload(payload);
             }
             let reason = match c.result {
                 0 => CloseReason::Reset, // a send that took nothing
-                e => io_reason(Syscall::Sendto, io::Error::from_raw_os_error(-e)),
+                e => io_reason(syscall, io::Error::from_raw_os_error(-e)),
             };
             return io.send_aborted(id, reason);
         }
@@ -246,12 +251,12 @@ impl Uring {
         let (fd, remaining) = io.conn(id).map_or((-1, 0), |conn| (conn.fd.raw(), conn.in_flight()));
         match c.returned {
             // A short send: the rest goes next, before anything staged.
-            Some(buf) if remaining > 0 => {
-                let offset = buf.len().saturating_sub(remaining);
-                self.send(io, id, fd, buf, offset);
+            Some(payload) if remaining > 0 => {
+                let offset = payload.len().saturating_sub(remaining);
+                self.send(io, id, fd, payload, offset);
             }
-            Some(buf) => {
-                io.recycle(buf);
+            Some(payload) => {
+                io.recycle_payload(payload);
                 io.mark_dirty(id); // staged output, if any, goes next
             }
             // A whole zero-copy send: the buffer comes with its notification.
@@ -259,14 +264,20 @@ impl Uring {
         }
     }
 
-    /// Hands `buf[offset..]` to the ring as the connection's one send in
-    /// flight: zero-copy when it is large enough and the feature is on.
-    fn send<S>(&mut self, io: &mut Io<S>, id: ConnId, fd: i32, buf: Vec<u8>, offset: usize) {
+    /// Hands `payload` from `offset` on to the ring as the connection's
+    /// one send in flight: zero-copy when it is one buffer, large enough,
+    /// and the feature is on; gathered when it is several.
+    fn send<S>(&mut self, io: &mut Io<S>, id: ConnId, fd: i32, payload: Payload, offset: usize) {
         let zc = self.features.send_zc_min;
-        let zero_copy = zc > 0 && buf.len().saturating_sub(offset) >= zc;
-        match self.ring.push_send(fd, buf, offset, ud(SEND, id), zero_copy) {
-            Ok(()) => set_bit(io, id, SEND_IN_FLIGHT),
-            Err(e) => io.send_aborted(id, io_reason(Syscall::Sendto, e)),
+        let (gathered, len) = (matches!(payload, Payload::Many(_)), payload.len());
+        let zero_copy = zc > 0 && !gathered && len.saturating_sub(offset) >= zc;
+        let syscall = if gathered { Syscall::Sendmsg } else { Syscall::Sendto };
+        match self.ring.push_send(fd, payload, offset, ud(SEND, id), zero_copy) {
+            Ok(()) => {
+                io.stats.gathered_sends += u64::from(gathered);
+                set_bit(io, id, SEND_IN_FLIGHT)
+            }
+            Err(e) => io.send_aborted(id, io_reason(syscall, e)),
         }
     }
 
@@ -301,8 +312,8 @@ impl Driver for Uring {
             self.cancel(ud(RECV, id));
             self.cancelled = true;
         }
-        if let Some(buf) = io.take_output(id) {
-            self.send(io, id, fd, buf, 0);
+        if let Some((payload, offset)) = io.take_output(id) {
+            self.send(io, id, fd, payload, offset);
         }
     }
 

@@ -13,7 +13,9 @@ use super::timers::{ConnDeadlines, Deadlines, TimerId, Timers};
 use super::{CloseReason, Config, ConnId};
 use crate::error::{Error, Result};
 use crate::sys::net::{self, Fd};
+use crate::sys::payload::{Chunk, Payload};
 use crate::Syscall;
+use bytes::Bytes;
 use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -37,11 +39,25 @@ const UNOFFERED: u16 = 512; // input held back while paused, to offer on resume
 const POOL_MAX: usize = 256;
 const POOL_BUF_MAX: usize = 64 << 10;
 
+/// A buffer handed to [`Io::write_bytes`] shorter than this is copied:
+/// for a few hundred bytes a copy costs less than one more buffer (and
+/// reference count) for the send to walk.
+const SHARE_MIN: usize = 1024;
+
 /// One connection, as every driver sees it.
 pub(crate) struct Conn<S> {
     pub(crate) fd: Fd,
-    /// Written by the handler and not yet sent (readiness) or not yet
-    /// handed to the kernel (completion), from `out_pos` on.
+    /// Output queued before `out`, in order: shared buffers
+    /// ([`Io::write_bytes`]) and the copies written before them. Empty
+    /// unless the handler shares buffers, so plain writes cost nothing more.
+    sealed: VecDeque<Chunk>,
+    /// Bytes of the front sealed chunk already sent.
+    sealed_pos: usize,
+    /// Bytes of `sealed` not sent yet.
+    sealed_len: usize,
+    /// Written by the handler (after everything sealed) and not yet sent
+    /// (readiness) or not yet handed to the kernel (completion), from
+    /// `out_pos` on; `out_pos` is 0 while anything is sealed.
     out: Vec<u8>,
     out_pos: usize,
     /// Bytes handed to the kernel in a send that has not completed.
@@ -61,7 +77,7 @@ pub(crate) struct Conn<S> {
 
 impl<S> Conn<S> {
     fn buffered(&self) -> usize {
-        self.out.len() - self.out_pos + self.in_flight
+        self.sealed_len + self.out.len() - self.out_pos + self.in_flight
     }
     pub(crate) fn has(&self, flag: u16) -> bool {
         self.flags & flag != 0
@@ -73,9 +89,20 @@ impl<S> Conn<S> {
         }
         self.has(LINGER) || self.flags & (CLOSING | PAUSED | HELD) == 0
     }
-    /// Output the driver has not handed to the kernel yet.
-    pub(crate) fn unsent(&self) -> &[u8] {
-        &self.out[self.out_pos..]
+    /// Whether some output is not handed to the kernel yet.
+    pub(crate) fn has_unsent(&self) -> bool {
+        self.sealed_len > 0 || self.out.len() > self.out_pos
+    }
+    /// The output not handed to the kernel yet, in one piece when nothing
+    /// is sealed (the common case), else None: see [`Conn::unsent_slices`].
+    pub(crate) fn unsent_flat(&self) -> Option<&[u8]> {
+        self.sealed.is_empty().then(|| &self.out[self.out_pos..])
+    }
+    /// The output not handed to the kernel yet, as at most
+    /// [`MAX_IOV`](crate::sys::payload::MAX_IOV) slices for one gathered send.
+    pub(crate) fn unsent_slices(&self) -> Vec<std::io::IoSlice<'_>> {
+        let pieces = self.sealed.iter().map(|c| &c[..]).chain(std::iter::once(&self.out[..]));
+        crate::sys::payload::slices_from(pieces, self.sealed_pos + self.out_pos)
     }
     /// Bytes of the send in flight not yet confirmed (completion drivers).
     pub(crate) fn in_flight(&self) -> usize {
@@ -175,6 +202,58 @@ impl<S> Io<S> {
             }
         }
         c.out.extend_from_slice(data);
+        self.queued_more(conn);
+        true
+    }
+
+    /// Queues `data` on the connection's output without copying it: the
+    /// loop holds a reference until the kernel has taken the bytes, and
+    /// sends it together with what was written before and after in one
+    /// gathered send (`sendmsg` on the readiness backends, one
+    /// IORING_OP_SENDMSG on io_uring). For a large body, or one value
+    /// sent to many connections. A buffer shorter than 1 KiB is copied,
+    /// which costs less. Bounded, and refused, as [`Io::write`].
+    ///
+    /// ```
+    /// use iomux::runtime::{Bytes, ConnId, Handler, Io};
+    ///
+    /// /// Answers every line with one page shared by all connections.
+    /// struct Page(Bytes);
+    ///
+    /// impl Handler for Page {
+    ///     type Conn = ();
+    ///     type Message = ();
+    ///     fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
+    ///     fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut (), data: &[u8]) -> usize {
+    ///         let Some(end) = data.iter().position(|&b| b == b'\n') else { return 0 };
+    ///         let head = format!("{}\n", self.0.len());
+    ///         let _ = io.write(conn, head.as_bytes()) && io.write_bytes(conn, self.0.clone());
+    ///         end + 1
+    ///     }
+    /// }
+    /// let _page = Page(Bytes::from(vec![b'x'; 64 << 10]));
+    /// ```
+    #[must_use = "a write to a closed or closing connection is refused"]
+    pub fn write_bytes(&mut self, conn: ConnId, data: Bytes) -> bool {
+        if data.len() < SHARE_MIN {
+            return self.write(conn, &data);
+        }
+        let Some(c) = self.conns.get_mut(conn) else { return false };
+        if c.has(DOOMED) || c.has(CLOSING) {
+            return false;
+        }
+        if c.out.len() > c.out_pos {
+            // What was written before goes first: seal it.
+            let buf = std::mem::take(&mut c.out);
+            if c.sealed.is_empty() {
+                c.sealed_pos = c.out_pos;
+            }
+            c.sealed_len += buf.len() - c.out_pos;
+            c.out_pos = 0;
+            c.sealed.push_back(Chunk::Copied(buf));
+        }
+        c.sealed_len += data.len();
+        c.sealed.push_back(Chunk::Shared(data));
         self.queued_more(conn);
         true
     }
@@ -465,6 +544,14 @@ pub(crate) enum Accept {
     Unlimited,
 }
 
+/// Keeps `buf` for the next write, unless the pool is full or it is too big.
+fn recycle_into(pool: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {
+    if pool.len() < POOL_MAX && buf.capacity() > 0 && buf.capacity() <= POOL_BUF_MAX {
+        buf.clear();
+        pool.push(buf);
+    }
+}
+
 /// Why a syscall's error closes a connection: a reset, or an error.
 pub(crate) fn io_reason(syscall: Syscall, e: io::Error) -> CloseReason {
     match e.raw_os_error() {
@@ -478,6 +565,9 @@ impl<S> Io<S> {
     pub(crate) fn insert(&mut self, fd: Fd, flags: u16, state: Option<S>) -> ConnId {
         let conn = Conn {
             fd,
+            sealed: VecDeque::new(),
+            sealed_pos: 0,
+            sealed_len: 0,
             out: Vec::new(),
             out_pos: 0,
             in_flight: 0,
@@ -628,11 +718,27 @@ impl<S> Io<S> {
         if c.in_flight > 0 {
             c.in_flight -= n.min(c.in_flight);
         } else {
+            let mut n = n;
+            // The sealed chunks go first.
+            while n > 0 {
+                let Some(front) = c.sealed.front() else { break };
+                let left = front.len() - c.sealed_pos;
+                let took = n.min(left);
+                (n, c.sealed_len) = (n - took, c.sealed_len - took);
+                if took < left {
+                    c.sealed_pos += took;
+                    break;
+                }
+                c.sealed_pos = 0;
+                if let Some(Chunk::Copied(buf)) = c.sealed.pop_front() {
+                    recycle_into(&mut self.pool, buf);
+                }
+            }
             c.out_pos += n.min(c.out.len() - c.out_pos);
             if c.out_pos == c.out.len() {
                 let buf = std::mem::take(&mut c.out);
                 c.out_pos = 0;
-                self.recycle(buf);
+                recycle_into(&mut self.pool, buf);
             } else if c.out_pos >= POOL_BUF_MAX && c.out_pos * 2 >= c.out.len() {
                 // Mostly sent: drop the sent front rather than grow.
                 c.out.drain(..c.out_pos);
@@ -646,18 +752,28 @@ impl<S> Io<S> {
         self.update_backpressure(id);
     }
 
-    /// Hands the unsent output to the driver as one buffer for a send in
-    /// flight (completion drivers); `sent` then counts it down.
-    pub(crate) fn take_output(&mut self, id: ConnId) -> Option<Vec<u8>> {
+    /// Hands the unsent output to the driver for a send in flight
+    /// (completion drivers), with the offset it starts at; `sent` then
+    /// counts it down.
+    pub(crate) fn take_output(&mut self, id: ConnId) -> Option<(Payload, usize)> {
         let c = self.conns.get_mut(id)?;
-        if c.out.len() == c.out_pos || c.in_flight > 0 || c.has(CONNECTING) {
+        if !c.has_unsent() || c.in_flight > 0 || c.has(CONNECTING) {
             return None;
         }
-        let mut buf = std::mem::take(&mut c.out);
-        buf.drain(..c.out_pos);
-        c.out_pos = 0;
-        c.in_flight = buf.len();
-        Some(buf)
+        c.in_flight = c.buffered();
+        if c.sealed.is_empty() {
+            let mut buf = std::mem::take(&mut c.out);
+            buf.drain(..c.out_pos);
+            c.out_pos = 0;
+            return Some((Payload::One(buf), 0));
+        }
+        let mut chunks: Vec<Chunk> = c.sealed.drain(..).collect();
+        if !c.out.is_empty() {
+            chunks.push(Chunk::Copied(std::mem::take(&mut c.out)));
+        }
+        let offset = std::mem::take(&mut c.sealed_pos);
+        c.sealed_len = 0;
+        Some((Payload::Many(chunks), offset))
     }
 
     /// A send in flight ended without sending everything it held: forget
@@ -670,10 +786,22 @@ impl<S> Io<S> {
     }
 
     /// A buffer the driver no longer needs, for the next write.
-    pub(crate) fn recycle(&mut self, mut buf: Vec<u8>) {
-        if self.pool.len() < POOL_MAX && buf.capacity() > 0 && buf.capacity() <= POOL_BUF_MAX {
-            buf.clear();
-            self.pool.push(buf);
+    pub(crate) fn recycle(&mut self, buf: Vec<u8>) {
+        recycle_into(&mut self.pool, buf);
+    }
+
+    /// A send's payload the kernel is done with: its copy buffers go to
+    /// the pool, its shared buffers are released.
+    pub(crate) fn recycle_payload(&mut self, payload: Payload) {
+        match payload {
+            Payload::One(buf) => self.recycle(buf),
+            Payload::Many(chunks) => {
+                for chunk in chunks {
+                    if let Chunk::Copied(buf) = chunk {
+                        self.recycle(buf);
+                    }
+                }
+            }
         }
     }
 

@@ -42,6 +42,9 @@ mod stats;
 mod timers;
 mod uring_features;
 
+/// The `bytes` crate's shared buffer, which [`Io::write_bytes`] queues
+/// without a copy (re-exported so a handler needs no other dependency).
+pub use bytes::Bytes;
 pub use config::{Config, ConfigBuilder};
 pub use handler::Handler;
 pub use io::Io;

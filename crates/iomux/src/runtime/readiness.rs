@@ -111,7 +111,7 @@ impl Readiness {
         if c.has(CONNECTING) {
             return self.finish_connect(core, id);
         }
-        if !c.unsent().is_empty() && (ev.is_writable() || ev.is_write_closed() || ev.is_error()) {
+        if c.has_unsent() && (ev.is_writable() || ev.is_write_closed() || ev.is_error()) {
             self.flush(&mut core.io, id);
             core.io.mark_dirty(id);
         }
@@ -158,18 +158,26 @@ impl Readiness {
         }
     }
 
-    /// Sends unsent output until done or EAGAIN.
+    /// Sends unsent output until done or EAGAIN: one `send` when it is in
+    /// one piece, else one `sendmsg` of its pieces.
     fn flush<S>(&mut self, io: &mut Io<S>, id: ConnId) {
         loop {
             let Some(c) = io.conn(id) else { return };
-            if c.unsent().is_empty() {
+            if !c.has_unsent() {
                 return;
             }
-            match net::send(c.fd.raw(), c.unsent()) {
+            let (syscall, done) = match c.unsent_flat() {
+                Some(flat) => (Syscall::Sendto, net::send(c.fd.raw(), flat)),
+                None => (Syscall::Sendmsg, net::sendmsg(c.fd.raw(), &c.unsent_slices())),
+            };
+            if syscall == Syscall::Sendmsg {
+                io.stats.gathered_sends += 1;
+            }
+            match done {
                 Ok(n) => io.sent(id, n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return io.failed(id, Syscall::Sendto, e),
+                Err(e) => return io.failed(id, syscall, e),
             }
         }
     }
@@ -222,7 +230,7 @@ impl Readiness {
 impl Driver for Readiness {
     fn sync<S>(&mut self, io: &mut Io<S>, id: ConnId) {
         let Some(c) = io.conn(id) else { return };
-        if !c.has(CONNECTING) && !c.unsent().is_empty() && c.driver & WANT_WRITE == 0 {
+        if !c.has(CONNECTING) && c.has_unsent() && c.driver & WANT_WRITE == 0 {
             // Not waiting for room: try now (most writes complete at once).
             self.flush(io, id);
         }
@@ -231,7 +239,7 @@ impl Driver for Readiness {
         if c.reading() {
             want |= WANT_READ;
         }
-        if !c.unsent().is_empty() || c.has(CONNECTING) {
+        if c.has_unsent() || c.has(CONNECTING) {
             want |= WANT_WRITE;
         }
         let registered = c.driver & (WANT_READ | WANT_WRITE);

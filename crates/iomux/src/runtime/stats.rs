@@ -32,6 +32,10 @@ pub struct LoopStats {
     pub messages: u64,
     /// Times accepting paused for EMFILE/ENFILE.
     pub accept_backoffs: u64,
+    /// Sends of several buffers at once (`sendmsg`, or io_uring's
+    /// IORING_OP_SENDMSG), made when the handler shared buffers
+    /// ([`Io::write_bytes`](super::Io::write_bytes)).
+    pub gathered_sends: u64,
     /// The most output bytes queued on one connection at any time.
     pub peak_output: u64,
     /// Connections open at the same time, at most.
@@ -86,6 +90,7 @@ impl LoopStats {
         self.accept_backoffs += o.accept_backoffs;
         self.refused += o.refused;
         self.messages += o.messages;
+        self.gathered_sends += o.gathered_sends;
         self.peak_output = self.peak_output.max(o.peak_output);
         self.peak_conns += o.peak_conns;
         self.syscalls.merge(&o.syscalls);

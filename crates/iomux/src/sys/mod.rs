@@ -15,6 +15,7 @@
 
 mod buf_ring;
 pub(crate) mod net;
+pub(crate) mod payload;
 pub(crate) mod uring;
 
 use crate::syscalls::{count, Syscall};

@@ -17,6 +17,7 @@
 
 use super::buf_ring::BufRing;
 use super::net::Fd;
+use super::payload::Payload;
 use crate::syscalls::{count, Syscall};
 use io_uring::types::{SubmitArgs, Timespec};
 use io_uring::{cqueue, opcode, squeue, types, EnterFlags, IoUring};
@@ -108,7 +109,10 @@ pub(crate) struct ZeroCopyCounts {
 
 /// What an in-flight request owns.
 enum Owned {
-    Send(Vec<u8>),
+    Send(Payload),
+    /// A gathered send: its buffers, and the message header and iovecs
+    /// that point into them.
+    SendMsg(Payload, #[allow(dead_code)] Box<Gather>),
     /// A zero-copy send's buffer: the kernel may read it until the
     /// notification, after the send's own result.
     ZeroCopy {
@@ -131,7 +135,35 @@ pub(crate) struct Completion {
     /// (or with the result when no notification follows; or a copy of it,
     /// when the send was short and the rest must go out of a buffer the
     /// kernel still holds).
-    pub(crate) returned: Option<Vec<u8>>,
+    pub(crate) returned: Option<Payload>,
+}
+
+/// What IORING_OP_SENDMSG reads: a header whose iovecs point into the
+/// payload's buffers (heap blocks, which do not move with the payload).
+pub(crate) struct Gather {
+    msg: libc::msghdr,
+    _iov: Vec<libc::iovec>,
+}
+
+// SAFETY: the raw pointers point into the iovecs this Gather owns and
+// into the payload's heap buffers, which sit beside it in the same
+// `Owned` entry and move between threads with it; nothing in them is
+// tied to a thread.
+unsafe impl Send for Gather {}
+
+impl Gather {
+    fn new(slices: &[std::io::IoSlice<'_>]) -> Box<Gather> {
+        let iov: Vec<libc::iovec> = slices
+            .iter()
+            .map(|s| libc::iovec { iov_base: s.as_ptr() as *mut libc::c_void, iov_len: s.len() })
+            .collect();
+        // SAFETY: msghdr is a C struct of pointers and integers, for which
+        // all zeroes is valid (no name, no control data, no flags).
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = iov.len() as _;
+        Box::new(Gather { msg, _iov: iov })
+    }
 }
 
 impl Completion {
@@ -343,19 +375,24 @@ impl Ring {
         self.push(entry.user_data(user_data))
     }
 
-    /// Queues a send of `buf[offset..]`; the ring keeps `buf` until the
-    /// kernel is done with it, then hands it back ([`Completion::returned`]).
+    /// Queues a send of `payload` from `offset` on; the ring keeps the
+    /// payload until the kernel is done with it, then hands it back
+    /// ([`Completion::returned`]). One buffer goes as IORING_OP_SEND,
+    /// several as one IORING_OP_SENDMSG (at most
+    /// [`MAX_IOV`](super::payload::MAX_IOV) of them: the result says how
+    /// much went, and the caller sends the rest).
     ///
-    /// `zero_copy` sends with IORING_OP_SEND_ZC (the kernel pins the pages
-    /// instead of copying them) and MSG_WAITALL, so that the result is the
-    /// whole length unless the connection fails: the rest of a short send
-    /// could not go out of a buffer the kernel still holds. Its result
-    /// completion carries `user_data`, and a later notification (also with
-    /// `user_data`, [`Completion::is_notification`]) hands the buffer back.
+    /// `zero_copy` sends one buffer with IORING_OP_SEND_ZC (the kernel
+    /// pins the pages instead of copying them) and MSG_WAITALL, so that
+    /// the result is the whole length unless the connection fails: the
+    /// rest of a short send could not go out of a buffer the kernel still
+    /// holds. Its result completion carries `user_data`, and a later
+    /// notification (also with `user_data`,
+    /// [`Completion::is_notification`]) hands the buffer back.
     pub(crate) fn push_send(
         &mut self,
         fd: RawFd,
-        buf: Vec<u8>,
+        payload: Payload,
         offset: usize,
         user_data: u64,
         zero_copy: bool,
@@ -363,6 +400,17 @@ impl Ring {
         if self.owned.contains_key(&user_data) || self.zero_copy_live.contains_key(&user_data) {
             return Err(io::Error::new(io::ErrorKind::AlreadyExists, "a request with this user_data is in flight"));
         }
+        let buf = match payload {
+            Payload::One(buf) => buf,
+            many => {
+                let gather = Gather::new(&many.slices_from(offset));
+                let entry = opcode::SendMsg::new(types::Fd(fd), &gather.msg).flags(libc::MSG_NOSIGNAL as u32).build();
+                self.owned.insert(user_data, Owned::SendMsg(many, gather));
+                return self.push(entry.user_data(user_data)).inspect_err(|_| {
+                    self.owned.remove(&user_data);
+                });
+            }
+        };
         let len = buf.len().saturating_sub(offset).min(u32::MAX as usize);
         // The Vec's heap block does not move when the Vec is moved into the map.
         let ptr = buf[offset.min(buf.len())..].as_ptr();
@@ -376,7 +424,7 @@ impl Ring {
             (key, Owned::ZeroCopy { user_data, buf, len }, entry)
         } else {
             let entry = opcode::Send::new(types::Fd(fd), ptr, len as u32).flags(libc::MSG_NOSIGNAL).build();
-            (user_data, Owned::Send(buf), entry)
+            (user_data, Owned::Send(Payload::One(buf)), entry)
         };
         self.owned.insert(key, owned);
         match self.push(entry.user_data(key)) {
@@ -621,7 +669,7 @@ impl Ring {
                 }
             }
             let returned = match done.then(|| self.owned.remove(&user_data)).flatten() {
-                Some(Owned::Send(buf)) => Some(buf),
+                Some(Owned::Send(payload) | Owned::SendMsg(payload, _)) => Some(payload),
                 Some(Owned::ZeroCopy { .. } | Owned::Addr(_)) | None => None,
             };
             return Some(Completion { user_data, result, flags, returned });
@@ -637,7 +685,7 @@ impl Ring {
             }
             return match self.owned.remove(&key) {
                 Some(Owned::ZeroCopy { user_data, buf, .. }) => {
-                    Some(Completion { user_data, result: 0, flags, returned: Some(buf) })
+                    Some(Completion { user_data, result: 0, flags, returned: Some(Payload::One(buf)) })
                 }
                 _ => None,
             };
@@ -648,7 +696,7 @@ impl Ring {
                 let short = result > 0 && (result as usize) < *len;
                 // The kernel still reads `buf` until the notification: the
                 // rest of a short send goes out of a copy.
-                (*user_data, (notification_follows && short).then(|| buf.clone()))
+                (*user_data, (notification_follows && short).then(|| Payload::One(buf.clone())))
             }
             _ => return None,
         };
@@ -656,7 +704,7 @@ impl Ring {
         let returned = match notification_follows {
             true => returned,
             false => match self.owned.remove(&key) {
-                Some(Owned::ZeroCopy { buf, .. }) => Some(buf),
+                Some(Owned::ZeroCopy { buf, .. }) => Some(Payload::One(buf)),
                 _ => None,
             },
         };

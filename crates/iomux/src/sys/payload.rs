@@ -1,0 +1,104 @@
+//! Output handed to the kernel in one send: one buffer, or several
+//! gathered (`sendmsg` with an iovec per buffer; IORING_OP_SENDMSG).
+
+use bytes::Bytes;
+use std::io::IoSlice;
+use std::ops::Deref;
+
+/// The most buffers one gathered send takes (the kernel's UIO_MAXIOV);
+/// the rest go in the next send.
+pub(crate) const MAX_IOV: usize = 1024;
+
+/// One piece of a connection's output.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Chunk {
+    /// Bytes copied in by `write` (its buffer goes back to the pool).
+    Copied(Vec<u8>),
+    /// A buffer the handler handed over without a copy (`write_bytes`).
+    Shared(Bytes),
+}
+
+impl Deref for Chunk {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Chunk::Copied(v) => v,
+            Chunk::Shared(b) => b,
+        }
+    }
+}
+
+/// What one send in flight holds.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Payload {
+    One(Vec<u8>),
+    /// Several buffers, sent in order as one stream.
+    Many(Vec<Chunk>),
+}
+
+impl Payload {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Payload::One(v) => v.len(),
+            Payload::Many(chunks) => chunks.iter().map(|c| c.len()).sum(),
+        }
+    }
+
+    /// The bytes from `offset` on, as at most [`MAX_IOV`] slices.
+    pub(crate) fn slices_from(&self, offset: usize) -> Vec<IoSlice<'_>> {
+        match self {
+            Payload::One(v) => vec![IoSlice::new(&v[offset.min(v.len())..])],
+            Payload::Many(chunks) => slices_from(chunks.iter().map(|c| &c[..]), offset),
+        }
+    }
+}
+
+/// The bytes of `pieces` from `offset` on, skipping empty pieces, as at
+/// most [`MAX_IOV`] slices.
+pub(crate) fn slices_from<'a>(pieces: impl Iterator<Item = &'a [u8]>, mut offset: usize) -> Vec<IoSlice<'a>> {
+    let mut out = Vec::new();
+    for piece in pieces {
+        if offset >= piece.len() {
+            offset -= piece.len();
+            continue;
+        }
+        out.push(IoSlice::new(&piece[offset..]));
+        offset = 0;
+        if out.len() == MAX_IOV {
+            break;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn joined(slices: &[IoSlice<'_>]) -> Vec<u8> {
+        slices.iter().flat_map(|s| s.iter().copied()).collect()
+    }
+
+    #[test]
+    fn slices_start_at_the_offset_across_pieces() {
+        let p = Payload::Many(vec![
+            Chunk::Copied(b"ab".to_vec()),
+            Chunk::Shared(Bytes::from_static(b"")),
+            Chunk::Shared(Bytes::from_static(b"cde")),
+            Chunk::Copied(b"f".to_vec()),
+        ]);
+        assert_eq!(p.len(), 6);
+        assert_eq!(joined(&p.slices_from(0)), b"abcdef");
+        assert_eq!(p.slices_from(0).len(), 3, "empty pieces are skipped");
+        assert_eq!(joined(&p.slices_from(3)), b"def");
+        assert_eq!(p.slices_from(3).len(), 2);
+        assert!(p.slices_from(6).is_empty());
+        assert_eq!(joined(&Payload::One(b"xyz".to_vec()).slices_from(1)), b"yz");
+    }
+
+    #[test]
+    fn at_most_max_iov_slices() {
+        let pieces = vec![&b"x"[..]; MAX_IOV + 5];
+        assert_eq!(slices_from(pieces.into_iter(), 2).len(), MAX_IOV);
+    }
+}
