@@ -14,7 +14,7 @@ use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
-use crate::lab::harness::{by_name, by_names};
+use crate::lab::harness::{by_name, by_names, iomux_server, no_repeats};
 use crate::lab::quota::{self, CpuQuota, Scenario, BOUND_SHARE};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::{plot, Settings};
@@ -63,11 +63,7 @@ impl std::str::FromStr for Server {
     fn from_str(s: &str) -> Result<Server, String> {
         match s {
             "nginx" => Ok(Server::Nginx),
-            _ => s
-                .strip_prefix("iomux-")
-                .ok_or_else(|| format!("unknown server '{s}'"))
-                .and_then(crate::parse_backend)
-                .map(Server::Iomux),
+            _ => iomux_server(s).unwrap_or_else(|| Err(format!("unknown server '{s}'"))).map(Server::Iomux),
         }
     }
 }
@@ -291,19 +287,8 @@ impl Experiment for Http {
         let backends =
             args.backends.clone().unwrap_or_else(|| if settings.full { Backend::ALL.to_vec() } else { quick.to_vec() });
         let depths = args.depths.clone().unwrap_or_else(|| DEFAULT_DEPTHS.to_vec());
-        for (i, b) in backends.iter().enumerate() {
-            if backends[..i].contains(b) {
-                return Err(format!("--backends names {b} twice").into());
-            }
-        }
-        for (i, d) in depths.iter().enumerate() {
-            if depths[..i].contains(d) {
-                return Err(format!("--depths names {d} twice").into());
-            }
-        }
-        if backends.is_empty() || depths.is_empty() {
-            return Err("--backends and --depths need at least one value each".into());
-        }
+        no_repeats("--backends", &backends)?;
+        no_repeats("--depths", &depths)?;
         let first_rounds = args.reps.unwrap_or(if settings.full { FULL_REPS } else { QUICK_REPS });
         if first_rounds == 0 {
             return Err("--reps must be at least 1".into());
@@ -315,15 +300,8 @@ impl Experiment for Http {
             missing.push(why);
         }
         let scenarios = args.scenarios.clone().unwrap_or_else(|| vec![Scenario::Open, Scenario::Bound]);
-        for (i, sc) in scenarios.iter().enumerate() {
-            if scenarios[..i].contains(sc) {
-                return Err(format!("--scenarios names {sc} twice").into());
-            }
-        }
+        no_repeats("--scenarios", &scenarios)?;
         let scenarios = quota::runnable(scenarios, args.scenarios.is_some(), &mut missing)?;
-        if scenarios.is_empty() {
-            return Err("--scenarios needs at least one value".into());
-        }
         let mut clients = Vec::new();
         for client in CLIENTS {
             match client.tool().find() {

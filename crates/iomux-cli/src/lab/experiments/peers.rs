@@ -6,11 +6,11 @@
 use super::peer_cell::{self, Failure, Load, Run, Server, Syscalls};
 use crate::lab::child::Tracer;
 use crate::lab::harness::by_name;
-use crate::lab::harness::by_names;
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
 use crate::lab::harness::stats::{Estimate, Needed};
 use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::harness::{by_names, iomux_server};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::table::thousands;
 use crate::lab::{plot, Settings};
@@ -121,8 +121,8 @@ fn peer_names() -> String {
 
 /// `iomux-BACKEND` or a peer's name.
 fn parse_server(s: &str) -> Result<Server, String> {
-    if let Some(backend) = s.strip_prefix("iomux-") {
-        return crate::parse_backend(backend).map(Server::Iomux);
+    if let Some(backend) = iomux_server(s) {
+        return backend.map(Server::Iomux);
     }
     s.parse::<Peer>().map(Server::Peer).map_err(|_| {
         format!("unknown server '{s}': iomux-BACKEND (e.g. iomux-epoll, iomux-uring) or one of {}", peer_names())

@@ -13,7 +13,7 @@ use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
-use crate::lab::harness::{by_name, by_names};
+use crate::lab::harness::{by_name, by_names, iomux_server, no_repeats};
 use crate::lab::quota::{self, CpuQuota, Scenario, BOUND_SHARE};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::{plot, Settings};
@@ -48,6 +48,12 @@ pub enum Test {
     Incr,
 }
 
+impl std::fmt::Display for Test {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl Test {
     const ALL: [Test; 3] = [Test::Set, Test::Get, Test::Incr];
     fn name(self) -> &'static str {
@@ -79,11 +85,7 @@ impl std::str::FromStr for Server {
     fn from_str(s: &str) -> Result<Server, String> {
         match s {
             "redis" => Ok(Server::Redis),
-            _ => s
-                .strip_prefix("iomux-")
-                .ok_or_else(|| format!("unknown server '{s}'"))
-                .and_then(crate::parse_backend)
-                .map(Server::Iomux),
+            _ => iomux_server(s).unwrap_or_else(|| Err(format!("unknown server '{s}'"))).map(Server::Iomux),
         }
     }
 }
@@ -261,18 +263,6 @@ fn goal(depth: u32) -> f64 {
     }
 }
 
-fn no_repeats<T: PartialEq + std::fmt::Debug>(flag: &str, values: &[T]) -> CliResult<()> {
-    if values.is_empty() {
-        return Err(format!("{flag} needs at least one value").into());
-    }
-    for (i, v) in values.iter().enumerate() {
-        if values[..i].contains(v) {
-            return Err(format!("{flag} names {v:?} twice").into());
-        }
-    }
-    Ok(())
-}
-
 pub struct Resp;
 
 impl Experiment for Resp {
@@ -325,7 +315,16 @@ impl Experiment for Resp {
                 None
             }
         };
-        let scenarios = quota::runnable(scenarios, args.scenarios.is_some(), &mut missing)?;
+        let mut scenarios = quota::runnable(scenarios, args.scenarios.is_some(), &mut missing)?;
+        if scenarios.is_empty() {
+            // The quick default is server-bound only: measure something.
+            let instead =
+                "; the open scenario runs instead (its -P 1 figures measure the client as much as the servers)";
+            if let Some(why) = missing.last_mut() {
+                why.push_str(instead);
+            }
+            scenarios.push(Scenario::Open);
+        }
         let mut servers: Vec<Server> = backends.into_iter().map(Server::Iomux).collect();
         servers.push(Server::Redis);
         Ok(Params {

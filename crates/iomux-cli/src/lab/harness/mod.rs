@@ -9,6 +9,28 @@ pub mod experiment;
 pub mod stats;
 pub mod trial;
 
+use crate::CliResult;
+use iomux::Backend;
+
+/// Refuses a list flag with no value, or with a value named twice.
+pub fn no_repeats<T: PartialEq + std::fmt::Display>(flag: &str, values: &[T]) -> CliResult<()> {
+    if values.is_empty() {
+        return Err(format!("{flag} needs at least one value").into());
+    }
+    for (i, v) in values.iter().enumerate() {
+        if values[..i].contains(v) {
+            return Err(format!("{flag} names {v} twice").into());
+        }
+    }
+    Ok(())
+}
+
+/// The backend of a server named `iomux-BACKEND` (as the lab names
+/// iomux's servers beside their peers); None for any other name.
+pub fn iomux_server(name: &str) -> Option<Result<Backend, String>> {
+    name.strip_prefix("iomux-").map(crate::parse_backend)
+}
+
 /// Serde for a value written by name (`Display`) and read back with
 /// `FromStr`, such as a backend.
 pub mod by_name {
