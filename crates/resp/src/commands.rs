@@ -114,7 +114,6 @@ fn arity_error(out: &mut Vec<u8>, fullname: &str) {
     error(out, format!("wrong number of arguments for '{fullname}' command").as_bytes());
 }
 
-/// Runs one command, appending its reply.
 /// Runs one command, appending its reply to `out`; with `share`, a GET of
 /// a shared value appends only the reply's head and hands back the rest.
 pub fn execute(store: &mut Store, now: u64, args: &[Arg<'_>], out: &mut Vec<u8>, share: bool) -> After {

@@ -101,9 +101,10 @@ impl Resp {
     /// Answers the complete requests at the start of `input` against
     /// `store` at `now_ms` (milliseconds on any clock that only goes
     /// forward), appending the replies to `out`. Stops at an incomplete
-    /// request, after a request that closes, or once `out` holds more
-    /// than `out_budget` bytes (so a pipeline of large replies is answered
-    /// a part at a time as the output drains).
+    /// request, after a request that closes, after a reply whose value is
+    /// handed back shared ([`Fed::shared`]), or once `out` holds more than
+    /// `out_budget` bytes (so a pipeline of large replies is answered a
+    /// part at a time as the output drains).
     pub fn feed(&mut self, store: &mut Store, now_ms: u64, input: &[u8], out: &mut Vec<u8>, out_budget: usize) -> Fed {
         let mut fed = Fed { consumed: 0, replies: 0, errors: 0, close: false, shared: None };
         store.purge(now_ms);

@@ -64,28 +64,21 @@ impl Handler for RespServer {
         // (each command's change is one map operation): carry on.
         let mut store = self.keys.store.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let resp = &mut self.resp;
-        let mut consumed = 0;
-        loop {
-            let rest = &data[consumed..];
-            let Some(fed) = io.write_with(conn, |out| resp.feed(&mut store, now_ms, rest, out, REPLY_BUDGET)) else {
-                return data.len(); // closing: nothing more is answered
-            };
-            self.replies += u64::from(fed.replies);
-            self.errors += u64::from(fed.errors);
-            consumed += fed.consumed;
-            // The feed stopped after a shared value: it follows its head,
-            // then the pipeline goes on while the output is within budget.
-            let more = match fed.shared {
-                Some(tail) => io.write_bytes(conn, tail) && io.buffered(conn) <= REPLY_BUDGET,
-                None => false,
-            };
-            if fed.close {
-                io.close(conn);
-                return data.len();
-            }
-            if !more || consumed == data.len() {
-                return consumed;
-            }
+        let Some(fed) = io.write_with(conn, |out| resp.feed(&mut store, now_ms, data, out, REPLY_BUDGET)) else {
+            return data.len(); // closing: nothing more is answered
+        };
+        drop(store);
+        self.replies += u64::from(fed.replies);
+        self.errors += u64::from(fed.errors);
+        if let Some(tail) = fed.shared {
+            // The feed stopped after a shared value's head: the value
+            // follows it. The loop offers the rest of the input at once.
+            let _ = io.write_bytes(conn, tail);
         }
+        if fed.close {
+            io.close(conn);
+            return data.len();
+        }
+        fed.consumed
     }
 }

@@ -234,25 +234,24 @@ impl Uring {
             conn.driver &= !SEND_IN_FLIGHT; // set again below for the rest of a short send
         }
         if c.result <= 0 {
-            let mut syscall = Syscall::Sendto;
             if let Some(payload) = c.returned {
-                if matches!(payload, Payload::Many(_)) {
-                    syscall = Syscall::Sendmsg;
-                }
                 io.recycle_payload(payload);
             }
             let reason = match c.result {
                 0 => CloseReason::Reset, // a send that took nothing
-                e => io_reason(syscall, io::Error::from_raw_os_error(-e)),
+                e => io_reason(Syscall::Sendto, io::Error::from_raw_os_error(-e)),
             };
             return io.send_aborted(id, reason);
         }
+        io.stats.gathered_sends += u64::from(matches!(c.returned, Some(Payload::Many(_))));
         io.sent(id, c.result as usize);
         let (fd, remaining) = io.conn(id).map_or((-1, 0), |conn| (conn.fd.raw(), conn.in_flight()));
         match c.returned {
             // A short send: the rest goes next, before anything staged.
-            Some(payload) if remaining > 0 => {
-                let offset = payload.len().saturating_sub(remaining);
+            Some(mut payload) if remaining > 0 => {
+                // The chunks wholly sent go now: a long gathered output
+                // is not walked again from its start on every short send.
+                let offset = payload.drop_sent(payload.len().saturating_sub(remaining), |buf| io.recycle(buf));
                 self.send(io, id, fd, payload, offset);
             }
             Some(payload) => {
@@ -269,15 +268,12 @@ impl Uring {
     /// and the feature is on; gathered when it is several.
     fn send<S>(&mut self, io: &mut Io<S>, id: ConnId, fd: i32, payload: Payload, offset: usize) {
         let zc = self.features.send_zc_min;
-        let (gathered, len) = (matches!(payload, Payload::Many(_)), payload.len());
-        let zero_copy = zc > 0 && !gathered && len.saturating_sub(offset) >= zc;
-        let syscall = if gathered { Syscall::Sendmsg } else { Syscall::Sendto };
+        // Gathered sends are not zero-copy (IORING_OP_SENDMSG): shared
+        // buffers save the copy in user space only.
+        let zero_copy = zc > 0 && matches!(payload, Payload::One(_)) && payload.len().saturating_sub(offset) >= zc;
         match self.ring.push_send(fd, payload, offset, ud(SEND, id), zero_copy) {
-            Ok(()) => {
-                io.stats.gathered_sends += u64::from(gathered);
-                set_bit(io, id, SEND_IN_FLIGHT)
-            }
-            Err(e) => io.send_aborted(id, io_reason(syscall, e)),
+            Ok(()) => set_bit(io, id, SEND_IN_FLIGHT),
+            Err(e) => io.send_aborted(id, io_reason(Syscall::Sendto, e)),
         }
     }
 

@@ -195,7 +195,9 @@ impl ConfigBuilder {
     /// pages themselves instead of copying them, and the buffer is held
     /// until the kernel's notification. Pays only for large writes to a
     /// real network device; over loopback the kernel copies anyway
-    /// (default: zero, off).
+    /// (default: zero, off). Output that holds shared buffers
+    /// ([`Io::write_bytes`](super::Io::write_bytes)) goes out gathered,
+    /// and gathered sends are not zero-copy.
     pub fn uring_send_zc_min(mut self, bytes: usize) -> Self {
         self.config.uring_send_zc_min = bytes;
         self

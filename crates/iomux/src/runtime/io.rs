@@ -93,10 +93,15 @@ impl<S> Conn<S> {
     pub(crate) fn has_unsent(&self) -> bool {
         self.sealed_len > 0 || self.out.len() > self.out_pos
     }
-    /// The output not handed to the kernel yet, in one piece when nothing
-    /// is sealed (the common case), else None: see [`Conn::unsent_slices`].
+    /// The output not handed to the kernel yet when it is in one piece:
+    /// nothing sealed (the common case), or one sealed chunk and nothing
+    /// after it; else None: see [`Conn::unsent_slices`].
     pub(crate) fn unsent_flat(&self) -> Option<&[u8]> {
-        self.sealed.is_empty().then(|| &self.out[self.out_pos..])
+        match (self.sealed.front(), self.sealed.len()) {
+            (None, _) => Some(&self.out[self.out_pos..]),
+            (Some(only), 1) if self.out.is_empty() => Some(&only[self.sealed_pos..]),
+            _ => None,
+        }
     }
     /// The output not handed to the kernel yet, as at most
     /// [`MAX_IOV`](crate::sys::payload::MAX_IOV) slices for one gathered send.
@@ -208,9 +213,9 @@ impl<S> Io<S> {
 
     /// Queues `data` on the connection's output without copying it: the
     /// loop holds a reference until the kernel has taken the bytes, and
-    /// sends it together with what was written before and after in one
-    /// gathered send (`sendmsg` on the readiness backends, one
-    /// IORING_OP_SENDMSG on io_uring). For a large body, or one value
+    /// sends it together with what was written before and after in
+    /// gathered sends (`sendmsg` on the readiness backends,
+    /// IORING_OP_SENDMSG on io_uring: up to 1024 buffers at a time). For a large body, or one value
     /// sent to many connections. A buffer shorter than 1 KiB is copied,
     /// which costs less. Bounded, and refused, as [`Io::write`].
     ///
@@ -246,7 +251,9 @@ impl<S> Io<S> {
             // What was written before goes first: seal it.
             let buf = std::mem::take(&mut c.out);
             if c.sealed.is_empty() {
-                c.sealed_pos = c.out_pos;
+                c.sealed_pos = c.out_pos; // the part already sent
+            } else {
+                debug_assert_eq!(c.out_pos, 0, "while anything is sealed, sends take it first");
             }
             c.sealed_len += buf.len() - c.out_pos;
             c.out_pos = 0;
@@ -587,8 +594,9 @@ impl<S> Io<S> {
     /// Takes a removed connection apart: its descriptor, the driver's
     /// bits and the handler's state; its output buffer goes to the pool.
     pub(crate) fn dismantle(&mut self, c: Conn<S>) -> (Fd, u16, Option<S>) {
-        let Conn { fd, out, driver, state, .. } = c;
+        let Conn { fd, out, sealed, driver, state, .. } = c;
         self.recycle(out);
+        self.recycle_payload(Payload::Many(sealed.into()));
         (fd, driver, state)
     }
 
@@ -711,7 +719,7 @@ impl<S> Io<S> {
     }
 
     /// The driver sent `n` bytes of the connection's output (from
-    /// `unsent()` directly, or of the send in flight).
+    /// `unsent_flat`/`unsent_slices` directly, or of the send in flight).
     pub(crate) fn sent(&mut self, id: ConnId, n: usize) {
         let Some(c) = self.conns.get_mut(id) else { return };
         self.stats.bytes_out += n as u64;
@@ -767,6 +775,7 @@ impl<S> Io<S> {
             c.out_pos = 0;
             return Some((Payload::One(buf), 0));
         }
+        debug_assert_eq!(c.out_pos, 0, "while anything is sealed, sends take it first");
         let mut chunks: Vec<Chunk> = c.sealed.drain(..).collect();
         if !c.out.is_empty() {
             chunks.push(Chunk::Copied(std::mem::take(&mut c.out)));
@@ -985,3 +994,59 @@ impl<S> Io<S> {
 /// The longest accept back-off: longer than an SQPOLL thread's idle time,
 /// so a loop that is out of descriptors lets that thread sleep.
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::IntoRawFd;
+
+    /// An `Io` holding one connection on one end of a socket pair (the
+    /// other end is returned, to keep the descriptor's peer open).
+    fn one_conn() -> (Io<()>, ConnId, std::os::unix::net::UnixStream) {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+        let mut io = Io::new(&Config::default(), false, Instant::now());
+        let id = io.insert(Fd::adopt_new(ours.into_raw_fd()), 0, Some(()));
+        (io, id, theirs)
+    }
+
+    fn unsent(io: &Io<()>, id: ConnId) -> Vec<u8> {
+        io.conn(id).expect("open").unsent_slices().iter().flat_map(|s| s.iter().copied()).collect()
+    }
+
+    /// A shared buffer written after a partial send goes after the part
+    /// of the copied output not sent yet, and each send takes from the
+    /// front, across chunks.
+    #[test]
+    fn sealing_keeps_what_a_partial_send_left() {
+        let (mut io, id, _peer) = one_conn();
+        let head: Vec<u8> = (0..100).collect();
+        let shared = Bytes::from(vec![7u8; 2048]);
+        assert!(io.write(id, &head));
+        io.sent(id, 40);
+        assert!(io.write_bytes(id, shared.clone()) && io.write(id, b"tail"));
+        let want = [&head[40..], &shared[..], b"tail"].concat();
+        assert_eq!((unsent(&io, id), io.buffered(id)), (want.clone(), want.len()));
+        assert!(io.conn(id).expect("open").unsent_flat().is_none(), "three pieces: gathered");
+        io.sent(id, 70); // the head's 60 and 10 of the shared buffer
+        assert_eq!(unsent(&io, id), want[70..]);
+        io.sent(id, 2038);
+        assert_eq!(io.conn(id).expect("open").unsent_flat(), Some(&b"tail"[..]), "one piece left: flat");
+        io.sent(id, 4);
+        assert_eq!(io.buffered(id), 0);
+    }
+
+    /// The completion drivers take the whole output at once, from where
+    /// the sends so far stopped.
+    #[test]
+    fn output_taken_whole_starts_where_sends_stopped() {
+        let (mut io, id, _peer) = one_conn();
+        assert!(io.write(id, b"0123456789"));
+        io.sent(id, 4);
+        assert!(io.write_bytes(id, Bytes::from(vec![1u8; 1500])) && io.write(id, b"!"));
+        let (payload, offset) = io.take_output(id).expect("output");
+        assert!(matches!(payload, Payload::Many(_)));
+        assert_eq!(payload.len() - offset, 6 + 1500 + 1);
+        assert_eq!(io.buffered(id), 6 + 1500 + 1, "in flight counts as buffered");
+        assert!(io.take_output(id).is_none(), "one send in flight");
+    }
+}

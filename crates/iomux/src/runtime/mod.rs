@@ -95,7 +95,7 @@ pub enum CloseReason {
     ConnectFailed(stdio::Error),
     /// Any other I/O error, naming the syscall (on io_uring, the ring's
     /// operation of that kind: a receive is [`Syscall::Recvfrom`], a send
-    /// [`Syscall::Sendto`], on every backend).
+    /// [`Syscall::Sendto`], gathered or not, on every backend).
     Error {
         /// The call that failed.
         syscall: Syscall,

@@ -146,7 +146,7 @@ impl Readiness {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return core.io.failed(id, Syscall::Read, e),
+                Err(e) => return core.io.failed(id, Syscall::Recvfrom, e),
             }
         }
         // Budget used and maybe still readable: come back after the others.
@@ -166,18 +166,20 @@ impl Readiness {
             if !c.has_unsent() {
                 return;
             }
-            let (syscall, done) = match c.unsent_flat() {
-                Some(flat) => (Syscall::Sendto, net::send(c.fd.raw(), flat)),
-                None => (Syscall::Sendmsg, net::sendmsg(c.fd.raw(), &c.unsent_slices())),
+            let (gathered, done) = match c.unsent_flat() {
+                Some(flat) => (false, net::send(c.fd.raw(), flat)),
+                None => (true, net::sendmsg(c.fd.raw(), &c.unsent_slices())),
             };
-            if syscall == Syscall::Sendmsg {
-                io.stats.gathered_sends += 1;
-            }
             match done {
-                Ok(n) => io.sent(id, n),
+                Ok(n) => {
+                    io.stats.gathered_sends += u64::from(gathered);
+                    io.sent(id, n)
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return io.failed(id, syscall, e),
+                // A send is `sendto` in close reasons, gathered or not, as
+                // on io_uring: one name per operation on every backend.
+                Err(e) => return io.failed(id, Syscall::Sendto, e),
             }
         }
     }

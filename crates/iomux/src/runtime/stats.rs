@@ -32,9 +32,9 @@ pub struct LoopStats {
     pub messages: u64,
     /// Times accepting paused for EMFILE/ENFILE.
     pub accept_backoffs: u64,
-    /// Sends of several buffers at once (`sendmsg`, or io_uring's
-    /// IORING_OP_SENDMSG), made when the handler shared buffers
-    /// ([`Io::write_bytes`](super::Io::write_bytes)).
+    /// Gathered sends that sent something: of several buffers at once
+    /// (`sendmsg`, or io_uring's IORING_OP_SENDMSG), made when the handler
+    /// shared buffers ([`Io::write_bytes`](super::Io::write_bytes)).
     pub gathered_sends: u64,
     /// The most output bytes queued on one connection at any time.
     pub peak_output: u64,

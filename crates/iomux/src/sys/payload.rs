@@ -44,6 +44,23 @@ impl Payload {
         }
     }
 
+    /// Drops the chunks wholly before `offset` (their copy buffers go to
+    /// `spare`) and returns the offset into what is left.
+    pub(crate) fn drop_sent(&mut self, offset: usize, mut spare: impl FnMut(Vec<u8>)) -> usize {
+        let Payload::Many(chunks) = self else { return offset };
+        let (mut whole, mut left) = (0, offset);
+        while whole < chunks.len() && chunks[whole].len() <= left {
+            left -= chunks[whole].len();
+            whole += 1;
+        }
+        for chunk in chunks.drain(..whole) {
+            if let Chunk::Copied(buf) = chunk {
+                spare(buf);
+            }
+        }
+        left
+    }
+
     /// The bytes from `offset` on, as at most [`MAX_IOV`] slices.
     pub(crate) fn slices_from(&self, offset: usize) -> Vec<IoSlice<'_>> {
         match self {
@@ -94,6 +111,21 @@ mod tests {
         assert_eq!(p.slices_from(3).len(), 2);
         assert!(p.slices_from(6).is_empty());
         assert_eq!(joined(&Payload::One(b"xyz".to_vec()).slices_from(1)), b"yz");
+    }
+
+    #[test]
+    fn dropping_what_was_sent_keeps_the_rest() {
+        let mut p = Payload::Many(vec![
+            Chunk::Copied(b"ab".to_vec()),
+            Chunk::Shared(Bytes::from_static(b"cde")),
+            Chunk::Copied(b"f".to_vec()),
+        ]);
+        let mut spare = Vec::new();
+        let at = p.drop_sent(3, |buf| spare.push(buf));
+        assert_eq!((at, p.len(), spare), (1, 4, vec![b"ab".to_vec()]));
+        assert_eq!(joined(&p.slices_from(at)), b"def");
+        let at = p.drop_sent(4, |_| {});
+        assert_eq!((at, p.len()), (0, 0), "all sent: nothing left");
     }
 
     #[test]

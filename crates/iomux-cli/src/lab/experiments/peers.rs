@@ -5,12 +5,11 @@
 
 use super::peer_cell::{self, Failure, Load, Run, Server, Syscalls};
 use crate::lab::child::Tracer;
-use crate::lab::harness::by_name;
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
 use crate::lab::harness::stats::{Estimate, Needed};
 use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
-use crate::lab::harness::{by_names, iomux_server};
+use crate::lab::harness::{by_name, by_names, iomux_server};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::table::thousands;
 use crate::lab::{plot, Settings};

@@ -103,8 +103,8 @@ pub struct Args {
     pub depths: Option<Vec<u32>>,
     /// Scenarios, comma-separated: open (each server on a CPU of its own)
     /// and bound (every server in the same 50% CPU quota; needs root and
-    /// a cgroup CPU controller) [default: bound, the claims'; --full:
-    /// open,bound]
+    /// a cgroup CPU controller) [default: bound, the claims' (open where
+    /// no quota can be made); --full: open,bound]
     #[arg(long, value_delimiter = ',')]
     pub scenarios: Option<Vec<Scenario>>,
     #[arg(long, value_parser = clap::value_parser!(u64).range(1000..=100_000_000),
@@ -129,6 +129,9 @@ pub struct Params {
     programs: Option<(PathBuf, PathBuf)>,
     /// Why some cells are not run (a program missing, no quota).
     missing: Vec<String>,
+    /// What was run instead of what was asked, said in the report.
+    #[serde(default)]
+    notes: Vec<String>,
     conns: u32,
     requests: u64,
     first_rounds: usize,
@@ -263,6 +266,18 @@ fn goal(depth: u32) -> f64 {
     }
 }
 
+/// The quick default is server-bound only: where no quota can be made,
+/// the open scenario runs instead, so that something is measured.
+fn open_if_none(scenarios: &mut Vec<Scenario>) -> Vec<String> {
+    if !scenarios.is_empty() {
+        return Vec::new();
+    }
+    scenarios.push(Scenario::Open);
+    vec!["The open scenario runs instead of the server-bound one: its -P 1 figures measure the client as much as \
+          the servers, and the claims, which are server-bound, are not decided."
+        .into()]
+}
+
 pub struct Resp;
 
 impl Experiment for Resp {
@@ -316,15 +331,7 @@ impl Experiment for Resp {
             }
         };
         let mut scenarios = quota::runnable(scenarios, args.scenarios.is_some(), &mut missing)?;
-        if scenarios.is_empty() {
-            // The quick default is server-bound only: measure something.
-            let instead =
-                "; the open scenario runs instead (its -P 1 figures measure the client as much as the servers)";
-            if let Some(why) = missing.last_mut() {
-                why.push_str(instead);
-            }
-            scenarios.push(Scenario::Open);
-        }
+        let notes = open_if_none(&mut scenarios);
         let mut servers: Vec<Server> = backends.into_iter().map(Server::Iomux).collect();
         servers.push(Server::Redis);
         Ok(Params {
@@ -334,6 +341,7 @@ impl Experiment for Resp {
             scenarios,
             programs,
             missing,
+            notes,
             conns: CONNS,
             requests: args.requests.unwrap_or(if settings.full { FULL_REQUESTS } else { QUICK_REQUESTS }),
             first_rounds,
@@ -414,6 +422,7 @@ impl Experiment for Resp {
         for why in &p.missing {
             view.intro.push(format!("Not run: {why}."));
         }
+        view.intro.extend(p.notes.iter().cloned());
         for &scenario in &p.scenarios {
             for &test in &p.tests {
                 for &depth in &p.depths {
@@ -555,6 +564,16 @@ fn svg(env: &Envelope<Params, Arm, Run>) -> CliResult<String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn open_runs_where_no_scenario_can() {
+        let mut none = Vec::new();
+        let notes = super::open_if_none(&mut none);
+        assert_eq!((none, notes.len()), (vec![Scenario::Open], 1));
+        let mut bound = vec![Scenario::Bound];
+        assert!(super::open_if_none(&mut bound).is_empty());
+        assert_eq!(bound, vec![Scenario::Bound]);
+    }
+
     use super::*;
     use crate::lab::harness::claim::Claim;
     use crate::lab::harness::trial::Quiet;
@@ -580,6 +599,7 @@ mod tests {
             scenarios: vec![Scenario::Open, Scenario::Bound],
             programs: None,
             missing: vec![],
+            notes: vec![],
             conns: CONNS,
             requests: 1000,
             first_rounds: 6,
