@@ -13,7 +13,7 @@ pub enum Scenario {
     /// A CPU of its own: the client sets the pace (when it saturates
     /// first, the requests/s measure the client).
     Open,
-    /// Every server in the same CPU quota ([`BOUND_SHARE`] of a CPU), so
+    /// Every server in the same CPU quota (half a CPU), so
     /// the client has headroom and requests/s measure the server.
     Bound,
 }
