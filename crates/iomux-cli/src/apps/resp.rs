@@ -59,7 +59,8 @@ impl Handler for RespServer {
     fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
 
     fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut (), data: &[u8]) -> usize {
-        let now_ms = self.keys.start.elapsed().as_millis() as u64;
+        // The loop's clock, read once per turn: no clock read per request.
+        let now_ms = io.now().saturating_duration_since(self.keys.start).as_millis() as u64;
         // A loop that panicked holding the lock left whole commands behind
         // (each command's change is one map operation): carry on.
         let mut store = self.keys.store.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
