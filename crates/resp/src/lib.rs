@@ -109,8 +109,9 @@ impl Resp {
         let mut fed = Fed { consumed: 0, replies: 0, errors: 0, close: false, shared: None };
         store.purge(now_ms);
         // The arguments borrow the input (an inline one with quotes is
-        // unquoted into its own bytes): no copy per argument.
-        let mut args: Vec<std::borrow::Cow<'_, [u8]>> = Vec::new();
+        // unquoted into its own bytes): no copy per argument, and no
+        // allocation for a command of up to 8 of them.
+        let mut args: smallvec::SmallVec<[std::borrow::Cow<'_, [u8]>; 8]> = smallvec::SmallVec::new();
         while fed.consumed < input.len() && out.len() <= out_budget {
             let rest = &input[fed.consumed..];
             match parse::request(rest, &self.limits, &mut self.ranges) {
