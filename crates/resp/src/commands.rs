@@ -33,6 +33,11 @@ fn bulk(out: &mut Vec<u8>, value: &[u8]) {
 }
 
 fn bulk_head(out: &mut Vec<u8>, len: usize) {
+    if len < 10 {
+        // The common short value: one append.
+        out.extend_from_slice(&[b'$', b'0' + len as u8, b'\r', b'\n']);
+        return;
+    }
     out.push(b'$');
     out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
     out.extend_from_slice(b"\r\n");
@@ -60,46 +65,24 @@ const SYNTAX: &[u8] = b"syntax error";
 struct Spec {
     name: &'static str,
     arity: i32,
-    cmd: Cmd,
-}
-
-/// Which command: matched once by name, then dispatched without
-/// comparing strings again.
-#[derive(Clone, Copy)]
-enum Cmd {
-    Ping,
-    Echo,
-    Get,
-    Set,
-    Del,
-    Incr,
-    Decr,
-    Exists,
-    Expire,
-    Ttl,
-    Dbsize,
-    Flushall,
-    Config,
-    Command,
-    Quit,
 }
 
 const COMMANDS: &[Spec] = &[
-    Spec { name: "ping", arity: -1, cmd: Cmd::Ping },
-    Spec { name: "echo", arity: 2, cmd: Cmd::Echo },
-    Spec { name: "get", arity: 2, cmd: Cmd::Get },
-    Spec { name: "set", arity: -3, cmd: Cmd::Set },
-    Spec { name: "del", arity: -2, cmd: Cmd::Del },
-    Spec { name: "incr", arity: 2, cmd: Cmd::Incr },
-    Spec { name: "decr", arity: 2, cmd: Cmd::Decr },
-    Spec { name: "exists", arity: -2, cmd: Cmd::Exists },
-    Spec { name: "expire", arity: -3, cmd: Cmd::Expire },
-    Spec { name: "ttl", arity: 2, cmd: Cmd::Ttl },
-    Spec { name: "dbsize", arity: 1, cmd: Cmd::Dbsize },
-    Spec { name: "flushall", arity: -1, cmd: Cmd::Flushall },
-    Spec { name: "config", arity: -2, cmd: Cmd::Config },
-    Spec { name: "command", arity: -1, cmd: Cmd::Command },
-    Spec { name: "quit", arity: -1, cmd: Cmd::Quit },
+    Spec { name: "ping", arity: -1 },
+    Spec { name: "echo", arity: 2 },
+    Spec { name: "get", arity: 2 },
+    Spec { name: "set", arity: -3 },
+    Spec { name: "del", arity: -2 },
+    Spec { name: "incr", arity: 2 },
+    Spec { name: "decr", arity: 2 },
+    Spec { name: "exists", arity: -2 },
+    Spec { name: "expire", arity: -3 },
+    Spec { name: "ttl", arity: 2 },
+    Spec { name: "dbsize", arity: 1 },
+    Spec { name: "flushall", arity: -1 },
+    Spec { name: "config", arity: -2 },
+    Spec { name: "command", arity: -1 },
+    Spec { name: "quit", arity: -1 },
 ];
 
 /// CONFIG GET's answers: the settings a client asks about (redis-benchmark
@@ -148,14 +131,14 @@ pub fn execute(store: &mut Store, now: u64, args: &[Arg<'_>], out: &mut Vec<u8>,
         arity_error(out, spec.name);
         return After::Continue;
     }
-    match spec.cmd {
-        Cmd::Ping => match args.len() {
+    match spec.name {
+        "ping" => match args.len() {
             1 => out.extend_from_slice(b"+PONG\r\n"),
             2 => bulk(out, &args[1]),
             _ => arity_error(out, "ping"),
         },
-        Cmd::Echo => bulk(out, &args[1]),
-        Cmd::Get => match store.value(&args[1], now) {
+        "echo" => bulk(out, &args[1]),
+        "get" => match store.value(&args[1], now) {
             Some(Value::Shared(tail)) if share => {
                 bulk_head(out, tail.len() - 2);
                 return After::Shared(tail.clone());
@@ -163,25 +146,25 @@ pub fn execute(store: &mut Store, now: u64, args: &[Arg<'_>], out: &mut Vec<u8>,
             Some(v) => bulk(out, v.as_slice()),
             None => out.extend_from_slice(NIL),
         },
-        Cmd::Set => set(store, now, args, out),
-        Cmd::Del => {
+        "set" => set(store, now, args, out),
+        "del" => {
             let n = args[1..].iter().filter(|k| store.remove(k, now)).count();
             int(out, n as i64);
         }
-        Cmd::Exists => {
+        "exists" => {
             let n = args[1..].iter().filter(|k| store.exists(k, now)).count();
             int(out, n as i64);
         }
-        Cmd::Incr => incr_by(store, now, &args[1], 1, out),
-        Cmd::Decr => incr_by(store, now, &args[1], -1, out),
-        Cmd::Expire => expire(store, now, args, out),
-        Cmd::Ttl => match store.expires_at(&args[1], now) {
+        "incr" => incr_by(store, now, &args[1], 1, out),
+        "decr" => incr_by(store, now, &args[1], -1, out),
+        "expire" => expire(store, now, args, out),
+        "ttl" => match store.expires_at(&args[1], now) {
             None => int(out, -2),
             Some(None) => int(out, -1),
             Some(Some(at)) => int(out, ((at.saturating_sub(now) + 500) / 1000) as i64),
         },
-        Cmd::Dbsize => int(out, store.len() as i64),
-        Cmd::Flushall => {
+        "dbsize" => int(out, store.len() as i64),
+        "flushall" => {
             let mode = args.get(1).map(|m| m.to_ascii_lowercase());
             match (args.len(), mode.as_deref()) {
                 (1, _) | (2, Some(b"async" | b"sync")) => {
@@ -191,17 +174,18 @@ pub fn execute(store: &mut Store, now: u64, args: &[Arg<'_>], out: &mut Vec<u8>,
                 _ => error(out, SYNTAX),
             }
         }
-        Cmd::Config => config(args, out),
-        Cmd::Command => match args.get(1).map(|s| s.to_ascii_lowercase()) {
+        "config" => config(args, out),
+        "command" => match args.get(1).map(|s| s.to_ascii_lowercase()) {
             None => array(out, 0),
             Some(sub) if sub == b"count" && args.len() == 2 => int(out, COMMANDS.len() as i64),
             Some(sub) if sub == b"docs" || sub == b"info" => array(out, 0),
             Some(_) => unknown_subcommand(out, &args[1], "COMMAND"),
         },
-        Cmd::Quit => {
+        "quit" => {
             out.extend_from_slice(OK);
             return After::Close;
         }
+        _ => unknown(out, args),
     }
     After::Continue
 }

@@ -109,9 +109,8 @@ impl Resp {
         let mut fed = Fed { consumed: 0, replies: 0, errors: 0, close: false, shared: None };
         store.purge(now_ms);
         // The arguments borrow the input (an inline one with quotes is
-        // unquoted into its own bytes): no copy per argument, and no
-        // allocation for a command of up to 8 of them.
-        let mut args: smallvec::SmallVec<[std::borrow::Cow<'_, [u8]>; 8]> = smallvec::SmallVec::new();
+        // unquoted into its own bytes): no copy per argument.
+        let mut args: Vec<std::borrow::Cow<'_, [u8]>> = Vec::new();
         while fed.consumed < input.len() && out.len() <= out_budget {
             let rest = &input[fed.consumed..];
             match parse::request(rest, &self.limits, &mut self.ranges) {
@@ -128,7 +127,11 @@ impl Resp {
                 parse::Parsed::Command { consumed } => {
                     let inline = rest[0] != b'*';
                     args.clear();
-                    args.extend(self.ranges.iter().map(|&(a, b)| parse::unquote(&rest[a..b], inline)));
+                    if inline {
+                        args.extend(self.ranges.iter().map(|&(a, b)| parse::unquote(&rest[a..b], true)));
+                    } else {
+                        args.extend(self.ranges.iter().map(|&(a, b)| std::borrow::Cow::Borrowed(&rest[a..b])));
+                    }
                     fed.consumed += consumed;
                     fed.replies += 1;
                     let reply_at = out.len();

@@ -47,7 +47,25 @@ fn line(input: &[u8], from: usize) -> Option<(&[u8], usize)> {
 }
 
 /// Redis's string2ll: an optional '-', no leading zeros, no '+', no spaces.
+#[inline]
 pub fn integer(text: &[u8]) -> Option<i64> {
+    // Every length and count on the wire: a few digits, unsigned, which
+    // cannot overflow (18 digits < i64::MAX), so no checked arithmetic.
+    if !text.is_empty() && text.len() <= 18 && (text[0] != b'0' || text.len() == 1) {
+        let mut n: i64 = 0;
+        for &d in text {
+            match d.wrapping_sub(b'0') {
+                digit @ 0..=9 => n = n * 10 + i64::from(digit),
+                _ => return integer_signed(text),
+            }
+        }
+        return Some(n);
+    }
+    integer_signed(text)
+}
+
+/// [`integer`] for any text: signs, and overflow checked.
+fn integer_signed(text: &[u8]) -> Option<i64> {
     let (negative, digits) = match text.split_first() {
         Some((b'-', rest)) => (true, rest),
         _ => (false, text),

@@ -5,8 +5,10 @@
 //! DBSIZE does not count a key long expired).
 
 use bytes::Bytes;
+use hashbrown::HashTable;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+use std::hash::{BuildHasher, Hasher, RandomState};
 
 /// Values this long or longer are kept shared, so that a GET can send one
 /// without copying it ([`Resp::share_values`](crate::Resp::share_values)).
@@ -56,10 +58,48 @@ struct Entry {
     expires_at: Option<u64>,
 }
 
+/// Keys and their entries, hashed with SipHash under a random key per
+/// process (std's `RandomState`; redis keys its SipHash the same way), so
+/// that clients cannot craft colliding keys. Hashed over the key's bytes
+/// alone: std's `HashMap` hashes a byte string's length first, one more
+/// round of SipHash per lookup that a map of byte strings does not need.
+#[derive(Debug, Default)]
+struct Keys {
+    table: HashTable<(Vec<u8>, Entry)>,
+    state: RandomState,
+}
+
+fn hash(state: &RandomState, key: &[u8]) -> u64 {
+    let mut h = state.build_hasher();
+    h.write(key);
+    h.finish()
+}
+
+impl Keys {
+    fn get(&self, key: &[u8]) -> Option<&Entry> {
+        self.table.find(hash(&self.state, key), |(k, _)| k == key).map(|(_, e)| e)
+    }
+
+    fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
+        self.table.find_mut(hash(&self.state, key), |(k, _)| k == key).map(|(_, e)| e)
+    }
+
+    /// Adds a key that is not in the map.
+    fn insert_new(&mut self, key: &[u8], entry: Entry) {
+        let state = &self.state;
+        self.table.insert_unique(hash(state, key), (key.to_vec(), entry), |(k, _)| hash(state, k));
+    }
+
+    fn remove(&mut self, key: &[u8]) -> Option<Entry> {
+        let found = self.table.find_entry(hash(&self.state, key), |(k, _)| k == key).ok()?;
+        Some(found.remove().0 .1)
+    }
+}
+
 /// String keys and their values.
 #[derive(Debug)]
 pub struct Store {
-    keys: HashMap<Vec<u8>, Entry>,
+    keys: Keys,
     /// Every expiry set, by time; an entry whose key has since changed
     /// expiry (or gone) is skipped when it comes due.
     expiries: BinaryHeap<Reverse<(u64, Vec<u8>)>>,
@@ -83,7 +123,7 @@ impl Store {
     /// An empty keyspace that keeps values of `shared_min` bytes or more
     /// shared (tests share small ones too).
     pub fn sharing_from(shared_min: usize) -> Store {
-        Store { keys: HashMap::new(), expiries: BinaryHeap::new(), shared_min }
+        Store { keys: Keys::default(), expiries: BinaryHeap::new(), shared_min }
     }
 
     fn live(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
@@ -126,9 +166,7 @@ impl Store {
                 entry.expires_at = expires_at;
                 entry.value.replace(value, self.shared_min);
             }
-            None => {
-                self.keys.insert(key.to_vec(), Entry { value: Value::new(value, self.shared_min), expires_at });
-            }
+            None => self.keys.insert_new(key, Entry { value: Value::new(value, self.shared_min), expires_at }),
         }
     }
 
@@ -178,17 +216,17 @@ impl Store {
 
     /// Keys (after `purge`, only live ones).
     pub fn len(&self) -> usize {
-        self.keys.len()
+        self.keys.table.len()
     }
 
     /// Whether there are no keys.
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
+        self.keys.table.is_empty()
     }
 
     /// Removes every key.
     pub fn clear(&mut self) {
-        self.keys.clear();
+        self.keys.table.clear();
         self.expiries.clear();
     }
 }
