@@ -5,6 +5,7 @@
 //! DBSIZE does not count a key long expired).
 
 use bytes::Bytes;
+use hashbrown::hash_table::{Entry as Slot, OccupiedEntry};
 use hashbrown::HashTable;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -76,23 +77,32 @@ fn hash(state: &RandomState, key: &[u8]) -> u64 {
 }
 
 impl Keys {
-    fn get(&self, key: &[u8]) -> Option<&Entry> {
-        self.table.find(hash(&self.state, key), |(k, _)| k == key).map(|(_, e)| e)
+    fn find(&mut self, key: &[u8]) -> Option<OccupiedEntry<'_, (Vec<u8>, Entry)>> {
+        self.table.find_entry(hash(&self.state, key), |(k, _)| k == key).ok()
     }
 
-    fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
-        self.table.find_mut(hash(&self.state, key), |(k, _)| k == key).map(|(_, e)| e)
+    /// A key's entry unless it expired at `now_ms` (then it goes): one
+    /// hash per lookup, expired or not.
+    fn live(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
+        let found = self.find(key)?;
+        if found.get().1.expires_at.is_some_and(|at| at <= now_ms) {
+            found.remove();
+            return None;
+        }
+        Some(&mut found.into_mut().1)
     }
 
-    /// Adds a key that is not in the map.
-    fn insert_new(&mut self, key: &[u8], entry: Entry) {
+    /// Sets a key's entry: `update` changes an existing one in place,
+    /// `new` makes one for an absent key.
+    fn upsert(&mut self, key: &[u8], update: impl FnOnce(&mut Entry), new: impl FnOnce() -> Entry) {
         let state = &self.state;
-        self.table.insert_unique(hash(state, key), (key.to_vec(), entry), |(k, _)| hash(state, k));
-    }
-
-    fn remove(&mut self, key: &[u8]) -> Option<Entry> {
-        let found = self.table.find_entry(hash(&self.state, key), |(k, _)| k == key).ok()?;
-        Some(found.remove().0 .1)
+        let slot = self.table.entry(hash(state, key), |(k, _)| k == key, |(k, _)| hash(state, k));
+        match slot {
+            Slot::Occupied(mut found) => update(&mut found.get_mut().1),
+            Slot::Vacant(absent) => {
+                absent.insert((key.to_vec(), new()));
+            }
+        }
     }
 }
 
@@ -127,17 +137,7 @@ impl Store {
     }
 
     fn live(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
-        // No expiry pending (the heap keeps one per expiry set until it
-        // comes due): one lookup.
-        if self.expiries.is_empty() {
-            return self.keys.get_mut(key);
-        }
-        let expired = self.keys.get(key)?.expires_at.is_some_and(|at| at <= now_ms);
-        if expired {
-            self.keys.remove(key);
-            return None;
-        }
-        self.keys.get_mut(key)
+        self.keys.live(key, now_ms)
     }
 
     /// The value of a live key.
@@ -161,13 +161,15 @@ impl Store {
         if let Some(at) = expires_at {
             self.expiries.push(Reverse((at, key.to_vec())));
         }
-        match self.keys.get_mut(key) {
-            Some(entry) => {
+        let shared_min = self.shared_min;
+        self.keys.upsert(
+            key,
+            |entry| {
                 entry.expires_at = expires_at;
-                entry.value.replace(value, self.shared_min);
-            }
-            None => self.keys.insert_new(key, Entry { value: Value::new(value, self.shared_min), expires_at }),
-        }
+                entry.value.replace(value, shared_min);
+            },
+            || Entry { value: Value::new(value, shared_min), expires_at },
+        );
     }
 
     /// Removes the keys whose expiry has passed at `now_ms`.
@@ -177,8 +179,10 @@ impl Store {
                 break;
             }
             let Some(Reverse((at, key))) = self.expiries.pop() else { break };
-            if self.keys.get(&key).is_some_and(|e| e.expires_at == Some(at)) {
-                self.keys.remove(&key);
+            if let Some(found) = self.keys.find(&key) {
+                if found.get().1.expires_at == Some(at) {
+                    found.remove();
+                }
             }
         }
     }
@@ -194,7 +198,11 @@ impl Store {
 
     /// Removes a key; whether it was live.
     pub fn remove(&mut self, key: &[u8], now_ms: u64) -> bool {
-        self.live(key, now_ms).is_some() && self.keys.remove(key).is_some()
+        let Some(found) = self.keys.find(key) else { return false };
+        // An expired key goes too, but was not there to remove.
+        let live = found.get().1.expires_at.is_none_or(|at| at > now_ms);
+        found.remove();
+        live
     }
 
     /// Sets a live key's expiry; false when there is no such key.

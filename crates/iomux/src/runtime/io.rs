@@ -596,7 +596,7 @@ impl<S> Io<S> {
     pub(crate) fn dismantle(&mut self, c: Conn<S>) -> (Fd, u16, Option<S>) {
         let Conn { fd, out, sealed, driver, state, .. } = c;
         self.recycle(out);
-        self.recycle_payload(Payload::Many(sealed.into()));
+        sealed.into_iter().filter_map(Chunk::into_copied).for_each(|buf| self.recycle(buf));
         (fd, driver, state)
     }
 
@@ -738,7 +738,7 @@ impl<S> Io<S> {
                     break;
                 }
                 c.sealed_pos = 0;
-                if let Some(Chunk::Copied(buf)) = c.sealed.pop_front() {
+                if let Some(buf) = c.sealed.pop_front().and_then(Chunk::into_copied) {
                     recycle_into(&mut self.pool, buf);
                 }
             }
@@ -805,11 +805,7 @@ impl<S> Io<S> {
         match payload {
             Payload::One(buf) => self.recycle(buf),
             Payload::Many(chunks) => {
-                for chunk in chunks {
-                    if let Chunk::Copied(buf) = chunk {
-                        self.recycle(buf);
-                    }
-                }
+                chunks.into_iter().filter_map(Chunk::into_copied).for_each(|buf| self.recycle(buf))
             }
         }
     }

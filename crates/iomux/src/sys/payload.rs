@@ -18,6 +18,16 @@ pub(crate) enum Chunk {
     Shared(Bytes),
 }
 
+impl Chunk {
+    /// Its buffer, for the pool, if it was a copy.
+    pub(crate) fn into_copied(self) -> Option<Vec<u8>> {
+        match self {
+            Chunk::Copied(buf) => Some(buf),
+            Chunk::Shared(_) => None,
+        }
+    }
+}
+
 impl Deref for Chunk {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
@@ -53,11 +63,7 @@ impl Payload {
             left -= chunks[whole].len();
             whole += 1;
         }
-        for chunk in chunks.drain(..whole) {
-            if let Chunk::Copied(buf) = chunk {
-                spare(buf);
-            }
-        }
+        chunks.drain(..whole).filter_map(Chunk::into_copied).for_each(&mut spare);
         left
     }
 
