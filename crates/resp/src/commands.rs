@@ -5,10 +5,10 @@ use crate::parse::integer;
 use crate::store::Value;
 use crate::Store;
 use bytes::Bytes;
-use std::borrow::Cow;
 
-/// A command's argument: borrowed from the input, or unquoted (inline).
-pub type Arg<'a> = Cow<'a, [u8]>;
+/// A command's argument: borrowed from the input, or from its unquoted
+/// copy (an inline argument in quotes).
+pub type Arg<'a> = &'a [u8];
 
 /// What the connection does after a reply.
 #[derive(Debug, PartialEq, Eq)]
@@ -65,24 +65,45 @@ const SYNTAX: &[u8] = b"syntax error";
 struct Spec {
     name: &'static str,
     arity: i32,
+    cmd: Cmd,
+}
+
+/// Which command: matched as a number, not by comparing names again.
+#[derive(Clone, Copy)]
+enum Cmd {
+    Ping,
+    Echo,
+    Get,
+    Set,
+    Del,
+    Incr,
+    Decr,
+    Exists,
+    Expire,
+    Ttl,
+    Dbsize,
+    Flushall,
+    Config,
+    Command,
+    Quit,
 }
 
 const COMMANDS: &[Spec] = &[
-    Spec { name: "ping", arity: -1 },
-    Spec { name: "echo", arity: 2 },
-    Spec { name: "get", arity: 2 },
-    Spec { name: "set", arity: -3 },
-    Spec { name: "del", arity: -2 },
-    Spec { name: "incr", arity: 2 },
-    Spec { name: "decr", arity: 2 },
-    Spec { name: "exists", arity: -2 },
-    Spec { name: "expire", arity: -3 },
-    Spec { name: "ttl", arity: 2 },
-    Spec { name: "dbsize", arity: 1 },
-    Spec { name: "flushall", arity: -1 },
-    Spec { name: "config", arity: -2 },
-    Spec { name: "command", arity: -1 },
-    Spec { name: "quit", arity: -1 },
+    Spec { name: "ping", arity: -1, cmd: Cmd::Ping },
+    Spec { name: "echo", arity: 2, cmd: Cmd::Echo },
+    Spec { name: "get", arity: 2, cmd: Cmd::Get },
+    Spec { name: "set", arity: -3, cmd: Cmd::Set },
+    Spec { name: "del", arity: -2, cmd: Cmd::Del },
+    Spec { name: "incr", arity: 2, cmd: Cmd::Incr },
+    Spec { name: "decr", arity: 2, cmd: Cmd::Decr },
+    Spec { name: "exists", arity: -2, cmd: Cmd::Exists },
+    Spec { name: "expire", arity: -3, cmd: Cmd::Expire },
+    Spec { name: "ttl", arity: 2, cmd: Cmd::Ttl },
+    Spec { name: "dbsize", arity: 1, cmd: Cmd::Dbsize },
+    Spec { name: "flushall", arity: -1, cmd: Cmd::Flushall },
+    Spec { name: "config", arity: -2, cmd: Cmd::Config },
+    Spec { name: "command", arity: -1, cmd: Cmd::Command },
+    Spec { name: "quit", arity: -1, cmd: Cmd::Quit },
 ];
 
 /// CONFIG GET's answers: the settings a client asks about (redis-benchmark
@@ -97,7 +118,7 @@ fn unknown(out: &mut Vec<u8>, args: &[Arg<'_>]) {
     // %s stops at a NUL, as in C.
     let c_str = |a: &[u8]| a.iter().position(|&b| b == 0).map_or(a.len(), |n| n).min(a.len());
     let mut text = b"unknown command '".to_vec();
-    let name = &args[0][..c_str(&args[0])];
+    let name = &args[0][..c_str(args[0])];
     text.extend_from_slice(&name[..name.len().min(128)]);
     text.extend_from_slice(b"', with args beginning with: ");
     let mut listed: Vec<u8> = Vec::new();
@@ -122,7 +143,7 @@ fn arity_error(out: &mut Vec<u8>, fullname: &str) {
 /// Runs one command, appending its reply to `out`; with `share`, a GET of
 /// a shared value appends only the reply's head and hands back the rest.
 pub fn execute(store: &mut Store, now: u64, args: &[Arg<'_>], out: &mut Vec<u8>, share: bool) -> After {
-    let Some(spec) = COMMANDS.iter().find(|s| s.name.as_bytes().eq_ignore_ascii_case(&args[0])) else {
+    let Some(spec) = COMMANDS.iter().find(|s| s.name.as_bytes().eq_ignore_ascii_case(args[0])) else {
         unknown(out, args);
         return After::Continue;
     };
@@ -131,14 +152,14 @@ pub fn execute(store: &mut Store, now: u64, args: &[Arg<'_>], out: &mut Vec<u8>,
         arity_error(out, spec.name);
         return After::Continue;
     }
-    match spec.name {
-        "ping" => match args.len() {
+    match spec.cmd {
+        Cmd::Ping => match args.len() {
             1 => out.extend_from_slice(b"+PONG\r\n"),
-            2 => bulk(out, &args[1]),
+            2 => bulk(out, args[1]),
             _ => arity_error(out, "ping"),
         },
-        "echo" => bulk(out, &args[1]),
-        "get" => match store.value(&args[1], now) {
+        Cmd::Echo => bulk(out, args[1]),
+        Cmd::Get => match store.value(args[1], now) {
             Some(Value::Shared(tail)) if share => {
                 bulk_head(out, tail.len() - 2);
                 return After::Shared(tail.clone());
@@ -146,25 +167,25 @@ pub fn execute(store: &mut Store, now: u64, args: &[Arg<'_>], out: &mut Vec<u8>,
             Some(v) => bulk(out, v.as_slice()),
             None => out.extend_from_slice(NIL),
         },
-        "set" => set(store, now, args, out),
-        "del" => {
+        Cmd::Set => set(store, now, args, out),
+        Cmd::Del => {
             let n = args[1..].iter().filter(|k| store.remove(k, now)).count();
             int(out, n as i64);
         }
-        "exists" => {
+        Cmd::Exists => {
             let n = args[1..].iter().filter(|k| store.exists(k, now)).count();
             int(out, n as i64);
         }
-        "incr" => incr_by(store, now, &args[1], 1, out),
-        "decr" => incr_by(store, now, &args[1], -1, out),
-        "expire" => expire(store, now, args, out),
-        "ttl" => match store.expires_at(&args[1], now) {
+        Cmd::Incr => incr_by(store, now, args[1], 1, out),
+        Cmd::Decr => incr_by(store, now, args[1], -1, out),
+        Cmd::Expire => expire(store, now, args, out),
+        Cmd::Ttl => match store.expires_at(args[1], now) {
             None => int(out, -2),
             Some(None) => int(out, -1),
             Some(Some(at)) => int(out, ((at.saturating_sub(now) + 500) / 1000) as i64),
         },
-        "dbsize" => int(out, store.len() as i64),
-        "flushall" => {
+        Cmd::Dbsize => int(out, store.len() as i64),
+        Cmd::Flushall => {
             let mode = args.get(1).map(|m| m.to_ascii_lowercase());
             match (args.len(), mode.as_deref()) {
                 (1, _) | (2, Some(b"async" | b"sync")) => {
@@ -174,18 +195,17 @@ pub fn execute(store: &mut Store, now: u64, args: &[Arg<'_>], out: &mut Vec<u8>,
                 _ => error(out, SYNTAX),
             }
         }
-        "config" => config(args, out),
-        "command" => match args.get(1).map(|s| s.to_ascii_lowercase()) {
+        Cmd::Config => config(args, out),
+        Cmd::Command => match args.get(1).map(|s| s.to_ascii_lowercase()) {
             None => array(out, 0),
             Some(sub) if sub == b"count" && args.len() == 2 => int(out, COMMANDS.len() as i64),
             Some(sub) if sub == b"docs" || sub == b"info" => array(out, 0),
-            Some(_) => unknown_subcommand(out, &args[1], "COMMAND"),
+            Some(_) => unknown_subcommand(out, args[1], "COMMAND"),
         },
-        "quit" => {
+        Cmd::Quit => {
             out.extend_from_slice(OK);
             return After::Close;
         }
-        _ => unknown(out, args),
     }
     After::Continue
 }
@@ -199,7 +219,7 @@ fn unknown_subcommand(out: &mut Vec<u8>, sub: &[u8], container: &str) {
 
 fn config(args: &[Arg<'_>], out: &mut Vec<u8>) {
     if !args[1].eq_ignore_ascii_case(b"get") {
-        return unknown_subcommand(out, &args[1], "CONFIG");
+        return unknown_subcommand(out, args[1], "CONFIG");
     }
     if args.len() < 3 {
         return arity_error(out, "config|get");
@@ -284,23 +304,23 @@ fn set(store: &mut Store, now: u64, args: &[Arg<'_>], out: &mut Vec<u8>) {
         },
     };
     if get {
-        match store.get(&args[1], now) {
+        match store.get(args[1], now) {
             Some(v) => bulk(out, v),
             None => out.extend_from_slice(NIL),
         }
     }
     // Looked up only when a condition needs it: a plain SET hashes once.
-    let found = (nx || xx) && store.exists(&args[1], now);
+    let found = (nx || xx) && store.exists(args[1], now);
     if (nx && found) || (xx && !found) {
         if !get {
             out.extend_from_slice(NIL);
         }
         return;
     }
-    let keep = if keep_ttl { store.expires_at(&args[1], now).flatten() } else { None };
-    store.set(&args[1], &args[2], expires_at.or(keep));
+    let keep = if keep_ttl { store.expires_at(args[1], now).flatten() } else { None };
+    store.set(args[1], args[2], expires_at.or(keep));
     if expires_at.is_some_and(|at| at <= now) {
-        store.remove(&args[1], now); // already expired (EXAT/PXAT in the past)
+        store.remove(args[1], now); // already expired (EXAT/PXAT in the past)
     }
     if !get {
         out.extend_from_slice(OK);
@@ -328,10 +348,10 @@ fn expire(store: &mut Store, now: u64, args: &[Arg<'_>], out: &mut Vec<u8>) {
     if gt && lt {
         return error(out, b"GT and LT options at the same time are not compatible");
     }
-    let Some(seconds) = integer(&args[2]) else { return error(out, NOT_INTEGER) };
+    let Some(seconds) = integer(args[2]) else { return error(out, NOT_INTEGER) };
     let at = seconds.checked_mul(1000).and_then(|ms| ms.checked_add(now as i64));
     let Some(at) = at else { return error(out, b"invalid expire time in 'expire' command") };
-    let Some(current) = store.expires_at(&args[1], now) else { return int(out, 0) };
+    let Some(current) = store.expires_at(args[1], now) else { return int(out, 0) };
     let refused = (nx && current.is_some())
         || (xx && current.is_none())
         || (gt && current.is_none_or(|c| at <= c as i64))
@@ -340,9 +360,9 @@ fn expire(store: &mut Store, now: u64, args: &[Arg<'_>], out: &mut Vec<u8>) {
         return int(out, 0);
     }
     if at <= now as i64 {
-        store.remove(&args[1], now);
+        store.remove(args[1], now);
     } else {
-        store.expire(&args[1], at as u64, now);
+        store.expire(args[1], at as u64, now);
     }
     int(out, 1)
 }

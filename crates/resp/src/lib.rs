@@ -25,6 +25,11 @@ pub use bytes::Bytes;
 pub use parse::INLINE_MAX;
 pub use store::{Store, SHARED_MIN};
 
+use commands::Arg;
+
+/// Arguments of one request kept on the stack (SET k v EX s NX GET has 7).
+const STACK_ARGS: usize = 8;
+
 /// Redis's request limits (`proto-max-bulk-len`, and the multibulk count
 /// it accepts).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,9 +113,10 @@ impl Resp {
     pub fn feed(&mut self, store: &mut Store, now_ms: u64, input: &[u8], out: &mut Vec<u8>, out_budget: usize) -> Fed {
         let mut fed = Fed { consumed: 0, replies: 0, errors: 0, close: false, shared: None };
         store.purge(now_ms);
-        // The arguments borrow the input (an inline one with quotes is
-        // unquoted into its own bytes): no copy per argument.
-        let mut args: Vec<std::borrow::Cow<'_, [u8]>> = Vec::new();
+        // The arguments borrow the input: no copy per argument, and no
+        // allocation for a request of up to STACK_ARGS arguments. Only an
+        // inline request with quotes has arguments of its own (unquoted).
+        let mut on_stack: [Arg<'_>; STACK_ARGS] = [&[]; STACK_ARGS];
         while fed.consumed < input.len() && out.len() <= out_budget {
             let rest = &input[fed.consumed..];
             match parse::request(rest, &self.limits, &mut self.ranges) {
@@ -125,17 +131,27 @@ impl Resp {
                     break;
                 }
                 parse::Parsed::Command { consumed } => {
-                    let inline = rest[0] != b'*';
-                    args.clear();
-                    if inline {
-                        args.extend(self.ranges.iter().map(|&(a, b)| parse::unquote(&rest[a..b], true)));
+                    let ranges = &self.ranges;
+                    let quoted = rest[0] != b'*' && ranges.iter().any(|&(a, _)| matches!(rest[a], b'"' | b'\''));
+                    let unquoted: Vec<std::borrow::Cow<'_, [u8]>>;
+                    let on_heap: Vec<Arg<'_>>;
+                    let args: &[Arg<'_>] = if quoted {
+                        unquoted = ranges.iter().map(|&(a, b)| parse::unquote(&rest[a..b], true)).collect();
+                        on_heap = unquoted.iter().map(|arg| &arg[..]).collect();
+                        &on_heap
+                    } else if ranges.len() <= STACK_ARGS {
+                        for (slot, &(a, b)) in on_stack.iter_mut().zip(ranges) {
+                            *slot = &rest[a..b];
+                        }
+                        &on_stack[..ranges.len()]
                     } else {
-                        args.extend(self.ranges.iter().map(|&(a, b)| std::borrow::Cow::Borrowed(&rest[a..b])));
-                    }
+                        on_heap = ranges.iter().map(|&(a, b)| &rest[a..b]).collect();
+                        &on_heap
+                    };
                     fed.consumed += consumed;
                     fed.replies += 1;
                     let reply_at = out.len();
-                    let after = commands::execute(store, now_ms, &args, out, self.share);
+                    let after = commands::execute(store, now_ms, args, out, self.share);
                     fed.errors += u32::from(out.get(reply_at) == Some(&b'-'));
                     match after {
                         commands::After::Continue => {}

@@ -44,11 +44,14 @@ pub struct RespServer {
     pub replies: u64,
     /// Error replies sent.
     pub errors: u64,
+    /// The loop's clock at the last call, and it in the keyspace's
+    /// milliseconds: one conversion per turn, not per call.
+    clock: Option<(Instant, u64)>,
 }
 
 impl RespServer {
     pub fn new(keys: Arc<Keyspace>, limits: Limits) -> RespServer {
-        RespServer { resp: Resp::new(limits).share_values(), keys, replies: 0, errors: 0 }
+        RespServer { resp: Resp::new(limits).share_values(), keys, replies: 0, errors: 0, clock: None }
     }
 }
 
@@ -60,7 +63,15 @@ impl Handler for RespServer {
 
     fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut (), data: &[u8]) -> usize {
         // The loop's clock, read once per turn: no clock read per request.
-        let now_ms = io.now().saturating_duration_since(self.keys.start).as_millis() as u64;
+        let now = io.now();
+        let now_ms = match self.clock {
+            Some((at, ms)) if at == now => ms,
+            _ => {
+                let ms = now.saturating_duration_since(self.keys.start).as_millis() as u64;
+                self.clock = Some((now, ms));
+                ms
+            }
+        };
         // A loop that panicked holding the lock left whole commands behind
         // (each command's change is one map operation): carry on.
         let mut store = self.keys.store.lock().unwrap_or_else(|poisoned| poisoned.into_inner());

@@ -111,7 +111,7 @@ impl<'h, H: Handler> Core<'h, H> {
             io.lingering.next_deadline(),
             io.closing.next_deadline(),
         ];
-        timeout_until(Instant::now(), deadlines)
+        timeout_until(deadlines, Instant::now)
     }
 
     pub(crate) fn must_not_wait(&self) -> bool {

@@ -143,9 +143,13 @@ impl Deadlines {
 }
 
 /// The wait timeout that ends at the earliest of `deadlines`, or None when
-/// there is no deadline.
-pub fn timeout_until(now: Instant, deadlines: impl IntoIterator<Item = Option<Instant>>) -> Option<Duration> {
-    deadlines.into_iter().flatten().min().map(|d| d.saturating_duration_since(now))
+/// there is no deadline. The clock is read only when there is one: a loop
+/// with no timer pays no clock read per wait.
+pub fn timeout_until(
+    deadlines: impl IntoIterator<Item = Option<Instant>>,
+    now: impl FnOnce() -> Instant,
+) -> Option<Duration> {
+    deadlines.into_iter().flatten().min().map(|d| d.saturating_duration_since(now()))
 }
 
 #[cfg(test)]
@@ -211,9 +215,11 @@ mod tests {
     #[test]
     fn timeout_is_the_earliest_deadline() {
         let now = Instant::now();
-        assert_eq!(timeout_until(now, [None, None]), None);
-        let d = timeout_until(now, [Some(now + Duration::from_millis(5)), None, Some(now + Duration::from_millis(3))]);
+        let no_clock = || -> Instant { panic!("no deadline, so no clock read") };
+        assert_eq!(timeout_until([None, None], no_clock), None);
+        let d =
+            timeout_until([Some(now + Duration::from_millis(5)), None, Some(now + Duration::from_millis(3))], || now);
         assert_eq!(d, Some(Duration::from_millis(3)));
-        assert_eq!(timeout_until(now, [Some(now - Duration::from_millis(1))]), Some(Duration::ZERO));
+        assert_eq!(timeout_until([Some(now - Duration::from_millis(1))], || now), Some(Duration::ZERO));
     }
 }
