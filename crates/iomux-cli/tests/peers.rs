@@ -2,6 +2,7 @@
 //! process as the lab runs them: the banner, bytes echoed intact on many
 //! connections at once, a 4 MiB stream that the server cannot send back
 //! as fast as it reads it, and TCP_NODELAY on every connection it accepts.
+//! And the C floor of a RESP server (E7's): its canned replies.
 
 mod support;
 
@@ -194,4 +195,23 @@ fn accepted_sockets_have_nodelay(name: &str) {
         assert!(nodelay, "{name}: {what} (descriptor {target}) has Nagle on");
     }
     assert_eq!((listeners, accepted), (1, 2), "{name}: the listener and both connections, all with TCP_NODELAY");
+}
+
+/// The C floor answers each whole request of a read with its canned reply,
+/// by the command's first letter, and skips the arguments by their
+/// lengths (an argument that looks like a request is not one).
+#[test]
+fn the_resp_floor_answers_each_request_of_a_read() {
+    let peer = Peer::start("c-resp-floor");
+    let mut s = peer.connect();
+    s.set_read_timeout(Some(TIMEOUT)).expect("read timeout");
+    let requests = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$9\r\n*1\r\n$1\r\nx\r\n\
+                     *2\r\n$3\r\nget\r\n$1\r\nk\r\n\
+                     *2\r\n$4\r\nINCR\r\n$1\r\nn\r\n\
+                     *3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$4\r\nsave\r\n";
+    s.write_all(requests).expect("send");
+    let want = b"+OK\r\n$3\r\nxxx\r\n:1\r\n*0\r\n";
+    let mut got = vec![0; want.len()];
+    s.read_exact(&mut got).expect("the four replies");
+    assert_same(&got, want, "c-resp-floor");
 }

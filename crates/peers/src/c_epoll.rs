@@ -1,5 +1,6 @@
-//! The safe face of c/epoll_echo.c: a plain C level-triggered epoll echo
-//! server, one thread.
+//! The safe face of the C servers: c/epoll_echo.c, a plain C
+//! level-triggered epoll echo server, and c/resp_floor.c, the least a RESP
+//! server can do per request. One thread each.
 
 use std::ffi::{c_char, c_int, CStr};
 use std::io;
@@ -7,22 +8,35 @@ use std::net::TcpListener;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr;
 
+/// A C server's two calls: `open` makes `listen_fd` non-blocking and
+/// returns a new epoll descriptor watching it, or -errno with `*failed` naming the call; `serve` serves
+/// until something stops it and returns -errno with `*failed` naming the
+/// call. Neither closes a descriptor it was given.
+type Open = unsafe extern "C" fn(listen_fd: c_int, failed: *mut *const c_char) -> c_int;
+type Serve = unsafe extern "C" fn(epoll_fd: c_int, listen_fd: c_int, failed: *mut *const c_char) -> c_int;
+
 extern "C" {
-    /// Makes `listen_fd` non-blocking and returns a new epoll descriptor
-    /// watching it, or -errno with `*failed` naming the call.
     fn c_epoll_echo_open(listen_fd: c_int, failed: *mut *const c_char) -> c_int;
-    /// Serves until something stops the server; returns -errno with
-    /// `*failed` naming the call, after closing every connection it
-    /// accepted. Closes neither descriptor it was given.
+    /// Closes every connection it accepted before it returns.
     fn c_epoll_echo_serve(epoll_fd: c_int, listen_fd: c_int, failed: *mut *const c_char) -> c_int;
+    fn c_resp_floor_open(listen_fd: c_int, failed: *mut *const c_char) -> c_int;
+    fn c_resp_floor_serve(epoll_fd: c_int, listen_fd: c_int, failed: *mut *const c_char) -> c_int;
 }
 
 pub fn serve(listener: TcpListener, ready: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+    serve_c(listener, ready, c_epoll_echo_open, c_epoll_echo_serve)
+}
+
+pub fn serve_resp_floor(listener: TcpListener, ready: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+    serve_c(listener, ready, c_resp_floor_open, c_resp_floor_serve)
+}
+
+fn serve_c(listener: TcpListener, ready: impl FnOnce() -> io::Result<()>, open: Open, serve: Serve) -> io::Result<()> {
     let mut failed: *const c_char = ptr::null();
     // SAFETY: the listener's descriptor stays open for the call (the
     // listener lives to the end of this function), and `failed` is a
     // valid place for the C side to store a pointer.
-    let ep = unsafe { c_epoll_echo_open(listener.as_raw_fd(), &mut failed) };
+    let ep = unsafe { open(listener.as_raw_fd(), &mut failed) };
     if ep < 0 {
         return Err(c_error(ep, failed));
     }
@@ -32,7 +46,7 @@ pub fn serve(listener: TcpListener, ready: impl FnOnce() -> io::Result<()>) -> i
     ready()?;
     // SAFETY: both descriptors stay open for the call (`epoll` and
     // `listener` are dropped after it), and `failed` is as above.
-    let r = unsafe { c_epoll_echo_serve(epoll.as_raw_fd(), listener.as_raw_fd(), &mut failed) };
+    let r = unsafe { serve(epoll.as_raw_fd(), listener.as_raw_fd(), &mut failed) };
     Err(c_error(r, failed))
 }
 
@@ -40,11 +54,11 @@ pub fn serve(listener: TcpListener, ready: impl FnOnce() -> io::Result<()>) -> i
 /// call in `failed`.
 fn c_error(r: c_int, failed: *const c_char) -> io::Error {
     if r >= 0 {
-        return io::Error::other("c_epoll_echo_serve returned without an error");
+        return io::Error::other("a C server returned without an error");
     }
     let os = io::Error::from_raw_os_error(-r);
     let call = if failed.is_null() {
-        "c_epoll_echo".into()
+        "a C server".into()
     } else {
         // SAFETY: whenever the C side returns < 0 it sets `failed` to a
         // string literal: static and NUL-terminated.

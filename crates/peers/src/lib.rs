@@ -30,10 +30,17 @@ pub enum Peer {
     Compio,
     /// Plain C: level-triggered epoll, non-blocking sockets.
     CEpoll,
+    /// Not an echo server: the least a RESP server can do per request
+    /// (c/resp_floor.c), which E7 measures beside redis-server at -P 1.
+    CRespFloor,
 }
 
 impl Peer {
+    /// The echo servers.
     pub const ALL: [Peer; 5] = [Peer::Tokio, Peer::MonoioUring, Peer::MonoioLegacy, Peer::Compio, Peer::CEpoll];
+    /// Every server `iomux peer` runs: the echo servers and the RESP floor.
+    pub const NAMED: [Peer; 6] =
+        [Peer::Tokio, Peer::MonoioUring, Peer::MonoioLegacy, Peer::Compio, Peer::CEpoll, Peer::CRespFloor];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -42,10 +49,11 @@ impl Peer {
             Peer::MonoioLegacy => "monoio-legacy",
             Peer::Compio => "compio",
             Peer::CEpoll => "c-epoll",
+            Peer::CRespFloor => "c-resp-floor",
         }
     }
 
-    /// Serves echo on `listener` (bound and listening) on this thread until
+    /// Serves (echo, or the RESP floor) on `listener` (bound and listening) on this thread until
     /// the process ends; returns only on an error that stops the server.
     /// Calls `ready` once the runtime is up and the listener is registered
     /// with it, just before the first accept: a
@@ -59,6 +67,7 @@ impl Peer {
             Peer::MonoioLegacy => monoio_echo::serve_legacy(listener, ready),
             Peer::Compio => compio_echo::serve(listener, ready),
             Peer::CEpoll => c_epoll::serve(listener, ready),
+            Peer::CRespFloor => c_epoll::serve_resp_floor(listener, ready),
         }
     }
 }
@@ -75,7 +84,7 @@ pub struct UnknownPeer(pub String);
 
 impl fmt::Display for UnknownPeer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = Peer::ALL.iter().map(|p| p.name()).collect();
+        let names: Vec<&str> = Peer::NAMED.iter().map(|p| p.name()).collect();
         write!(f, "unknown peer server {:?} (valid: {})", self.0, names.join(", "))
     }
 }
@@ -86,7 +95,7 @@ impl FromStr for Peer {
     type Err = UnknownPeer;
 
     fn from_str(s: &str) -> Result<Peer, UnknownPeer> {
-        Peer::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| UnknownPeer(s.to_string()))
+        Peer::NAMED.into_iter().find(|p| p.name() == s).ok_or_else(|| UnknownPeer(s.to_string()))
     }
 }
 
@@ -121,7 +130,7 @@ mod tests {
 
     #[test]
     fn names_parse_back() {
-        for p in Peer::ALL {
+        for p in Peer::NAMED {
             assert_eq!(p.name().parse::<Peer>(), Ok(p));
             assert_eq!(p.to_string(), p.name());
         }
@@ -131,7 +140,7 @@ mod tests {
     fn an_unknown_name_lists_the_valid_ones() {
         let e = "nginx".parse::<Peer>().unwrap_err().to_string();
         assert!(e.contains("\"nginx\""), "{e}");
-        assert!(e.contains("tokio, monoio-uring, monoio-legacy, compio, c-epoll"), "{e}");
+        assert!(e.contains("tokio, monoio-uring, monoio-legacy, compio, c-epoll, c-resp-floor"), "{e}");
     }
 
     #[test]
