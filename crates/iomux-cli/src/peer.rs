@@ -1,5 +1,5 @@
-//! `iomux peer` (hidden): another runtime's echo server (crate
-//! iomux-peers), started the way the lab starts `iomux serve`: pinned,
+//! `iomux peer` (hidden): another runtime's echo server, or the C floor
+//! of a RESP server (crate iomux-peers), started the way the lab starts `iomux serve`: pinned,
 //! listening, a one-line banner, then serving until killed.
 
 use crate::CliResult;
@@ -10,7 +10,8 @@ use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
 pub struct PeerArgs {
-    /// tokio, monoio-uring, monoio-legacy, compio or c-epoll.
+    /// tokio, monoio-uring, monoio-legacy, compio or c-epoll (echo), or
+    /// c-resp-floor (canned RESP replies: E7's floor).
     #[arg(long, value_parser = parse_peer)]
     server: Peer,
     /// Address to listen on (port 0: any free port, printed at start).

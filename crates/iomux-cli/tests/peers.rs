@@ -214,4 +214,15 @@ fn the_resp_floor_answers_each_request_of_a_read() {
     let mut got = vec![0; want.len()];
     s.read_exact(&mut got).expect("the four replies");
     assert_same(&got, want, "c-resp-floor");
+    // A length of 20 digits ends that request's reading, not the server.
+    s.write_all(b"*2\r\n$3\r\nGET\r\n$99999999999999999999\r\nk\r\n").expect("send");
+    let mut reply = [0; 9];
+    s.read_exact(&mut reply).expect("GET's canned reply");
+    assert_same(&reply, b"$3\r\nxxx\r\n", "c-resp-floor, the bad length's request");
+    let mut again = peer.connect();
+    again.set_read_timeout(Some(TIMEOUT)).expect("read timeout");
+    again.write_all(b"*1\r\n$4\r\nINCR\r\n").expect("send");
+    let mut reply = [0; 4];
+    again.read_exact(&mut reply).expect("a reply after the bad length");
+    assert_same(&reply, b":1\r\n", "c-resp-floor, still serving");
 }

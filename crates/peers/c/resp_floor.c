@@ -7,10 +7,11 @@
  * CONFIG GET) an empty array.
  *
  * Valid only where every read holds whole requests, as without pipelining
- * (redis-benchmark -P 1): a request split across reads is answered when
- * its first part arrives. What a real server spends beyond this floor is
- * its own; what the floor spends is the kernel's (syscalls, TCP over
- * loopback, sleeping and waking).
+ * (redis-benchmark -P 1) with small requests over loopback: the floor
+ * keeps nothing between reads, so a request split across reads goes
+ * unanswered or is answered out of step. What a real server spends beyond
+ * this floor is its own; what the floor spends is the kernel's (syscalls,
+ * TCP over loopback, sleeping and waking).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -30,12 +31,15 @@ static int fail(const char **failed, const char *call) {
     return -err;
 }
 
-/* The number in a "*N\r\n" or "$N\r\n" line at p (bounded by end); moves p past the line, or NULL. */
+/* The number in a "*N\r\n" or "$N\r\n" line at p (bounded by end): past
+ * the line, or NULL. At most 9 digits, so *n can neither overflow nor
+ * reach past any buffer a length is checked against. */
 static const char *number(const char *p, const char *end, long *n) {
+    const char *start = p;
     *n = 0;
-    while (p < end && *p >= '0' && *p <= '9')
+    while (p < end && *p >= '0' && *p <= '9' && p - start < 9)
         *n = *n * 10 + (*p++ - '0');
-    return end - p >= 2 && p[0] == '\r' && p[1] == '\n' ? p + 2 : NULL;
+    return p > start && end - p >= 2 && p[0] == '\r' && p[1] == '\n' ? p + 2 : NULL;
 }
 
 /* The canned reply for the command whose name starts at name. */

@@ -123,7 +123,8 @@ fn parse_server(s: &str) -> Result<Server, String> {
     if let Some(backend) = iomux_server(s) {
         return backend.map(Server::Iomux);
     }
-    s.parse::<Peer>().map(Server::Peer).map_err(|_| {
+    // Only the echo servers: the RESP floor is a peer too, but no echo.
+    s.parse::<Peer>().ok().filter(|p| Peer::ALL.contains(p)).map(Server::Peer).ok_or_else(|| {
         format!("unknown server '{s}': iomux-BACKEND (e.g. iomux-epoll, iomux-uring) or one of {}", peer_names())
     })
 }

@@ -13,6 +13,10 @@ pub enum Source {
     Documents,
     /// A goal of iomux's own (overheads, peers, defaults).
     Iomux,
+    /// What this machine allows: a reference measured beside iomux (a
+    /// server that does nothing but the syscalls) whose verdict says
+    /// whether a goal is reachable here at all; not a verdict on iomux.
+    Machine,
 }
 
 /// What a claim's interval says on this machine.
@@ -76,6 +80,11 @@ impl Claim {
 
     pub fn is_documents(&self) -> bool {
         self.source == Source::Documents
+    }
+
+    /// One of iomux's own goals (not the documents', not the machine's).
+    pub fn is_goal(&self) -> bool {
+        self.source == Source::Iomux
     }
 
     /// "1.010 [0.990, 1.030] (needed >= 0.8)", or "-". Results of schema

@@ -183,6 +183,12 @@ impl<K, S> Spec<K, S> {
         self
     }
 
+    /// Marks it as what the machine allows, not a goal of iomux's.
+    pub fn machine(mut self) -> Spec<K, S> {
+        self.source = Source::Machine;
+        self
+    }
+
     /// Marks it as testing the documents' `statement`.
     pub fn documents(mut self, statement: &str) -> Spec<K, S> {
         self.source = Source::Documents;

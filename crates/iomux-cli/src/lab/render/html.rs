@@ -1,7 +1,7 @@
 //! `report.html` and the comparison page, from templates (minijinja,
 //! HTML-escaped by default) filled with typed results.
 
-use crate::lab::harness::claim::{Claim, Verdict};
+use crate::lab::harness::claim::{Claim, Source, Verdict};
 use crate::lab::harness::experiment::Entry;
 use crate::lab::results::{Folder, Result as Found};
 use crate::CliResult;
@@ -200,11 +200,16 @@ pub fn write_report(folder: &Folder) -> CliResult<PathBuf> {
         .iter()
         .flat_map(|r| r.header.claims.iter().filter(|c| c.is_documents()).map(|c| ClaimRow::of(r.entry, c)))
         .collect();
+    let machine: Vec<ClaimRow> = folder
+        .results
+        .iter()
+        .flat_map(|r| r.header.claims.iter().filter(|c| c.source == Source::Machine).map(|c| ClaimRow::of(r.entry, c)))
+        .collect();
     let goals: Vec<Goals> = folder
         .results
         .iter()
         .filter_map(|r| {
-            let goals: Vec<&Claim> = r.header.claims.iter().filter(|c| !c.is_documents()).collect();
+            let goals: Vec<&Claim> = r.header.claims.iter().filter(|c| c.is_goal()).collect();
             let worst = goals.iter().map(|c| c.verdict).min_by_key(|v| match v {
                 Verdict::DoesNotHold => 0,
                 Verdict::Inconclusive => 1,
@@ -234,6 +239,7 @@ pub fn write_report(folder: &Folder) -> CliResult<PathBuf> {
             noise => Noise { class: if busy { "busy" } else { "quiet" }, text },
             documents => documents,
             goals => goals,
+            machine_claims => machine,
             headline => headline,
             sections => sections,
         },

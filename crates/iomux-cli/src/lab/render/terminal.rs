@@ -1,16 +1,21 @@
-//! The verdicts for a terminal: the documents' claims, then iomux's goals,
-//! then how the machine's noise bore on them. The last thing a bench
+//! The verdicts for a terminal: the documents' claims, iomux's goals, what
+//! the machine allows, then how the machine's noise bore on them. The last thing a bench
 //! prints, and what `iomux report DIR` prints.
 
 use super::html::counts;
+use crate::lab::harness::claim::Source;
 use crate::lab::results::Folder;
 use crate::lab::table::Table;
 
 pub fn verdicts(folder: &Folder) -> String {
     let mut out = String::from("\n==== Verdicts on this machine ====\n");
-    for documents in [true, false] {
+    for source in [Source::Documents, Source::Iomux, Source::Machine] {
         let mut t = Table::new([
-            if documents { "the documents' claims" } else { "iomux's own goals" },
+            match source {
+                Source::Documents => "the documents' claims",
+                Source::Iomux => "iomux's own goals",
+                Source::Machine => "what this machine allows",
+            },
             "",
             "verdict",
             "measured: median [95% interval]",
@@ -18,7 +23,7 @@ pub fn verdicts(folder: &Folder) -> String {
         ]);
         let mut any = false;
         for r in &folder.results {
-            for c in r.header.claims.iter().filter(|c| c.is_documents() == documents) {
+            for c in r.header.claims.iter().filter(|c| c.source == source) {
                 any = true;
                 t.row([
                     c.title().to_string(),
@@ -35,10 +40,14 @@ pub fn verdicts(folder: &Folder) -> String {
         }
     }
     let all = || folder.results.iter().flat_map(|r| &r.header.claims);
+    let machine = match all().filter(|c| c.source == Source::Machine).count() {
+        0 => String::new(),
+        _ => format!(" What this machine allows: {}.", counts(all().filter(|c| c.source == Source::Machine))),
+    };
     out += &format!(
-        "The documents' claims: {}. iomux's goals: {}.\n{}\n",
+        "The documents' claims: {}. iomux's goals: {}.{machine}\n{}\n",
         counts(all().filter(|c| c.is_documents())),
-        counts(all().filter(|c| !c.is_documents())),
+        counts(all().filter(|c| c.is_goal())),
         folder.noise_line().1
     );
     out
