@@ -21,6 +21,10 @@ pub struct ServerStats {
     pub connected: u64,
     pub closed: u64,
     pub closed_abnormally: u64,
+    /// Of them, peers that vanished (keepalive or the user timeout).
+    pub vanished: u64,
+    /// Idle connections closed (`--idle-timeout`).
+    pub idle_closed: u64,
     pub refused: u64,
     pub accept_backoffs: u64,
     pub bytes_in: u64,
@@ -87,6 +91,8 @@ pub fn stats_json(stats: &LoopStats, backend: Backend, extra: &[(&str, Value)]) 
         connected: stats.connected,
         closed: stats.closed,
         closed_abnormally: stats.closed_abnormally,
+        vanished: stats.vanished,
+        idle_closed: stats.idle_closed,
         refused: stats.refused,
         accept_backoffs: stats.accept_backoffs,
         bytes_in: stats.bytes_in,
@@ -142,11 +148,13 @@ pub fn summary(stats: &Value) -> String {
         None => String::new(),
     };
     let line = format!(
-        "{} connections accepted, {} closed ({} abnormally, {} refused); \
+        "{} connections accepted, {} closed ({} abnormally, of them {} vanished; {} idle; {} refused); \
          {} bytes in, {} out; {} syscalls ({:.3} per read); cpu user {:.3}s sys {:.3}s; peak RSS {} KiB",
         n("accepted"),
         n("closed"),
         n("closed_abnormally"),
+        n("vanished"),
+        n("idle_closed"),
         n("refused"),
         n("bytes_in"),
         n("bytes_out"),

@@ -256,7 +256,34 @@ fn graceful_stop_flushes_output(backend: &str) {
     assert_eq!(stats["bytes_out"], data.len() as u64, "{backend}");
 }
 
+/// --idle-timeout: a connection that sends nothing for that long is
+/// closed (EOF, after what it was owed), counted as idle; one that keeps
+/// sending is not.
+fn idle_connections_are_closed(backend: &str) {
+    let server = Serve::start(backend, &["--idle-timeout", "0.3"]);
+    let mut idle = server.connect();
+    let mut busy = server.connect();
+    let started = std::time::Instant::now();
+    round_trip(&mut idle, b"once");
+    // The busy one sends every 100 ms, for twice the timeout: served all along.
+    while started.elapsed() < Duration::from_millis(600) {
+        round_trip(&mut busy, b"still busy");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    idle.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut rest = Vec::new();
+    idle.read_to_end(&mut rest).expect("EOF from the idle close");
+    assert!(rest.is_empty(), "{backend}: {rest:?}");
+    drop(idle);
+    round_trip(&mut busy, b"and now");
+    drop(busy);
+    let (stats, _) = server.stop();
+    assert_eq!(stats["idle_closed"], 1, "{backend}: {stats}");
+    assert_eq!(stats["closed_abnormally"], 0, "{backend}: {stats}");
+}
+
 on_every_backend! {
+    idle_connections_are_closed,
     echo_integrity,
     never_reading_client_is_bounded,
     fire_hose_does_not_starve_others,
@@ -357,6 +384,12 @@ fn serve_refuses_bad_input_clearly() {
     let unknown = iomux().args(["serve", "--backend", "kqueue"]).output().unwrap();
     let text = String::from_utf8_lossy(&unknown.stderr);
     assert!(text.contains("kqueue") && text.contains("epoll-et") && text.contains("uring-sqpoll"), "{text}");
+    let idle_http = iomux().args(["serve", "--proto", "http", "--idle-timeout", "5"]).output().unwrap();
+    let text = String::from_utf8_lossy(&idle_http.stderr);
+    assert!(!idle_http.status.success() && text.contains("--http-idle-timeout"), "{text}");
+    let long = iomux().args(["serve", "--keepalive", "40000"]).output().unwrap();
+    let text = String::from_utf8_lossy(&long.stderr);
+    assert!(long.status.code() == Some(2) && text.contains("--keepalive"), "{text}");
 }
 
 /// --threads N: N share-nothing loops on one port (SO_REUSEPORT), all of

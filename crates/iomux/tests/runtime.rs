@@ -37,6 +37,7 @@ on_every_backend! {
     lingering_close,
     write_after_close_is_refused,
     write_after_idle_close_is_refused,
+    close_idle_has_its_own_reason,
     half_close_inbound,
     half_close_outbound,
     writes_before_connect_go_out_after_it,
@@ -261,6 +262,11 @@ impl Cmd {
                 (Mode::Closed, data.len())
             }
             b's' => (Mode::Sink, 1),
+            b'i' => {
+                let _ = io.write(conn, b"idle");
+                io.close_idle(conn);
+                (Mode::Closed, data.len())
+            }
             b'c' => {
                 io.close(conn);
                 (Mode::Closed, data.len()) // what follows is ignored
@@ -704,6 +710,22 @@ fn write_after_close(backend: Backend, command: &[u8], want: &str, results: [boo
     assert_eq!((String::from_utf8_lossy(&got).as_ref(), end), (want, End::Eof), "{backend}: what the client got");
     assert_eq!(h.closes, [Reason::Local], "{backend}");
     assert_eq!(h.write_results, results, "{backend}: writes before the close, after it, empty after it");
+}
+
+/// `Io::close_idle` closes as `Io::close` does (the output, then EOF),
+/// with a reason and a count of its own.
+fn close_idle_has_its_own_reason(backend: Backend) {
+    let (server, probe) = cmd_server(backend, 0);
+    let mut c = connect(server.addr);
+    c.write_all(b"i").unwrap();
+    let (got, end) = read_to_end(&mut c);
+    drop(c);
+    wait_count("closes", &probe.closed, 1);
+    let finished = server.stop();
+    assert_eq!((String::from_utf8_lossy(&got).as_ref(), end), ("idle", End::Eof), "{backend}: what the client got");
+    assert_eq!(finished.handlers[0].closes, [Reason::Other("Idle".into())], "{backend}");
+    let stats = &finished.stats;
+    assert_eq!((stats.idle_closed, stats.closed_abnormally, stats.vanished), (1, 0, 0), "{backend}: the counts");
 }
 
 // ---------------------------------------------------------- half-close

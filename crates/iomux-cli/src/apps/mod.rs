@@ -7,6 +7,7 @@ mod slowdown;
 
 use iomux::runtime::{ConnId, Handler, Io};
 use iomux::Error;
+use std::time::Duration;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Proto {
@@ -34,14 +35,25 @@ impl Proto {
     }
 }
 
+/// Echo and sink.
 pub struct Server {
     proto: Proto,
     refusals_reported: u32,
+    /// A connection with no input for this long closes (as idle).
+    idle_timeout: Option<Duration>,
 }
 
 impl Server {
-    pub fn new(proto: Proto) -> Server {
-        Server { proto, refusals_reported: 0 }
+    pub fn new(proto: Proto, idle_timeout: Option<Duration>) -> Server {
+        Server { proto, refusals_reported: 0, idle_timeout }
+    }
+
+    fn idle_from_now(&self, io: &mut Io<()>, conn: ConnId) {
+        if let Some(timeout) = self.idle_timeout {
+            // Moving a deadline later costs no timer operation: no
+            // per-read work for a busy connection.
+            let _ = io.set_deadline(conn, io.now() + timeout);
+        }
     }
 }
 
@@ -49,9 +61,12 @@ impl Handler for Server {
     type Conn = ();
     type Message = ();
 
-    fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
+    fn on_accept(&mut self, io: &mut Io<()>, conn: ConnId) {
+        self.idle_from_now(io, conn);
+    }
 
     fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _state: &mut (), data: &[u8]) -> usize {
+        self.idle_from_now(io, conn);
         if self.proto == Proto::Echo {
             #[cfg(feature = "slowdown")]
             slowdown::spin();

@@ -8,7 +8,7 @@ use crate::apps::{Proto, Server};
 use crate::flags::Flags;
 use crate::stats::{stats_json, summary, write_json};
 use crate::CliResult;
-use iomux::runtime::{Config, Control, Runtime};
+use iomux::runtime::{Config, Control, Keepalive, Runtime};
 use iomux::Backend;
 use iomux_http::Limits;
 use std::ffi::OsString;
@@ -116,6 +116,22 @@ pub struct ServeArgs {
     /// (nginx: keepalive_timeout, 75 s).
     #[arg(long, default_value_t = 75.0, value_name = "SECONDS")]
     http_idle_timeout: f64,
+    /// TCP keepalive, in seconds: a connection quiet for SECS is probed
+    /// every SECS/3 (rounded up) and closes after 3 unanswered probes;
+    /// output left unacknowledged as long (TCP_USER_TIMEOUT, 2 x SECS)
+    /// closes it too. So a peer that vanished without a FIN or a reset
+    /// (power lost, a NAT timeout, a cable pulled) is reclaimed within
+    /// about 2 x SECS, counted as "vanished". 0: off, the kernel's
+    /// defaults (no probes; about 15 minutes of retransmissions). The
+    /// default is redis's tcp-keepalive; nginx's so_keepalive is off
+    /// unless set.
+    #[arg(long, default_value_t = 300, value_name = "SECS", value_parser = clap::value_parser!(u16).range(0..=32767))]
+    keepalive: u16,
+    /// echo and sink: close a connection that sends nothing for this many
+    /// seconds, counted as "idle" [default: never]. http has its own
+    /// (--http-idle-timeout).
+    #[arg(long, value_name = "SECONDS")]
+    idle_timeout: Option<f64>,
     /// Worker N of a --procs parent: listen with SO_REUSEPORT, stop when
     /// the parent's end of stdin closes, leave the summary to the parent.
     #[arg(long, hide = true)]
@@ -158,6 +174,8 @@ impl ServeArgs {
             http_max_body,
             http_header_timeout,
             http_idle_timeout,
+            keepalive,
+            idle_timeout,
             worker: _,
         } = self;
         let mut f = Flags::default();
@@ -174,6 +192,8 @@ impl ServeArgs {
             .value("http-max-body", http_max_body)
             .value("http-header-timeout", http_header_timeout)
             .value("http-idle-timeout", http_idle_timeout)
+            .value("keepalive", keepalive)
+            .optional("idle-timeout", *idle_timeout)
             .optional("ring-buffers", *ring_buffers)
             .optional("ring-buffer-size", *ring_buffer_size)
             .optional("uring-register-ring", uring_register_ring.map(on_off_name))
@@ -254,11 +274,27 @@ fn check(args: &ServeArgs) -> CliResult<(Backend, Config)> {
             return Err(format!("{flag} must be between 0.001 and 86400 seconds").into());
         }
     }
+    if let Some(seconds) = args.idle_timeout {
+        if !(0.001..=86400.0).contains(&seconds) {
+            return Err("--idle-timeout must be between 0.001 and 86400 seconds".into());
+        }
+        if !matches!(args.proto, Proto::Echo | Proto::Sink) {
+            return Err(format!(
+                "--idle-timeout is for echo and sink; {} has its own (http: --http-idle-timeout)",
+                args.proto.name()
+            )
+            .into());
+        }
+    }
     let http = args.http_settings();
     let mut config = Config::builder()
         .backend(backend)
         .max_output(args.max_output.max(1))
         .drain_timeout(Duration::from_secs_f64(args.drain_timeout));
+    if args.keepalive > 0 {
+        let keepalive = Keepalive::after(Duration::from_secs(u64::from(args.keepalive)));
+        config = config.keepalive(Some(keepalive)).user_timeout(Some(keepalive.reclaimed_within()));
+    }
     if let Some(max) = args.max_conns {
         config = config.max_conns(max);
     }
@@ -360,7 +396,7 @@ fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCod
         runtime
             .run(|_| {
                 pin();
-                Server::new(proto)
+                Server::new(proto, args.idle_timeout.map(Duration::from_secs_f64))
             })?
             .stats
     };

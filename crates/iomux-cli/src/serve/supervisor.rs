@@ -528,12 +528,14 @@ fn describe(status: ExitStatus) -> String {
 /// Counters that add up over workers; `peak_conns` and `peak_rss_bytes`
 /// too (the workers' peaks need not coincide: the sum bounds the whole
 /// server's from above).
-const SUMMED: [&str; 15] = [
+const SUMMED: [&str; 17] = [
     "loops",
     "accepted",
     "connected",
     "closed",
     "closed_abnormally",
+    "vanished",
+    "idle_closed",
     "refused",
     "accept_backoffs",
     "bytes_in",

@@ -40,6 +40,50 @@ pub struct Config {
     pub(crate) linger: Duration,
     pub(crate) close_timeout: Duration,
     pub(crate) nodelay: bool,
+    pub(crate) keepalive: Option<Keepalive>,
+    pub(crate) user_timeout: Option<Duration>,
+}
+
+/// TCP keepalive: after `idle` without traffic the kernel probes the peer
+/// every `interval`, and after `probes` unanswered probes the connection
+/// closes with [`CloseReason::PeerVanished`](super::CloseReason::PeerVanished).
+/// What reclaims a peer that vanished without a FIN or a reset (power
+/// lost, a NAT that forgot the flow, a cable pulled) from an idle
+/// connection; [`ConfigBuilder::user_timeout`] does it for one with
+/// output in flight. Whole seconds, as the kernel counts them.
+///
+/// ```
+/// use iomux::runtime::Keepalive;
+/// use std::time::Duration;
+///
+/// let k = Keepalive::after(Duration::from_secs(300));
+/// assert_eq!((k.interval, k.probes), (Duration::from_secs(100), 3));
+/// assert_eq!(k.reclaimed_within(), Duration::from_secs(600));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keepalive {
+    /// Quiet time before the first probe (TCP_KEEPIDLE).
+    pub idle: Duration,
+    /// Time between probes (TCP_KEEPINTVL).
+    pub interval: Duration,
+    /// Unanswered probes that close the connection (TCP_KEEPCNT).
+    pub probes: u32,
+}
+
+impl Keepalive {
+    /// `iomux serve --keepalive SECS`'s rule: the first probe after
+    /// `idle`, then one every third of it (rounded up to a whole second),
+    /// three of them: a vanished peer is reclaimed within twice `idle`.
+    pub fn after(idle: Duration) -> Keepalive {
+        let secs = idle.as_secs();
+        Keepalive { idle, interval: Duration::from_secs(secs.div_ceil(3).max(1)), probes: 3 }
+    }
+
+    /// How long after the last traffic a vanished peer's connection closes
+    /// at the latest: `idle` plus every probe's interval.
+    pub fn reclaimed_within(&self) -> Duration {
+        self.idle + self.interval * self.probes
+    }
 }
 
 impl Default for Config {
@@ -63,6 +107,8 @@ impl Default for Config {
             linger: Duration::from_secs(2),
             close_timeout: Duration::from_secs(30),
             nodelay: true,
+            keepalive: None,
+            user_timeout: None,
         }
     }
 }
@@ -81,6 +127,26 @@ impl Config {
     /// The per-loop connection limit, if any.
     pub fn max_conns(&self) -> Option<usize> {
         self.max_conns
+    }
+
+    /// TCP keepalive on every connection, if set.
+    pub fn keepalive(&self) -> Option<Keepalive> {
+        self.keepalive
+    }
+
+    /// TCP_USER_TIMEOUT on every connection, if set.
+    pub fn user_timeout(&self) -> Option<Duration> {
+        self.user_timeout
+    }
+
+    /// Sets keepalive and the user timeout on a socket (a listener passes
+    /// them to the connections it accepts).
+    pub(crate) fn apply_liveness(&self, fd: std::os::fd::RawFd) -> std::io::Result<()> {
+        if self.keepalive.is_none() && self.user_timeout.is_none() {
+            return Ok(());
+        }
+        let keepalive = self.keepalive.map(|k| (k.idle, k.interval, k.probes));
+        crate::sys::net::set_liveness(fd, keepalive, self.user_timeout)
     }
 
     /// io_uring: the provided-buffer ring's buffers and their size, once
@@ -235,6 +301,24 @@ impl ConfigBuilder {
         self.config.nodelay = on;
         self
     }
+    /// TCP keepalive on every connection, accepted and outbound (default:
+    /// none, the kernel's default of no probes; `iomux serve` sets
+    /// [`Keepalive::after`] 300 s, as redis's `tcp-keepalive`). Each value
+    /// in whole seconds from 1 to 32767, and 1 to 127 probes (the
+    /// kernel's limits).
+    pub fn keepalive(mut self, keepalive: Option<Keepalive>) -> Self {
+        self.config.keepalive = keepalive;
+        self
+    }
+    /// TCP_USER_TIMEOUT on every connection: output unacknowledged for
+    /// this long closes it with
+    /// [`CloseReason::PeerVanished`](super::CloseReason::PeerVanished)
+    /// (default: none, the kernel's retransmission limit, about 15
+    /// minutes). From 1 ms to 2^32-1 ms.
+    pub fn user_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.config.user_timeout = timeout;
+        self
+    }
 
     /// Checks every value.
     pub fn build(self) -> Result<Config> {
@@ -261,6 +345,21 @@ impl ConfigBuilder {
         if let Some(size) = c.ring_buffer_size.filter(|s| *s == 0 || *s > u32::MAX as usize) {
             return invalid("ring_buffer_size", format!("{size} is not between 1 and 2^32-1 bytes"));
         }
+        if let Some(k) = c.keepalive {
+            let whole = |d: Duration| d.subsec_nanos() == 0 && (1..=32767).contains(&d.as_secs());
+            if !whole(k.idle) || !whole(k.interval) || !(1..=127).contains(&k.probes) {
+                return invalid(
+                    "keepalive",
+                    format!(
+                        "{k:?}: idle and interval are whole seconds from 1 to 32767, probes from 1 to 127 \
+                         (the kernel's limits)"
+                    ),
+                );
+            }
+        }
+        if let Some(t) = c.user_timeout.filter(|t| t.is_zero() || t.as_millis() > u128::from(u32::MAX)) {
+            return invalid("user_timeout", format!("{t:?} is not between 1 ms and 2^32-1 ms"));
+        }
         if c.uring_min_wait > Duration::from_secs(1) {
             return invalid(
                 "uring_min_wait",
@@ -268,5 +367,39 @@ impl ConfigBuilder {
             );
         }
         Ok(self.config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keepalive_and_user_timeout_take_the_kernel_limits() {
+        let refused = |b: ConfigBuilder| b.build().map(|_| ()).map_err(|e| e.to_string());
+        let k = |idle: u64, interval: u64, probes: u32| Keepalive {
+            idle: Duration::from_secs(idle),
+            interval: Duration::from_secs(interval),
+            probes,
+        };
+        assert_eq!(refused(Config::builder().keepalive(Some(k(1, 1, 1)))), Ok(()));
+        assert_eq!(refused(Config::builder().keepalive(Some(k(32767, 32767, 127)))), Ok(()));
+        for bad in [k(0, 1, 1), k(1, 0, 1), k(1, 1, 0), k(32768, 1, 1), k(1, 1, 128)] {
+            let e = refused(Config::builder().keepalive(Some(bad))).expect_err("out of the kernel's range");
+            assert!(e.contains("keepalive"), "{e}");
+        }
+        let half = Keepalive { idle: Duration::from_millis(1500), ..k(1, 1, 1) };
+        assert!(refused(Config::builder().keepalive(Some(half))).is_err(), "whole seconds only");
+        assert!(refused(Config::builder().user_timeout(Some(Duration::ZERO))).is_err());
+        let too_long = Duration::from_millis(u64::from(u32::MAX) + 1);
+        assert!(refused(Config::builder().user_timeout(Some(too_long))).is_err());
+        assert_eq!(refused(Config::builder().user_timeout(Some(Duration::from_millis(1)))), Ok(()));
+    }
+
+    #[test]
+    fn keepalive_after_probes_three_times_a_third_apart() {
+        let k = Keepalive::after(Duration::from_secs(10));
+        assert_eq!((k.interval, k.probes, k.reclaimed_within()), (Duration::from_secs(4), 3, Duration::from_secs(22)));
+        assert_eq!(Keepalive::after(Duration::from_secs(1)).interval, Duration::from_secs(1));
     }
 }

@@ -166,7 +166,7 @@ impl<'h, H: Handler> Core<'h, H> {
             self.settle(d);
         }
         while let Some(id) = self.io.lingering.pop_due(self.io.now) {
-            let reason = self.io.closing_reason();
+            let reason = self.io.closing_reason(id);
             self.io.doom(id, reason);
         }
         while let Some(id) = self.io.closing.pop_due(self.io.now) {
@@ -320,6 +320,11 @@ impl<'h, H: Handler> Core<'h, H> {
         self.io.stats.closed += 1;
         if !reason.is_clean() {
             self.io.stats.closed_abnormally += 1;
+        }
+        match reason {
+            CloseReason::PeerVanished => self.io.stats.vanished += 1,
+            CloseReason::Idle => self.io.stats.idle_closed += 1,
+            _ => {}
         }
         self.io.released();
         if let Some(state) = state {

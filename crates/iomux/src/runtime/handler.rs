@@ -73,9 +73,10 @@ pub trait Handler {
 
     /// The connection's deadline, set with [`Io::set_deadline`], has come
     /// (it is cleared now; set it again to be called again). By default
-    /// the connection closes, as an idle timeout would.
+    /// the connection closes as idle ([`Io::close_idle`]), as an idle
+    /// timeout would.
     fn on_deadline(&mut self, io: &mut Io<Self::Conn>, conn: ConnId, _state: &mut Self::Conn) {
-        io.close(conn);
+        io.close_idle(conn);
     }
 
     /// A message sent with a [`Sender`](super::Sender) of this loop's

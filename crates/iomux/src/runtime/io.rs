@@ -33,6 +33,7 @@ const LINGER: u16 = 64; // FIN sent; reading and discarding until the peer's EOF
 const DIRTY: u16 = 128; // in the dirty list
 const HELD: u16 = 256; // the handler paused reading (Io::pause_reading)
 const UNOFFERED: u16 = 512; // input held back while paused, to offer on resume
+const IDLE: u16 = 1024; // closing as idle (Io::close_idle)
 
 /// Output buffers kept for reuse, so a write costs no allocation and an
 /// idle connection owns no buffer.
@@ -382,12 +383,24 @@ impl<S> Io<S> {
     /// [`ConfigBuilder::close_timeout`](super::ConfigBuilder::close_timeout)
     /// loses it: the connection closes with [`CloseReason::CloseTimeout`].
     pub fn close(&mut self, conn: ConnId) {
+        self.close_flagged(conn, 0);
+    }
+
+    /// [`Io::close`] for a connection the handler found idle (an idle
+    /// timeout): the same orderly close, but its reason is
+    /// [`CloseReason::Idle`] and [`LoopStats::idle_closed`](super::LoopStats::idle_closed)
+    /// counts it.
+    pub fn close_idle(&mut self, conn: ConnId) {
+        self.close_flagged(conn, IDLE);
+    }
+
+    fn close_flagged(&mut self, conn: ConnId, flag: u16) {
         let until = Instant::now() + self.cfg.close_timeout;
         let Some(c) = self.conns.get_mut(conn) else { return };
         if c.has(CLOSING) {
             return;
         }
-        c.flags |= CLOSING;
+        c.flags |= CLOSING | flag;
         c.deadline = None;
         if c.buffered() == 0 {
             self.linger(conn);
@@ -420,6 +433,7 @@ impl<S> Io<S> {
             net::set_nodelay(fd.raw()).map_err(|e| err(Syscall::Setsockopt, e))?;
         }
         net::set_oob_inline(fd.raw()).map_err(|e| err(Syscall::Setsockopt, e))?;
+        self.cfg.apply_liveness(fd.raw()).map_err(|e| err(Syscall::Setsockopt, e))?;
         let id = self.insert(fd, CONNECTING, Some(state));
         self.connecting.push_back((id, addr));
         Ok(id)
@@ -559,10 +573,12 @@ fn recycle_into(pool: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {
     }
 }
 
-/// Why a syscall's error closes a connection: a reset, or an error.
+/// Why a syscall's error closes a connection: a reset, a vanished peer
+/// (keepalive's probes or the user timeout ran out), or an error.
 pub(crate) fn io_reason(syscall: Syscall, e: io::Error) -> CloseReason {
     match e.raw_os_error() {
         Some(libc::ECONNRESET) | Some(libc::EPIPE) => CloseReason::Reset,
+        Some(libc::ETIMEDOUT) => CloseReason::PeerVanished,
         _ => CloseReason::Error { syscall, error: e },
     }
 }
@@ -631,7 +647,13 @@ impl<S> Io<S> {
         None
     }
 
-    pub(crate) fn closing_reason(&self) -> CloseReason {
+    /// Why connection `id`, which we are closing, closes: idle
+    /// ([`Io::close_idle`], even if the loop stopped while it lingered),
+    /// the loop's stop, or ours.
+    pub(crate) fn closing_reason(&self, id: ConnId) -> CloseReason {
+        if self.conns.get(id).is_some_and(|c| c.has(IDLE)) {
+            return CloseReason::Idle;
+        }
         CloseReason::closing(self.shutting_down)
     }
 
@@ -660,7 +682,7 @@ impl<S> Io<S> {
             return;
         }
         if c.has(READ_CLOSED) || c.has(CONNECTING) {
-            let reason = self.closing_reason();
+            let reason = self.closing_reason(id);
             return self.doom(id, reason);
         }
         if let Err(e) = net::shutdown_write(c.fd.raw()) {
@@ -831,7 +853,7 @@ impl<S> Io<S> {
     pub(crate) fn peer_eof(&mut self, id: ConnId) {
         let Some(c) = self.conns.get_mut(id) else { return };
         if c.has(LINGER) {
-            let reason = self.closing_reason();
+            let reason = self.closing_reason(id);
             return self.doom(id, reason);
         }
         c.flags |= READ_CLOSED;
@@ -973,7 +995,7 @@ impl<S> Io<S> {
                 if net::unread(c.fd.raw()).is_ok_and(|n| n == 0) {
                     // Idle: nothing to send and nothing unread, so the
                     // close is a plain FIN that destroys nothing.
-                    let reason = self.closing_reason();
+                    let reason = self.closing_reason(id);
                     self.doom(id, reason);
                     continue;
                 }
@@ -1003,6 +1025,31 @@ mod tests {
         let mut io = Io::new(&Config::default(), false, Instant::now());
         let id = io.insert(Fd::adopt_new(ours.into_raw_fd()), 0, Some(()));
         (io, id, theirs)
+    }
+
+    #[test]
+    fn outbound_connections_get_keepalive_and_the_user_timeout() {
+        let keepalive = super::super::Keepalive::after(Duration::from_secs(10));
+        let cfg = Config::builder()
+            .keepalive(Some(keepalive))
+            .user_timeout(Some(Duration::from_millis(2500)))
+            .build()
+            .expect("config");
+        let mut io: Io<()> = Io::new(&cfg, false, Instant::now());
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let id = io.connect(listener.local_addr().expect("addr"), None, ()).expect("connect");
+        let fd = io.conn(id).expect("the connection").fd.raw();
+        let want = (Some((Duration::from_secs(10), Duration::from_secs(4), 3)), 2500);
+        assert_eq!(net::liveness(fd).expect("getsockopt"), want);
+    }
+
+    #[test]
+    fn a_timed_out_peer_is_a_vanished_one() {
+        let timed_out = io_reason(Syscall::Recvfrom, io::Error::from_raw_os_error(libc::ETIMEDOUT));
+        assert!(matches!(timed_out, CloseReason::PeerVanished), "{timed_out:?}");
+        assert!(!timed_out.is_clean());
+        let other = io_reason(Syscall::Recvfrom, io::Error::from_raw_os_error(libc::EIO));
+        assert!(matches!(other, CloseReason::Error { .. }), "{other:?}");
     }
 
     fn unsent(io: &Io<()>, id: ConnId) -> Vec<u8> {

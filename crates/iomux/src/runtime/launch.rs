@@ -141,13 +141,20 @@ impl Runtime {
         for _ in 1..self.threads {
             self.listeners.push(net::tcp_listener(&local, true, BACKLOG).map_err(|e| bind_err(local, e))?);
         }
+        for fd in &self.listeners {
+            // Accepted connections inherit keepalive and the user timeout.
+            self.config
+                .apply_liveness(fd.raw())
+                .map_err(|e| Error::sys("listen", Syscall::Setsockopt, Some(fd.raw()), e))?;
+        }
         self.local_addr = Some(local);
         Ok(self)
     }
 
     /// Serves connections from a listener made elsewhere (every loop
     /// accepts from it). It is made non-blocking; TCP_NODELAY and
-    /// SO_OOBINLINE are set on it, so accepted connections inherit them.
+    /// SO_OOBINLINE (and the keepalive and user timeout the config asks
+    /// for) are set on it, so accepted connections inherit them.
     pub fn listener(mut self, listener: TcpListener) -> Result<Runtime> {
         let sys_err = |syscall, e| Error::sys("listen", syscall, None, e);
         listener.set_nonblocking(true).map_err(|e| sys_err(Syscall::Fcntl, e))?;
@@ -162,6 +169,7 @@ impl Runtime {
             let setsockopt = |e| Error::sys("listen", Syscall::Setsockopt, Some(fd.raw()), e);
             net::set_nodelay(fd.raw()).map_err(setsockopt)?;
             net::set_oob_inline(fd.raw()).map_err(setsockopt)?;
+            self.config.apply_liveness(fd.raw()).map_err(setsockopt)?;
         }
         self.listeners = fds;
         self.local_addr = Some(local);

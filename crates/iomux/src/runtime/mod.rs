@@ -45,7 +45,7 @@ mod uring_features;
 /// The `bytes` crate's shared buffer, which [`Io::write_bytes`] queues
 /// without a copy (re-exported so a handler needs no other dependency).
 pub use bytes::Bytes;
-pub use config::{Config, ConfigBuilder};
+pub use config::{Config, ConfigBuilder, Keepalive};
 pub use handler::Handler;
 pub use io::Io;
 pub use launch::{Finished, Runtime};
@@ -111,6 +111,14 @@ pub enum CloseReason {
     /// The backend could not watch the connection any more (its poller
     /// refused a change of interest).
     Unwatchable(Error),
+    /// The peer stopped answering: TCP keepalive's probes went unanswered
+    /// ([`ConfigBuilder::keepalive`]), or output stayed unacknowledged
+    /// for [`ConfigBuilder::user_timeout`] (the kernel's ETIMEDOUT, on
+    /// any backend).
+    PeerVanished,
+    /// The handler closed the connection as idle ([`Io::close_idle`]),
+    /// and the output was flushed.
+    Idle,
 }
 
 impl CloseReason {
@@ -125,7 +133,7 @@ impl CloseReason {
 
     /// Whether this is an orderly close (EOF, ours, or a stop).
     pub fn is_clean(&self) -> bool {
-        matches!(self, CloseReason::PeerClosed | CloseReason::Local | CloseReason::Shutdown)
+        matches!(self, CloseReason::PeerClosed | CloseReason::Local | CloseReason::Shutdown | CloseReason::Idle)
     }
 }
 

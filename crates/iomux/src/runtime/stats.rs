@@ -15,8 +15,14 @@ pub struct LoopStats {
     pub connected: u64,
     /// Connections closed, for whatever reason.
     pub closed: u64,
-    /// Closes that were not orderly (reset, error, input limit, failed connect).
+    /// Closes that were not orderly (reset, error, input limit, failed
+    /// connect, vanished peer).
     pub closed_abnormally: u64,
+    /// Of them, peers that vanished: keepalive's probes or the user
+    /// timeout ran out ([`CloseReason::PeerVanished`](super::CloseReason::PeerVanished)).
+    pub vanished: u64,
+    /// Orderly closes of idle connections ([`Io::close_idle`](super::Io::close_idle)).
+    pub idle_closed: u64,
     /// Bytes received and delivered to the handler.
     pub bytes_in: u64,
     /// Bytes sent.
@@ -83,6 +89,8 @@ impl LoopStats {
         self.connected += o.connected;
         self.closed += o.closed;
         self.closed_abnormally += o.closed_abnormally;
+        self.vanished += o.vanished;
+        self.idle_closed += o.idle_closed;
         self.bytes_in += o.bytes_in;
         self.bytes_out += o.bytes_out;
         self.reads += o.reads;

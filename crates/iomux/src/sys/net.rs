@@ -86,6 +86,49 @@ pub(crate) fn set_nodelay(fd: RawFd) -> io::Result<()> {
     Ok(sockopt::set_tcp_nodelay(fd, true)?)
 }
 
+/// Keepalive's idle time, probe interval and probe count.
+pub(crate) type KeepaliveTimes = (std::time::Duration, std::time::Duration, u32);
+
+/// TCP keepalive on (idle time, probe interval, probe count), and
+/// TCP_USER_TIMEOUT: how long sent data may stay unacknowledged. Set on a
+/// listener, accepted connections inherit them (Linux clones the
+/// listener's socket, and arms the keepalive timer of the clone).
+pub(crate) fn set_liveness(
+    fd: RawFd,
+    keepalive: Option<KeepaliveTimes>,
+    user_timeout: Option<std::time::Duration>,
+) -> io::Result<()> {
+    let fd = borrow(fd)?;
+    if let Some((idle, interval, probes)) = keepalive {
+        count(Syscall::Setsockopt);
+        sockopt::set_tcp_keepidle(fd, idle)?;
+        count(Syscall::Setsockopt);
+        sockopt::set_tcp_keepintvl(fd, interval)?;
+        count(Syscall::Setsockopt);
+        sockopt::set_tcp_keepcnt(fd, probes)?;
+        count(Syscall::Setsockopt);
+        sockopt::set_socket_keepalive(fd, true)?;
+    }
+    if let Some(timeout) = user_timeout {
+        // Milliseconds; the config checked that it fits.
+        let ms = u32::try_from(timeout.as_millis()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        count(Syscall::Setsockopt);
+        sockopt::set_tcp_user_timeout(fd, ms)?;
+    }
+    Ok(())
+}
+
+/// The keepalive settings (None when off) and TCP_USER_TIMEOUT in ms.
+#[cfg(test)]
+pub(crate) fn liveness(fd: RawFd) -> io::Result<(Option<KeepaliveTimes>, u32)> {
+    let fd = borrow(fd)?;
+    let keepalive = match sockopt::socket_keepalive(fd)? {
+        false => None,
+        true => Some((sockopt::tcp_keepidle(fd)?, sockopt::tcp_keepintvl(fd)?, sockopt::tcp_keepcnt(fd)?)),
+    };
+    Ok((keepalive, sockopt::tcp_user_timeout(fd)?))
+}
+
 /// Whether TCP_NODELAY is set.
 #[cfg(test)]
 pub(crate) fn nodelay(fd: RawFd) -> io::Result<bool> {
@@ -252,6 +295,27 @@ mod tests {
         };
         assert!(nodelay(accepted.raw()).unwrap(), "TCP_NODELAY not inherited");
         assert!(!client.nodelay().unwrap(), "a plain socket does not have it");
+    }
+
+    #[test]
+    fn accepted_connections_inherit_keepalive_and_user_timeout() {
+        use std::time::Duration;
+        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let listener = tcp_listener(&addr, false, 16).unwrap();
+        let keepalive = (Duration::from_secs(7), Duration::from_secs(3), 4);
+        set_liveness(listener.raw(), Some(keepalive), Some(Duration::from_millis(21_500))).unwrap();
+        let bound = local_addr(listener.raw()).unwrap();
+        let client = std::net::TcpStream::connect(bound).unwrap();
+        let accepted = loop {
+            match accept(listener.raw()) {
+                Ok(fd) => break fd,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                Err(e) => panic!("accept: {e}"),
+            }
+        };
+        assert_eq!(liveness(accepted.raw()).unwrap(), (Some(keepalive), 21_500), "not inherited");
+        let plain = liveness(client.as_raw_fd()).unwrap();
+        assert_eq!(plain, (None, 0), "a plain socket has neither");
     }
 
     #[test]
