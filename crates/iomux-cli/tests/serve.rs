@@ -260,21 +260,26 @@ fn graceful_stop_flushes_output(backend: &str) {
 /// closed (EOF, after what it was owed), counted as idle; one that keeps
 /// sending is not.
 fn idle_connections_are_closed(backend: &str) {
-    let server = Serve::start(backend, &["--idle-timeout", "0.3"]);
+    let server = Serve::start(backend, &["--idle-timeout", "1"]);
     let mut idle = server.connect();
     let mut busy = server.connect();
-    let started = std::time::Instant::now();
     round_trip(&mut idle, b"once");
-    // The busy one sends every 100 ms, for twice the timeout: served all along.
-    while started.elapsed() < Duration::from_millis(600) {
+    let last = std::time::Instant::now();
+    // The idle one closes about 1 s after its last byte; read its EOF in
+    // the background while the busy one sends every 100 ms for 2.5 s.
+    let closed_after = std::thread::spawn(move || {
+        idle.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut rest = Vec::new();
+        idle.read_to_end(&mut rest).expect("EOF from the idle close");
+        (rest, last.elapsed())
+    });
+    while last.elapsed() < Duration::from_millis(2500) {
         round_trip(&mut busy, b"still busy");
         std::thread::sleep(Duration::from_millis(100));
     }
-    idle.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut rest = Vec::new();
-    idle.read_to_end(&mut rest).expect("EOF from the idle close");
+    let (rest, after) = closed_after.join().unwrap();
     assert!(rest.is_empty(), "{backend}: {rest:?}");
-    drop(idle);
+    assert!(after >= Duration::from_millis(900) && after < Duration::from_secs(5), "{backend}: closed after {after:?}");
     round_trip(&mut busy, b"and now");
     drop(busy);
     let (stats, _) = server.stop();

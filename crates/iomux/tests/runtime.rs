@@ -38,6 +38,7 @@ on_every_backend! {
     write_after_close_is_refused,
     write_after_idle_close_is_refused,
     close_idle_has_its_own_reason,
+    a_peer_that_takes_nothing_is_timed_out,
     half_close_inbound,
     half_close_outbound,
     writes_before_connect_go_out_after_it,
@@ -726,6 +727,24 @@ fn close_idle_has_its_own_reason(backend: Backend) {
     assert_eq!(finished.handlers[0].closes, [Reason::Other("Idle".into())], "{backend}");
     let stats = &finished.stats;
     assert_eq!((stats.idle_closed, stats.closed_abnormally, stats.vanished), (1, 0, 0), "{backend}: the counts");
+}
+
+/// With a user timeout, a peer that takes none of 8 MiB of output (its
+/// receive window stays shut) is given up by the kernel (ETIMEDOUT), on
+/// every backend: the close is PeerVanished and counted as vanished.
+fn a_peer_that_takes_nothing_is_timed_out(backend: Backend) {
+    let config = config(backend).user_timeout(Some(Duration::from_millis(300))).build().unwrap();
+    let (server, probe) = cmd_server_with(config, 8 << 20);
+    let mut c = connect(server.addr);
+    c.write_all(b"f").unwrap();
+    let started = Instant::now();
+    wait_count("closes", &probe.closed, 1);
+    let took = started.elapsed();
+    let finished = server.stop();
+    assert_eq!(finished.handlers[0].closes, [Reason::Other("PeerVanished".into())], "{backend} after {took:?}");
+    let stats = &finished.stats;
+    assert_eq!((stats.vanished, stats.closed_abnormally), (1, 1), "{backend}: the counts");
+    drop(c);
 }
 
 // ---------------------------------------------------------- half-close

@@ -135,6 +135,10 @@ impl Handler for HttpServer {
             }
         }
         self.timeouts += 1;
-        io.close(conn);
+        if matches!(st.phase, Phase::Head | Phase::Body) {
+            io.close(conn);
+        } else {
+            io.close_idle(conn); // between requests: an idle keep-alive connection
+        }
     }
 }

@@ -65,6 +65,16 @@ impl Handler for Server {
         self.idle_from_now(io, conn);
     }
 
+    fn on_deadline(&mut self, io: &mut Io<()>, conn: ConnId, _state: &mut ()) {
+        if io.buffered(conn) > 0 {
+            // Output still queued: a client held back by our output
+            // bound (not read meanwhile) is busy, not idle.
+            self.idle_from_now(io, conn);
+        } else {
+            io.close_idle(conn);
+        }
+    }
+
     fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _state: &mut (), data: &[u8]) -> usize {
         self.idle_from_now(io, conn);
         if self.proto == Proto::Echo {

@@ -118,10 +118,11 @@ pub struct ServeArgs {
     http_idle_timeout: f64,
     /// TCP keepalive, in seconds: a connection quiet for SECS is probed
     /// every SECS/3 (rounded up) and closes after 3 unanswered probes;
-    /// output left unacknowledged as long (TCP_USER_TIMEOUT, 2 x SECS)
-    /// closes it too. So a peer that vanished without a FIN or a reset
-    /// (power lost, a NAT timeout, a cable pulled) is reclaimed within
-    /// about 2 x SECS, counted as "vanished". 0: off, the kernel's
+    /// output left unacknowledged as long (TCP_USER_TIMEOUT, SECS + 3 x
+    /// SECS/3 rounded up) closes it too, and so does a client that reads
+    /// nothing for that long. So a peer that vanished without a FIN or a
+    /// reset (power lost, a NAT timeout, a cable pulled) is reclaimed
+    /// within about 2 x SECS, counted as "vanished". 0: off, the kernel's
     /// defaults (no probes; about 15 minutes of retransmissions). The
     /// default is redis's tcp-keepalive; nginx's so_keepalive is off
     /// unless set.
@@ -280,7 +281,7 @@ fn check(args: &ServeArgs) -> CliResult<(Backend, Config)> {
         }
         if !matches!(args.proto, Proto::Echo | Proto::Sink) {
             return Err(format!(
-                "--idle-timeout is for echo and sink; {} has its own (http: --http-idle-timeout)",
+                "--idle-timeout is for echo and sink (http has --http-idle-timeout; resp has none), not {}",
                 args.proto.name()
             )
             .into());

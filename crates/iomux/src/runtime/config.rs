@@ -50,7 +50,11 @@ pub struct Config {
 /// What reclaims a peer that vanished without a FIN or a reset (power
 /// lost, a NAT that forgot the flow, a cable pulled) from an idle
 /// connection; [`ConfigBuilder::user_timeout`] does it for one with
-/// output in flight. Whole seconds, as the kernel counts them.
+/// output in flight. Whole seconds, as the kernel counts them. With a
+/// user timeout set too, the kernel ignores `probes` and closes once the
+/// connection has been quiet for the user timeout and one probe went
+/// unanswered: [`Keepalive::reclaimed_within`] as the user timeout (as
+/// `iomux serve` sets it) keeps the probes as counted here.
 ///
 /// ```
 /// use iomux::runtime::Keepalive;
@@ -142,11 +146,15 @@ impl Config {
     /// Sets keepalive and the user timeout on a socket (a listener passes
     /// them to the connections it accepts).
     pub(crate) fn apply_liveness(&self, fd: std::os::fd::RawFd) -> std::io::Result<()> {
-        if self.keepalive.is_none() && self.user_timeout.is_none() {
-            return Ok(());
+        match self.liveness() {
+            (None, None) => Ok(()),
+            (keepalive, user_timeout) => crate::sys::net::set_liveness(fd, keepalive, user_timeout),
         }
-        let keepalive = self.keepalive.map(|k| (k.idle, k.interval, k.probes));
-        crate::sys::net::set_liveness(fd, keepalive, self.user_timeout)
+    }
+
+    /// Keepalive and the user timeout as the socket layer takes them.
+    pub(crate) fn liveness(&self) -> crate::sys::net::Liveness {
+        (self.keepalive.map(|k| (k.idle, k.interval, k.probes)), self.user_timeout)
     }
 
     /// io_uring: the provided-buffer ring's buffers and their size, once
@@ -314,7 +322,7 @@ impl ConfigBuilder {
     /// this long closes it with
     /// [`CloseReason::PeerVanished`](super::CloseReason::PeerVanished)
     /// (default: none, the kernel's retransmission limit, about 15
-    /// minutes). From 1 ms to 2^32-1 ms.
+    /// minutes). From 1 ms to 2^31-1 ms (the kernel takes an `int`).
     pub fn user_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.config.user_timeout = timeout;
         self
@@ -357,8 +365,8 @@ impl ConfigBuilder {
                 );
             }
         }
-        if let Some(t) = c.user_timeout.filter(|t| t.is_zero() || t.as_millis() > u128::from(u32::MAX)) {
-            return invalid("user_timeout", format!("{t:?} is not between 1 ms and 2^32-1 ms"));
+        if let Some(t) = c.user_timeout.filter(|t| t.is_zero() || t.as_millis() > i32::MAX as u128) {
+            return invalid("user_timeout", format!("{t:?} is not between 1 ms and 2^31-1 ms"));
         }
         if c.uring_min_wait > Duration::from_secs(1) {
             return invalid(
@@ -391,8 +399,10 @@ mod tests {
         let half = Keepalive { idle: Duration::from_millis(1500), ..k(1, 1, 1) };
         assert!(refused(Config::builder().keepalive(Some(half))).is_err(), "whole seconds only");
         assert!(refused(Config::builder().user_timeout(Some(Duration::ZERO))).is_err());
-        let too_long = Duration::from_millis(u64::from(u32::MAX) + 1);
-        assert!(refused(Config::builder().user_timeout(Some(too_long))).is_err());
+        let longest = Duration::from_millis(i32::MAX as u64);
+        assert_eq!(refused(Config::builder().user_timeout(Some(longest))), Ok(()));
+        let too_long = longest + Duration::from_millis(1);
+        assert!(refused(Config::builder().user_timeout(Some(too_long))).is_err(), "negative as the kernel's int");
         assert_eq!(refused(Config::builder().user_timeout(Some(Duration::from_millis(1)))), Ok(()));
     }
 

@@ -180,7 +180,9 @@ impl<'h, H: Handler> Core<'h, H> {
         }
         if self.io.drain_deadline.is_some_and(|t| t <= self.io.now) {
             for id in self.io.conns.ids() {
-                self.io.doom(id, CloseReason::Shutdown);
+                // Shutdown, or Idle for one that was closing as idle.
+                let reason = self.io.closing_reason(id);
+                self.io.doom(id, reason);
             }
         }
         self.settle(d);

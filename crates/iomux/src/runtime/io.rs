@@ -482,7 +482,7 @@ impl<S> Io<S> {
     ///         data.len()
     ///     }
     ///     fn on_deadline(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut ()) {
-    ///         io.close(conn); // the default does this too
+    ///         io.close_idle(conn); // the default does this too
     ///     }
     /// }
     /// ```
@@ -578,7 +578,9 @@ fn recycle_into(pool: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {
 pub(crate) fn io_reason(syscall: Syscall, e: io::Error) -> CloseReason {
     match e.raw_os_error() {
         Some(libc::ECONNRESET) | Some(libc::EPIPE) => CloseReason::Reset,
-        Some(libc::ETIMEDOUT) => CloseReason::PeerVanished,
+        // The kernel gave up on the peer: keepalive or the user timeout
+        // ran out (ETIMEDOUT), or a router said it cannot be reached.
+        Some(libc::ETIMEDOUT | libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EHOSTDOWN) => CloseReason::PeerVanished,
         _ => CloseReason::Error { syscall, error: e },
     }
 }

@@ -134,18 +134,15 @@ impl Runtime {
     pub fn bind(mut self, addr: SocketAddr) -> Result<Runtime> {
         let reuse_port = self.reuse_port || self.threads > 1;
         let bind_err = |addr, source| Error::Bind { addr, source };
-        let first = net::tcp_listener(&addr, reuse_port, BACKLOG).map_err(|e| bind_err(addr, e))?;
+        // Keepalive and the user timeout before listen: every accepted
+        // connection inherits them.
+        let liveness = self.config.liveness();
+        let first = net::tcp_listener(&addr, reuse_port, BACKLOG, liveness).map_err(|e| bind_err(addr, e))?;
         let local = net::local_addr(first.raw())
             .map_err(|e| Error::sys("listen", Syscall::Getsockname, Some(first.raw()), e))?;
         self.listeners = vec![first];
         for _ in 1..self.threads {
-            self.listeners.push(net::tcp_listener(&local, true, BACKLOG).map_err(|e| bind_err(local, e))?);
-        }
-        for fd in &self.listeners {
-            // Accepted connections inherit keepalive and the user timeout.
-            self.config
-                .apply_liveness(fd.raw())
-                .map_err(|e| Error::sys("listen", Syscall::Setsockopt, Some(fd.raw()), e))?;
+            self.listeners.push(net::tcp_listener(&local, true, BACKLOG, liveness).map_err(|e| bind_err(local, e))?);
         }
         self.local_addr = Some(local);
         Ok(self)

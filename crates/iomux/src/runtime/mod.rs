@@ -111,10 +111,13 @@ pub enum CloseReason {
     /// The backend could not watch the connection any more (its poller
     /// refused a change of interest).
     Unwatchable(Error),
-    /// The peer stopped answering: TCP keepalive's probes went unanswered
-    /// ([`ConfigBuilder::keepalive`]), or output stayed unacknowledged
-    /// for [`ConfigBuilder::user_timeout`] (the kernel's ETIMEDOUT, on
-    /// any backend).
+    /// The kernel gave up on the peer: TCP keepalive's probes went
+    /// unanswered ([`ConfigBuilder::keepalive`]), or output stayed
+    /// unacknowledged for [`ConfigBuilder::user_timeout`] (ETIMEDOUT), or
+    /// a router reported it unreachable (EHOSTUNREACH, ENETUNREACH,
+    /// EHOSTDOWN), on any backend. With a user timeout this also ends a
+    /// peer that is there but has not read for that long (its receive
+    /// window stayed shut).
     PeerVanished,
     /// The handler closed the connection as idle ([`Io::close_idle`]),
     /// and the output was flushed.

@@ -89,6 +89,9 @@ pub(crate) fn set_nodelay(fd: RawFd) -> io::Result<()> {
 /// Keepalive's idle time, probe interval and probe count.
 pub(crate) type KeepaliveTimes = (std::time::Duration, std::time::Duration, u32);
 
+/// Keepalive and TCP_USER_TIMEOUT, each if set.
+pub(crate) type Liveness = (Option<KeepaliveTimes>, Option<std::time::Duration>);
+
 /// TCP keepalive on (idle time, probe interval, probe count), and
 /// TCP_USER_TIMEOUT: how long sent data may stay unacknowledged. Set on a
 /// listener, accepted connections inherit them (Linux clones the
@@ -206,11 +209,16 @@ pub(crate) fn listen(fd: RawFd, backlog: i32) -> io::Result<()> {
 /// TCP_NODELAY is set on the listener: accepted connections inherit it
 /// (Linux clones the listener's Nagle setting), which saves a setsockopt
 /// per connection.
-pub(crate) fn tcp_listener(addr: &SocketAddr, reuse_port: bool, backlog: i32) -> io::Result<Fd> {
+/// Keepalive and the user timeout too, when given: set before `listen`, so
+/// that no connection is accepted without them.
+pub(crate) fn tcp_listener(addr: &SocketAddr, reuse_port: bool, backlog: i32, liveness: Liveness) -> io::Result<Fd> {
     let fd = tcp_socket(addr, false)?;
     set_reuse_addr(fd.raw())?;
     set_nodelay(fd.raw())?;
     set_oob_inline(fd.raw())?;
+    if liveness != (None, None) {
+        set_liveness(fd.raw(), liveness.0, liveness.1)?;
+    }
     if reuse_port {
         set_reuse_port(fd.raw())?;
     }
@@ -283,7 +291,7 @@ mod tests {
     #[test]
     fn accepted_connections_inherit_nodelay_from_the_listener() {
         let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let listener = tcp_listener(&addr, false, 16).unwrap();
+        let listener = tcp_listener(&addr, false, 16, (None, None)).unwrap();
         let bound = local_addr(listener.raw()).unwrap();
         let client = std::net::TcpStream::connect(bound).unwrap();
         let accepted = loop {
@@ -301,9 +309,8 @@ mod tests {
     fn accepted_connections_inherit_keepalive_and_user_timeout() {
         use std::time::Duration;
         let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let listener = tcp_listener(&addr, false, 16).unwrap();
         let keepalive = (Duration::from_secs(7), Duration::from_secs(3), 4);
-        set_liveness(listener.raw(), Some(keepalive), Some(Duration::from_millis(21_500))).unwrap();
+        let listener = tcp_listener(&addr, false, 16, (Some(keepalive), Some(Duration::from_millis(21_500)))).unwrap();
         let bound = local_addr(listener.raw()).unwrap();
         let client = std::net::TcpStream::connect(bound).unwrap();
         let accepted = loop {
