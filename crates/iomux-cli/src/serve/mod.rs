@@ -471,6 +471,8 @@ mod tests {
             "--http-max-body=5",
             "--http-header-timeout=2.5",
             "--http-idle-timeout=30",
+            "--keepalive=45",
+            "--idle-timeout=2.5",
         ]);
         let addr: SocketAddr = "[::1]:4321".parse().unwrap();
         let stats = std::env::temp_dir().join("iomux-worker-args-test.json");
