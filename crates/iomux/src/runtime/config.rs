@@ -146,10 +146,7 @@ impl Config {
     /// Sets keepalive and the user timeout on a socket (a listener passes
     /// them to the connections it accepts).
     pub(crate) fn apply_liveness(&self, fd: std::os::fd::RawFd) -> std::io::Result<()> {
-        match self.liveness() {
-            (None, None) => Ok(()),
-            (keepalive, user_timeout) => crate::sys::net::set_liveness(fd, keepalive, user_timeout),
-        }
+        crate::sys::net::set_liveness(fd, self.liveness())
     }
 
     /// Keepalive and the user timeout as the socket layer takes them.

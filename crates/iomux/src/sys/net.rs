@@ -95,12 +95,9 @@ pub(crate) type Liveness = (Option<KeepaliveTimes>, Option<std::time::Duration>)
 /// TCP keepalive on (idle time, probe interval, probe count), and
 /// TCP_USER_TIMEOUT: how long sent data may stay unacknowledged. Set on a
 /// listener, accepted connections inherit them (Linux clones the
-/// listener's socket, and arms the keepalive timer of the clone).
-pub(crate) fn set_liveness(
-    fd: RawFd,
-    keepalive: Option<KeepaliveTimes>,
-    user_timeout: Option<std::time::Duration>,
-) -> io::Result<()> {
+/// listener's socket, and arms the keepalive timer of the clone). Neither
+/// set: no syscall.
+pub(crate) fn set_liveness(fd: RawFd, (keepalive, user_timeout): Liveness) -> io::Result<()> {
     let fd = borrow(fd)?;
     if let Some((idle, interval, probes)) = keepalive {
         count(Syscall::Setsockopt);
@@ -216,9 +213,7 @@ pub(crate) fn tcp_listener(addr: &SocketAddr, reuse_port: bool, backlog: i32, li
     set_reuse_addr(fd.raw())?;
     set_nodelay(fd.raw())?;
     set_oob_inline(fd.raw())?;
-    if liveness != (None, None) {
-        set_liveness(fd.raw(), liveness.0, liveness.1)?;
-    }
+    set_liveness(fd.raw(), liveness)?;
     if reuse_port {
         set_reuse_port(fd.raw())?;
     }
@@ -288,19 +283,25 @@ pub(crate) fn shutdown_write(fd: RawFd) -> io::Result<()> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn accepted_connections_inherit_nodelay_from_the_listener() {
+    /// A connection accepted from a listener made with `liveness`, and
+    /// the client's end of it.
+    fn accepted_from(liveness: Liveness) -> (Fd, std::net::TcpStream) {
         let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let listener = tcp_listener(&addr, false, 16, (None, None)).unwrap();
+        let listener = tcp_listener(&addr, false, 16, liveness).unwrap();
         let bound = local_addr(listener.raw()).unwrap();
         let client = std::net::TcpStream::connect(bound).unwrap();
-        let accepted = loop {
+        loop {
             match accept(listener.raw()) {
-                Ok(fd) => break fd,
+                Ok(fd) => return (fd, client),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
                 Err(e) => panic!("accept: {e}"),
             }
-        };
+        }
+    }
+
+    #[test]
+    fn accepted_connections_inherit_nodelay_from_the_listener() {
+        let (accepted, client) = accepted_from((None, None));
         assert!(nodelay(accepted.raw()).unwrap(), "TCP_NODELAY not inherited");
         assert!(!client.nodelay().unwrap(), "a plain socket does not have it");
     }
@@ -308,18 +309,8 @@ mod tests {
     #[test]
     fn accepted_connections_inherit_keepalive_and_user_timeout() {
         use std::time::Duration;
-        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let keepalive = (Duration::from_secs(7), Duration::from_secs(3), 4);
-        let listener = tcp_listener(&addr, false, 16, (Some(keepalive), Some(Duration::from_millis(21_500)))).unwrap();
-        let bound = local_addr(listener.raw()).unwrap();
-        let client = std::net::TcpStream::connect(bound).unwrap();
-        let accepted = loop {
-            match accept(listener.raw()) {
-                Ok(fd) => break fd,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
-                Err(e) => panic!("accept: {e}"),
-            }
-        };
+        let (accepted, client) = accepted_from((Some(keepalive), Some(Duration::from_millis(21_500))));
         assert_eq!(liveness(accepted.raw()).unwrap(), (Some(keepalive), 21_500), "not inherited");
         let plain = liveness(client.as_raw_fd()).unwrap();
         assert_eq!(plain, (None, 0), "a plain socket has neither");
