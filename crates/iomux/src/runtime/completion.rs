@@ -7,6 +7,9 @@
 //!   the core stops reading a connection, its receive is cancelled at once.
 //!   Optionally (see [`Config`](super::Config)) buffers are consumed
 //!   incrementally and receives fill bundles of them.
+//! - Under SQPOLL, one-shot receives instead: the kernel's multishot
+//!   receive can stall for good at a TCP urgent mark in the SQPOLL thread
+//!   (docs/notes/sqpoll-urgent.md).
 //! - One send in flight per connection, so sends stay in order; a short
 //!   send resubmits the rest. Large writes may go out zero-copy.
 //! - Each loop turn makes at most one `io_uring_enter`, which submits
@@ -65,6 +68,8 @@ struct Uring {
     accept_cancelled: bool,
     /// A receive was cancelled during this batch of completions.
     cancelled: bool,
+    /// Receive with one-shot receives (SQPOLL), not multishot ones.
+    recv_one_shot: bool,
     /// Declared after `ring`, so it outlives the ring's poll on it.
     _waker: Waker,
     waker_fd: i32,
@@ -90,6 +95,7 @@ pub fn run<H: Handler>(setup: Setup<'_, H::Message>, handler: &mut H) -> Result<
         accept_armed: false,
         accept_cancelled: false,
         cancelled: false,
+        recv_one_shot: sqpoll.is_some(),
         _waker: waker,
         waker_fd,
     };
@@ -299,7 +305,12 @@ impl Driver for Uring {
         let Some(c) = io.conn_mut(id) else { return };
         let fd = c.fd.raw();
         if c.reading() && c.driver & RECV_ARMED == 0 {
-            if let Err(e) = self.ring.push_recv_multi(fd, ud(RECV, id), self.features.bundle) {
+            let armed = if self.recv_one_shot {
+                self.ring.push_recv_once(fd, ud(RECV, id), self.features.bundle)
+            } else {
+                self.ring.push_recv_multi(fd, ud(RECV, id), self.features.bundle)
+            };
+            if let Err(e) = armed {
                 return io.failed(id, Syscall::Recvfrom, e);
             }
             c.driver |= RECV_ARMED;

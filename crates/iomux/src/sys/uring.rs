@@ -364,15 +364,36 @@ impl Ring {
     /// completion per arrival, naming the buffer it filled; with `bundle`
     /// (IORING_RECVSEND_BUNDLE), one completion may fill several.
     pub(crate) fn push_recv_multi(&mut self, fd: RawFd, user_data: u64, bundle: bool) -> io::Result<()> {
-        let group = self.buffers.as_ref().map(|b| b.group).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, "multishot receive needs setup_buffers first")
-        })?;
+        let group = self.buffer_group()?;
         let entry = if bundle {
             opcode::RecvMultiBundle::new(types::Fd(fd), group).build()
         } else {
             opcode::RecvMulti::new(types::Fd(fd), group).build()
         };
         self.push(entry.user_data(user_data))
+    }
+
+    /// Queues one receive (IORING_OP_RECV) into the provided-buffer ring,
+    /// a bundle of its buffers if `bundle`: one completion, read the same
+    /// way as a multishot receive's.
+    pub(crate) fn push_recv_once(&mut self, fd: RawFd, user_data: u64, bundle: bool) -> io::Result<()> {
+        let group = self.buffer_group()?;
+        let entry = if bundle {
+            opcode::RecvBundle::new(types::Fd(fd), group).build()
+        } else {
+            // Length 0: the whole of the buffer the kernel picks.
+            opcode::Recv::new(types::Fd(fd), std::ptr::null_mut(), 0)
+                .buf_group(group)
+                .build()
+                .flags(squeue::Flags::BUFFER_SELECT)
+        };
+        self.push(entry.user_data(user_data))
+    }
+
+    fn buffer_group(&self) -> io::Result<u16> {
+        self.buffers.as_ref().map(|b| b.group).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "a receive into the buffer ring needs setup_buffers first")
+        })
     }
 
     /// Queues a send of `payload` from `offset` on; the ring keeps the
