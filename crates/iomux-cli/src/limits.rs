@@ -33,8 +33,10 @@ pub struct Kernel {
     pub syn_backlog: u64,
     /// `(nf_conntrack_max, nf_conntrack_count)` when conntrack is loaded.
     pub conntrack: Option<(u64, u64)>,
-    /// `tcp_mem` in pages: low, pressure, high.
-    pub tcp_mem: [u64; 3],
+    /// `tcp_mem` in pages: low, pressure, high. None where it cannot be
+    /// read: inside a network namespace other than the host's (the
+    /// setting is the host's, and only the host's namespace shows it).
+    pub tcp_mem: Option<[u64; 3]>,
     /// RLIMIT_NOFILE's hard limit for this process.
     pub nofile_hard: u64,
     pub mem_total_bytes: u64,
@@ -67,7 +69,7 @@ impl Kernel {
     /// Reads the settings of this machine (missing values read as 0).
     pub fn read() -> Kernel {
         let ports = read_u64s("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
-        let tcp_mem = read_u64s("/proc/sys/net/ipv4/tcp_mem").unwrap_or_default();
+        let tcp_mem = read_u64s("/proc/sys/net/ipv4/tcp_mem");
         let conntrack = Path::new("/proc/sys/net/netfilter/nf_conntrack_max").exists().then(|| {
             (
                 read_u64("/proc/sys/net/netfilter/nf_conntrack_max").unwrap_or(0),
@@ -83,11 +85,7 @@ impl Kernel {
             somaxconn: read_u64("/proc/sys/net/core/somaxconn").unwrap_or(0),
             syn_backlog: read_u64("/proc/sys/net/ipv4/tcp_max_syn_backlog").unwrap_or(0),
             conntrack,
-            tcp_mem: [
-                tcp_mem.first().copied().unwrap_or(0),
-                tcp_mem.get(1).copied().unwrap_or(0),
-                tcp_mem.get(2).copied().unwrap_or(0),
-            ],
+            tcp_mem: tcp_mem.map(|m| [0, 1, 2].map(|i| m.get(i).copied().unwrap_or(0))),
             nofile_hard: crate::os::nofile_limit().1,
             mem_total_bytes: mem_total_kib * 1024,
         }
@@ -132,7 +130,7 @@ fn tcp_pages(sockets: u64) -> u64 {
 /// but never more than half of the machine's memory.
 fn tcp_mem_high(pages: u64, k: &Kernel) -> u64 {
     let half_of_memory = k.mem_total_bytes / 4096 / 2;
-    (2 * pages).min(half_of_memory.max(k.tcp_mem[2]))
+    (2 * pages).min(half_of_memory.max(k.tcp_mem.map_or(0, |m| m[2])))
 }
 
 /// Every setting checked, blocking ones first.
@@ -236,15 +234,17 @@ pub fn check(need: &Need, k: &Kernel) -> Vec<Finding> {
     } else {
         format!("sysctl -w net.ipv4.tcp_mem=\"{} {} {high}\"", high / 2, high * 3 / 4)
     };
-    push(
-        "net.ipv4.tcp_mem (high, pages)",
-        k.tcp_mem[2],
-        pages,
-        // Above its high mark the stack refuses socket memory: sends stall.
-        true,
-        false,
-        tcp_fix,
-    );
+    if let Some(tcp_mem) = k.tcp_mem {
+        push(
+            "net.ipv4.tcp_mem (high, pages)",
+            tcp_mem[2],
+            pages,
+            // Above its high mark the stack refuses socket memory: sends stall.
+            true,
+            false,
+            tcp_fix,
+        );
+    }
     if let Some((at, text)) = ports_at {
         out[at].current = text;
     }
@@ -384,7 +384,7 @@ mod tests {
             somaxconn: 4096,
             syn_backlog: 2048,
             conntrack: None,
-            tcp_mem: [287_898, 383_867, 575_796],
+            tcp_mem: Some([287_898, 383_867, 575_796]),
             nofile_hard: 20_000,
             mem_total_bytes: 24 << 30,
         }

@@ -4,6 +4,7 @@
 //! Optionally run under `perf stat` (or `strace -c`) to cross-check the
 //! library's own syscall count.
 
+use super::netns::{self, Net};
 use crate::load::LoadArgs;
 use crate::CliResult;
 use iomux::Backend;
@@ -116,7 +117,27 @@ impl ServerChild {
             serve_args.extend(["--procs".into(), procs.to_string()]);
         }
         serve_args.extend(serve_flags.iter().cloned());
-        Self::spawn(format!("iomux serve --backend {backend}"), serve_args, Some(stats_path), tracer)
+        Self::spawn(format!("iomux serve --backend {backend}"), serve_args, Some(stats_path), tracer, None)
+    }
+
+    /// `iomux serve` inside the server namespace of `net`, listening on
+    /// its address there, with more `serve_flags`.
+    pub fn start_in(net: &Net, backend: Backend, proto: &str, serve_flags: &[String]) -> CliResult<ServerChild> {
+        let stats_path = temp("stats.json");
+        let mut serve_args: Vec<String> = vec![
+            "serve".into(),
+            "--backend".into(),
+            backend.name().into(),
+            "--proto".into(),
+            proto.into(),
+            "--listen".into(),
+            format!("{}:0", netns::SERVER_IP),
+            "--stats-file".into(),
+            stats_path.display().to_string(),
+        ];
+        serve_args.extend(serve_flags.iter().cloned());
+        let what = format!("iomux serve --backend {backend} (in the server's network namespace)");
+        Self::spawn(what, serve_args, Some(stats_path), None, Some(net))
     }
 
     /// Another runtime's echo server (`iomux peer --server NAME`), started
@@ -128,7 +149,7 @@ impl ServerChild {
         if let Some(cpu) = cpu {
             args.extend(["--cpu".into(), cpu.to_string()]);
         }
-        Self::spawn(format!("iomux peer --server {name}"), args, None, None)
+        Self::spawn(format!("iomux peer --server {name}"), args, None, None, None)
     }
 
     /// Runs this program with `args` (under `tracer`) and reads its banner:
@@ -139,17 +160,19 @@ impl ServerChild {
         args: Vec<String>,
         stats_path: Option<PathBuf>,
         tracer: Option<Tracer>,
+        net: Option<&Net>,
     ) -> CliResult<ServerChild> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find the iomux executable: {e}"))?;
         let trace = tracer.map(|t| (t, temp("trace.txt")));
-        let mut cmd = match &trace {
-            None => Command::new(&exe),
-            Some((Tracer::Perf, out)) => {
+        let mut cmd = match (&trace, net) {
+            (None, Some(net)) => net.command(netns::Side::Server, exe.as_os_str()),
+            (None, None) => Command::new(&exe),
+            (Some((Tracer::Perf, out)), _) => {
                 let mut c = Command::new("perf");
                 c.args(["stat", "-e", "raw_syscalls:sys_enter", "-x", ",", "-o"]).arg(out).arg("--").arg(&exe);
                 c
             }
-            Some((Tracer::Strace, out)) => {
+            (Some((Tracer::Strace, out)), _) => {
                 let mut c = Command::new("strace");
                 c.args(["-c", "-f", "-o"]).arg(out).arg("--").arg(&exe);
                 c
@@ -267,6 +290,7 @@ impl ServerChild {
             per_conn: None,
             cpu,
             timeout: 30.0,
+            keepalive: 0,
             json: None,
             procs: 1,
             shard: None,

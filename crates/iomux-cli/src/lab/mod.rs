@@ -11,6 +11,7 @@ pub mod harness;
 mod kernel_memory;
 mod machine;
 mod measure;
+mod netns;
 mod noise;
 mod output;
 mod placement;

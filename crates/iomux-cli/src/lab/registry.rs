@@ -100,6 +100,11 @@ registry! {
     /// without pipelining), open and in the same CPU quota: requests/s,
     /// server CPU per request, latency, errors.
     Resp => super::experiments::resp::Resp,
+    /// E8: echo over a faulty network in two network namespaces of the
+    /// run's own (loss, duplication, resets, a 100 Mbit/s link, vanished
+    /// clients and servers), on each backend: every byte checked, latency,
+    /// retransmits, errors by name, connections reclaimed. Needs root.
+    Faults => super::experiments::faults::Faults,
 }
 
 /// The view of the experiment named `name` from its JSON text.

@@ -34,7 +34,14 @@ pub const CHROMIUM: Kit = Kit {
     text: include_str!("../../../../scripts/install-chromium"),
 };
 
-const KITS: [&Kit; 2] = [&HTTP, &CHROMIUM];
+pub const NET: Kit = Kit {
+    tools: &["nft", "tc", "ip"],
+    for_what: "E8 (bench faults)",
+    script: "scripts/install-net-tools",
+    text: include_str!("../../../../scripts/install-net-tools"),
+};
+
+const KITS: [&Kit; 3] = [&HTTP, &CHROMIUM, &NET];
 
 /// What this machine allows.
 #[derive(Clone, Copy, Debug)]
@@ -91,6 +98,7 @@ fn present(tool: &str) -> bool {
         "redis-server" => Tool::RedisServer.find().is_ok(),
         "redis-benchmark" => Tool::RedisBenchmark.find().is_ok(),
         "chromium" => super::browser::chromium_path().is_file(),
+        "nft" | "tc" | "ip" => super::netns::tool_present(tool),
         other => unreachable!("no kit brings {other}"),
     }
 }

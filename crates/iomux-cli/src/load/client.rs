@@ -68,6 +68,10 @@ pub struct Report {
     pub sent_bytes: u64,
     pub mismatches: u64,
     pub unexpected_closes: u64,
+    /// Of those, closed because the server vanished (keepalive or user
+    /// timeout: ETIMEDOUT and the unreachable errors), and by a reset.
+    pub vanished: u64,
+    pub resets: u64,
     pub unanswered: u64,
     pub connect_errors: BTreeMap<String, u64>,
     pub connected: u64,
@@ -103,6 +107,8 @@ impl Report {
             sent_bytes: 0,
             mismatches: 0,
             unexpected_closes: 0,
+            vanished: 0,
+            resets: 0,
             unanswered: 0,
             connect_errors: BTreeMap::new(),
             connected: 0,
@@ -131,6 +137,8 @@ impl Report {
         self.sent_bytes += o.sent_bytes;
         self.mismatches += o.mismatches;
         self.unexpected_closes += o.unexpected_closes;
+        self.vanished += o.vanished;
+        self.resets += o.resets;
         self.unanswered += o.unanswered;
         for (k, v) in &o.connect_errors {
             *self.connect_errors.entry(k.clone()).or_default() += v;
@@ -434,6 +442,8 @@ impl Client {
             first_error: self.report.first_error.take(),
             mismatches: self.report.mismatches,
             unexpected_closes: self.report.unexpected_closes,
+            vanished: self.report.vanished,
+            resets: self.report.resets,
             unanswered: self.report.unanswered,
             setup: self.report.setup,
             measure_start: Some(now),
@@ -680,6 +690,8 @@ impl Handler for Client {
             _ => {
                 self.in_flight -= c.outstanding.len();
                 self.report.unexpected_closes += 1;
+                self.report.vanished += u64::from(matches!(reason, CloseReason::PeerVanished));
+                self.report.resets += u64::from(matches!(reason, CloseReason::Reset));
                 self.report.unanswered += c.outstanding.len() as u64;
                 self.plan.progress.error("closed early");
                 if self.report.first_error.is_none() {

@@ -194,6 +194,8 @@ pub fn merge(parts: &[Part], setup: Setup) -> CliResult<LoadResult> {
         let e = &mut m.errors;
         e.mismatches += r.errors.mismatches;
         e.unexpected_closes += r.errors.unexpected_closes;
+        e.vanished += r.errors.vanished;
+        e.resets += r.errors.resets;
         e.unanswered += r.errors.unanswered;
         for (kind, n) in &r.errors.connect {
             *e.connect.entry(kind.clone()).or_default() += n;

@@ -101,6 +101,13 @@ pub struct LoadArgs {
     /// arrived for this many seconds.
     #[arg(long, default_value_t = 30.0)]
     pub timeout: f64,
+    /// TCP keepalive on the load's connections, in seconds, as `iomux
+    /// serve --keepalive`: a server that vanished (no FIN, no reset) is
+    /// given up within about 2 x SECS, each such connection counted as
+    /// closed early and "vanished". 0 (the default): off, the kernel's
+    /// defaults.
+    #[arg(long, default_value_t = 0, value_name = "SECS", value_parser = clap::value_parser!(u16).range(0..=32767))]
+    pub keepalive: u16,
     /// Write every figure as JSON here, with the latency histogram in full
     /// (`iomux merge` adds such files up exactly).
     #[arg(long)]
@@ -217,6 +224,7 @@ impl LoadArgs {
             per_conn,
             cpu,
             timeout,
+            keepalive,
             json,
             procs,
             shard,
@@ -236,6 +244,7 @@ impl LoadArgs {
             .value("backend", backend.name())
             .value("mode", result::mode_name(*mode))
             .value("timeout", timeout)
+            .value("keepalive", keepalive)
             .value("tick-us", tick_us)
             .value("procs", procs)
             .value("first-conn", first_conn)
@@ -417,7 +426,7 @@ pub fn execute_with(args: &LoadArgs, show_progress: bool, control: &Control) -> 
     let progress = Arc::new(Counters::default());
     let sources = Arc::new(args.bind.clone().map(|s| s.0).unwrap_or_default());
     let rate_per_conn = args.rate.map(|r| r / args.conns as f64);
-    let config = Config::builder().backend(args.backend).build()?;
+    let config = crate::serve::with_keepalive(Config::builder().backend(args.backend), args.keepalive).build()?;
     let clock = UnixClock::now();
     let whole = args.share();
     let plans: Vec<Plan> = (0..threads)
@@ -572,6 +581,8 @@ mod tests {
             "1",
             "--timeout",
             "3",
+            "--keepalive",
+            "9",
             "--json",
             "/tmp/a b.json",
             "--procs",

@@ -110,6 +110,12 @@ pub struct Errors {
     pub total: u64,
     pub mismatches: u64,
     pub unexpected_closes: u64,
+    /// Of the unexpected closes: the server vanished (keepalive or user
+    /// timeout), and reset by the server.
+    #[serde(default)]
+    pub vanished: u64,
+    #[serde(default)]
+    pub resets: u64,
     pub unanswered: u64,
     /// Failed connects by errno name.
     pub connect: BTreeMap<String, u64>,
@@ -175,6 +181,8 @@ impl LoadResult {
                 total: 0,
                 mismatches: r.mismatches,
                 unexpected_closes: r.unexpected_closes,
+                vanished: r.vanished,
+                resets: r.resets,
                 unanswered: r.unanswered,
                 connect: r.connect_errors.clone(),
                 first: r.first_error.clone(),

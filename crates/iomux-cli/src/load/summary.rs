@@ -61,9 +61,11 @@ pub fn print(r: &LoadResult) {
     let e = &r.errors;
     let connect: Vec<String> = e.connect.iter().map(|(k, v)| format!("{k} x{v}")).collect();
     println!(
-        "  errors: {} mismatched, {} closed early, {} unanswered, connect errors: {}",
+        "  errors: {} mismatched, {} closed early ({} vanished, {} reset), {} unanswered, connect errors: {}",
         e.mismatches,
         e.unexpected_closes,
+        e.vanished,
+        e.resets,
         e.unanswered,
         if connect.is_empty() { "none".to_string() } else { connect.join(", ") }
     );

@@ -8,7 +8,7 @@ use crate::apps::{Proto, Server};
 use crate::flags::Flags;
 use crate::stats::{stats_json, summary, write_json};
 use crate::CliResult;
-use iomux::runtime::{Config, Control, Keepalive, Runtime};
+use iomux::runtime::{Config, ConfigBuilder, Control, Keepalive, Runtime};
 use iomux::Backend;
 use iomux_http::Limits;
 use std::ffi::OsString;
@@ -292,10 +292,7 @@ fn check(args: &ServeArgs) -> CliResult<(Backend, Config)> {
         .backend(backend)
         .max_output(args.max_output.max(1))
         .drain_timeout(Duration::from_secs_f64(args.drain_timeout));
-    if args.keepalive > 0 {
-        let keepalive = Keepalive::after(Duration::from_secs(u64::from(args.keepalive)));
-        config = config.keepalive(Some(keepalive)).user_timeout(Some(keepalive.reclaimed_within()));
-    }
+    config = with_keepalive(config, args.keepalive);
     if let Some(max) = args.max_conns {
         config = config.max_conns(max);
     }
@@ -427,6 +424,16 @@ fn stop_when_orphaned(control: Control) -> CliResult<()> {
         })
         .map_err(|e| format!("cannot start the thread that watches the parent: {e}"))?;
     Ok(())
+}
+
+/// `--keepalive SECS` (serve and load): keepalive after SECS of quiet,
+/// and a user timeout as long as the probes take; 0 leaves both off.
+pub(crate) fn with_keepalive(config: ConfigBuilder, secs: u16) -> ConfigBuilder {
+    if secs == 0 {
+        return config;
+    }
+    let keepalive = Keepalive::after(Duration::from_secs(u64::from(secs)));
+    config.keepalive(Some(keepalive)).user_timeout(Some(keepalive.reclaimed_within()))
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 pub mod echo;
 mod echo_large;
+pub mod faults;
 pub mod http;
 pub mod http_clients;
 pub mod idle;

@@ -1,0 +1,773 @@
+//! E8 `faults`: echo over a faulty network on every backend. Server and
+//! load run in two network namespaces of the run's own, joined by a veth
+//! pair (lab/netns.rs); each profile sets its faults there with the
+//! mechanism this kernel has (netem where it exists; else tbf for rate
+//! and nftables for loss, duplication, resets and drops). Every echoed
+//! byte is checked by the load; the table gives latency, the kernel's
+//! retransmits, errors by name, server CPU, and how long the server took
+//! to let go of the connections.
+//!
+//! Two profiles measure vanished peers: the clients' packets are dropped,
+//! then the clients close (their FIN never arrives), and `iomux serve
+//! --keepalive K` must close every connection; or the server's packets
+//! are dropped and it dies, and `iomux load --keepalive K` must.
+
+use crate::lab::cell;
+use crate::lab::child::ServerChild;
+use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+use crate::lab::harness::stats::Needed;
+use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::harness::{by_name, by_names, envelope::Envelope};
+use crate::lab::netns::{self, Net, Side};
+use crate::lab::plot::{grouped_bars, BarSeries};
+use crate::lab::render::markdown::cell as shown;
+use crate::lab::Settings;
+use crate::load::result::LoadResult;
+use crate::CliResult;
+use iomux::runtime::Keepalive;
+use iomux::Backend;
+use serde::{Deserialize, Serialize};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// A network condition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Profile {
+    /// The seeds' LAN: 100 Mbit/s, about 0.1 ms.
+    Lan,
+    /// A WAN: 25 ms +- 5 ms round trips.
+    Wan,
+    /// 1% of packets lost, each direction.
+    Loss1,
+    /// 5% of packets lost, each direction.
+    Loss5,
+    /// 25% of packets reordered.
+    Reorder,
+    /// 1% of packets duplicated.
+    Dup1,
+    /// Resets injected: 0.5% of the client's packets answered with a TCP reset.
+    Resets,
+    /// The clients vanish: their packets dropped, then they close.
+    Vanished,
+    /// The server vanishes: its packets dropped, then it dies.
+    ServerVanished,
+}
+
+impl std::fmt::Display for Profile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = clap::ValueEnum::to_possible_value(self).map(|v| v.get_name().to_string()).unwrap_or_default();
+        f.write_str(&name)
+    }
+}
+
+const ALL: [Profile; 9] = [
+    Profile::Lan,
+    Profile::Wan,
+    Profile::Loss1,
+    Profile::Loss5,
+    Profile::Reorder,
+    Profile::Dup1,
+    Profile::Resets,
+    Profile::Vanished,
+    Profile::ServerVanished,
+];
+const QUICK: [Profile; 2] = [Profile::Loss1, Profile::Vanished];
+const QUICK_BACKENDS: [Backend; 2] = [Backend::Epoll, Backend::Uring];
+const CONNS: usize = 20;
+const PER_CONN: u64 = 100;
+const MSG_SIZE: u32 = 100;
+/// Seconds of quiet before the first keepalive probe, in the vanished profiles.
+const KEEPALIVE_S: u16 = 1;
+/// Idle connections whose peers vanish, by default.
+const VANISHING: usize = 200;
+/// A load that sees no echo for this long gives up, naming the stall.
+const STALL_S: f64 = 20.0;
+
+#[derive(clap::Args, Debug, Default)]
+pub struct Args {
+    /// Profiles, comma-separated [default: loss1, vanished; --full: all]
+    #[arg(long, value_delimiter = ',', value_enum)]
+    pub profiles: Option<Vec<Profile>>,
+    /// Backends, comma-separated [default: epoll, uring; --full: all]
+    #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
+    pub backends: Option<Vec<Backend>>,
+    /// Echoing connections per cell [default: 20]
+    #[arg(long)]
+    pub conns: Option<usize>,
+    /// Messages each echoing connection sends [default: 100]
+    #[arg(long)]
+    pub per_conn: Option<u64>,
+    /// Connections whose peer vanishes, in the vanished profiles [default: 200]
+    #[arg(long)]
+    pub vanishing: Option<usize>,
+    /// --keepalive of the server (vanished) or the load (server-vanished), seconds [default: 1]
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=600))]
+    pub keepalive: Option<u16>,
+}
+
+/// How a profile is emulated here, or why it cannot be.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Emulation {
+    profile: Profile,
+    /// "nftables numgen drop", ..., or None when it cannot be emulated.
+    mechanism: Option<String>,
+    /// Why not, or what of the profile is left out.
+    caveat: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Params {
+    profiles: Vec<Profile>,
+    #[serde(with = "by_names")]
+    backends: Vec<Backend>,
+    conns: usize,
+    per_conn: u64,
+    msg_size: u32,
+    vanishing: usize,
+    keepalive_s: u16,
+    /// Seconds within which keepalive reclaims a vanished peer.
+    reclaim_bound_s: f64,
+    #[serde(with = "by_name")]
+    load_backend: Backend,
+    emulations: Vec<Emulation>,
+    /// The kernel has netem (probed in a throwaway namespace).
+    netem: bool,
+    /// Why nothing can run here (not root, tools missing).
+    unavailable: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Arm {
+    profile: Profile,
+    #[serde(with = "by_name")]
+    backend: Backend,
+}
+
+impl std::fmt::Display for Arm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}, {}", self.profile, self.backend)
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Sample {
+    echoes: u64,
+    /// Bytes echoed back and checked.
+    bytes_checked: u64,
+    mismatches: u64,
+    closed_early: u64,
+    resets: u64,
+    unanswered: u64,
+    connect_errors: u64,
+    p50_us: f64,
+    p99_us: f64,
+    p999_us: f64,
+    max_us: f64,
+    /// Segments the kernel retransmitted, both namespaces.
+    retransmits: u64,
+    server_cpu_s: f64,
+    /// Connections closed because their peer vanished (the server's count,
+    /// or the load's in server-vanished).
+    vanished: u64,
+    /// Seconds from the end of the load (or the peers' vanishing) until the
+    /// side that must let go holds none of the connections; infinite when
+    /// some were still open at the limit.
+    reclaim_s: f64,
+    left_open: u64,
+}
+
+impl Sample {
+    /// Bytes lost or corrupted, stalls and unexplained closes: what the
+    /// profile must never cause. Under injected resets, a reset connection
+    /// loses what it had in flight by design: only corruption counts.
+    fn failures(&self, profile: Profile) -> u64 {
+        match profile {
+            Profile::Resets => self.mismatches,
+            _ => self.mismatches + self.unanswered + self.closed_early + self.connect_errors,
+        }
+    }
+}
+
+pub struct Faults;
+
+fn vanishing(profile: Profile) -> bool {
+    matches!(profile, Profile::Vanished | Profile::ServerVanished)
+}
+
+/// The faults of a profile on this machine: the qdisc of each end of the
+/// link and each namespace's nftables rules.
+#[derive(Default)]
+struct Setting {
+    qdisc: Option<String>,
+    server_rules: Option<String>,
+    client_rules: Option<String>,
+}
+
+fn drop_share(per_mille: u32) -> String {
+    format!(
+        "table inet iomux_faults {{\n  chain input {{\n    type filter hook input priority 0; policy accept;\n    \
+         meta l4proto tcp numgen random mod 1000 < {per_mille} counter drop\n  }}\n}}\n"
+    )
+}
+
+fn duplicate(to: std::net::Ipv4Addr, device: &str) -> String {
+    format!(
+        "table ip iomux_faults {{\n  chain post {{\n    type filter hook postrouting priority 0; policy accept;\n    \
+         meta l4proto tcp numgen random mod 100 < 1 counter dup to {to} device \"{device}\"\n  }}\n}}\n"
+    )
+}
+
+/// Every TCP packet dropped, both ways: what a vanished host looks like.
+const DROP_ALL: &str =
+    "table inet iomux_faults {\n  chain input {\n    type filter hook input priority 0; policy accept;\n    \
+                        meta l4proto tcp counter drop\n  }\n  chain output {\n    type filter hook output priority 0; \
+                        policy accept;\n    meta l4proto tcp counter drop\n  }\n}\n";
+
+/// 0.5% of the client's packets after the handshake answered with a reset.
+const RESETS: &str = "table inet iomux_faults {\n  chain input {\n    type filter hook input priority 0; policy accept;\n    \
+                      meta l4proto tcp tcp flags & syn == 0 numgen random mod 1000 < 5 counter reject with tcp reset\n  }\n}\n";
+
+fn setting(profile: Profile, netem: bool) -> Result<Setting, String> {
+    let none = Setting::default();
+    let qdisc = |q: &str| Ok(Setting { qdisc: Some(q.into()), ..Setting::default() });
+    match (profile, netem) {
+        (Profile::Lan, true) => qdisc("netem delay 50us rate 100mbit"),
+        (Profile::Lan, false) => qdisc("tbf rate 100mbit burst 32kb latency 20ms"),
+        (Profile::Wan, true) => qdisc("netem delay 12500us 2500us distribution normal"),
+        (Profile::Reorder, true) => qdisc("netem delay 1ms reorder 25% 50%"),
+        (Profile::Wan | Profile::Reorder, false) => {
+            Err("needs netem (this kernel has none) or an NFQUEUE delay tool (not built yet: docs/notes/faults-lab.md)"
+                .into())
+        }
+        (Profile::Loss1, _) => {
+            Ok(Setting { server_rules: Some(drop_share(10)), client_rules: Some(drop_share(10)), ..none })
+        }
+        (Profile::Loss5, _) => {
+            Ok(Setting { server_rules: Some(drop_share(50)), client_rules: Some(drop_share(50)), ..none })
+        }
+        (Profile::Dup1, _) => Ok(Setting {
+            server_rules: Some(duplicate(netns::CLIENT_IP, netns::SERVER_DEV)),
+            client_rules: Some(duplicate(netns::SERVER_IP, netns::CLIENT_DEV)),
+            ..none
+        }),
+        (Profile::Resets, _) => Ok(Setting { server_rules: Some(RESETS.into()), ..none }),
+        // Set mid-cell, once the connections are up.
+        (Profile::Vanished | Profile::ServerVanished, _) => Ok(none),
+    }
+}
+
+fn mechanism(profile: Profile, netem: bool) -> Emulation {
+    let (mechanism, caveat) = match (profile, setting(profile, netem)) {
+        (_, Err(why)) => (None, Some(why)),
+        (Profile::Lan, Ok(_)) if netem => (Some("netem (rate, delay), both ends".into()), None),
+        (Profile::Lan, Ok(_)) => (
+            Some("tc tbf 100 Mbit/s, both ends".into()),
+            Some("rate only: the 0.1 ms delay is not emulated (no netem; veth adds about 0.02 ms)".into()),
+        ),
+        (Profile::Wan | Profile::Reorder, Ok(_)) => (Some("netem, both ends".into()), None),
+        (Profile::Loss1 | Profile::Loss5, Ok(_)) => {
+            (Some("nftables numgen random drop at each namespace's input".into()), None)
+        }
+        (Profile::Dup1, Ok(_)) => (Some("nftables numgen random dup at each namespace's postrouting".into()), None),
+        (Profile::Resets, Ok(_)) => (Some("nftables reject with tcp reset at the server's input".into()), None),
+        (Profile::Vanished, Ok(_)) => {
+            (Some("nftables drop of all TCP in the client's namespace, then the clients close".into()), None)
+        }
+        (Profile::ServerVanished, Ok(_)) => {
+            (Some("nftables drop of all TCP in the server's namespace, then the server is killed".into()), None)
+        }
+    };
+    Emulation { profile, mechanism, caveat }
+}
+
+impl Experiment for Faults {
+    experiment_types!(Args, Params, Arm, Sample);
+
+    const ENTRY: Entry = Entry {
+        name: "faults",
+        label: "E8",
+        title: "echo over a faulty network: loss, duplication, resets, a slow link and vanished peers",
+        smoke: &[
+            "--profiles",
+            "loss1,vanished",
+            "--backends",
+            "epoll,uring",
+            "--conns",
+            "5",
+            "--per-conn",
+            "20",
+            "--vanishing",
+            "20",
+        ],
+        needs: &["nft", "tc", "ip"],
+    };
+    const PUBLISHED: &'static str = "nothing: the documents measured on a clean LAN (E2's 100 Mbit LAN, E3's sink at \
+                                     97.95 Mbit/s, NIC-bound); this experiment adds the faults a server meets.";
+
+    fn plan(args: &Args, settings: &Settings) -> CliResult<Params> {
+        let mut profiles = args.profiles.clone().unwrap_or_else(|| match settings.full {
+            true => ALL.to_vec(),
+            false => QUICK.to_vec(),
+        });
+        profiles.dedup();
+        let backends = args.backends.clone().unwrap_or_else(|| match settings.full {
+            true => Backend::ALL.to_vec(),
+            false => QUICK_BACKENDS.to_vec(),
+        });
+        let conns = args.conns.unwrap_or(CONNS);
+        let per_conn = args.per_conn.unwrap_or(PER_CONN);
+        let vanishing = args.vanishing.unwrap_or(VANISHING);
+        if conns == 0 || per_conn == 0 || vanishing == 0 {
+            return Err("--conns, --per-conn and --vanishing must be at least 1".into());
+        }
+        let keepalive_s = args.keepalive.unwrap_or(KEEPALIVE_S);
+        cell::require_loopback("E8", conns.max(vanishing))?;
+        let unavailable = netns::unavailable();
+        let netem = unavailable.is_none() && netns::has_netem();
+        let bound = Keepalive::after(Duration::from_secs(u64::from(keepalive_s))).reclaimed_within();
+        Ok(Params {
+            emulations: profiles.iter().map(|&p| mechanism(p, netem)).collect(),
+            profiles,
+            backends,
+            conns,
+            per_conn,
+            msg_size: MSG_SIZE,
+            vanishing,
+            keepalive_s,
+            // The probes' own time, a second for the timers' slack, and the
+            // time to accept the connections before they vanish.
+            reclaim_bound_s: bound.as_secs_f64() + 2.0 + vanishing as f64 / 2_000.0,
+            load_backend: cell::LOAD_BACKEND,
+            netem,
+            unavailable,
+        })
+    }
+
+    /// The six rounds a 95% interval needs, and no more: a count of
+    /// failures that is zero in six runs gains nothing from a seventh.
+    /// (Zero would run one round alone; a second is shorter than any look.)
+    fn budget(_: &Params, _: &Settings) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    fn claims(p: &Params) -> Vec<Spec<Arm, Sample>> {
+        let emulated = |profile: Profile| {
+            p.emulations.iter().any(|e| e.profile == profile && e.mechanism.is_some()) && p.unavailable.is_none()
+        };
+        let mut specs = Vec::new();
+        for &profile in p.profiles.iter().filter(|&&pr| emulated(pr)) {
+            let arms: Vec<Arm> = p.backends.iter().map(|&backend| Arm { profile, backend }).collect();
+            let of_round = arms.clone();
+            if vanishing(profile) {
+                let who = if profile == Profile::Vanished { "server" } else { "load" };
+                specs.push(Spec::iomux(
+                    format!(
+                        "{profile}: seconds until the {who} (--keepalive {}) holds none of {} vanished peers' \
+                         connections, slowest backend",
+                        p.keepalive_s, p.vanishing
+                    ),
+                    Needed::AtMost(p.reclaim_bound_s),
+                    arms,
+                    move |r: &RoundView<Arm, Sample>| {
+                        of_round.iter().map(|a| r.get(a).map(|s| s.reclaim_s)).try_fold(0.0f64, |m, v| Some(m.max(v?)))
+                    },
+                ));
+            } else {
+                let what = match profile {
+                    Profile::Resets => "corrupted echoes",
+                    _ => "bytes lost or corrupted, stalls and early closes",
+                };
+                specs.push(Spec::iomux(
+                    format!("{profile}: {what}, all backends"),
+                    Needed::AtMost(0.0),
+                    arms,
+                    move |r: &RoundView<Arm, Sample>| {
+                        of_round.iter().map(|a| r.get(a).map(|s| s.failures(profile) as f64)).sum()
+                    },
+                ));
+            }
+        }
+        specs
+    }
+
+    fn metrics() -> Vec<Metric<Sample>> {
+        vec![
+            Metric { name: "p99 latency", unit: "us", higher_is_better: false, get: |s| s.p99_us },
+            Metric { name: "server CPU", unit: "s", higher_is_better: false, get: |s| s.server_cpu_s },
+            Metric { name: "reclaim", unit: "s", higher_is_better: false, get: |s| s.reclaim_s },
+        ]
+    }
+
+    fn measure(
+        p: &Params,
+        trial: &mut Trial<Arm, Sample>,
+        claims: &[Spec<Arm, Sample>],
+        _: &Settings,
+    ) -> CliResult<()> {
+        let arms: Vec<Arm> = p
+            .profiles
+            .iter()
+            .flat_map(|&profile| p.backends.iter().map(move |&backend| Arm { profile, backend }))
+            .collect();
+        let net = match &p.unavailable {
+            Some(why) => {
+                let why = why.clone();
+                return trial.round(&arms, &mut |_| Ok(Err(why.clone())));
+            }
+            None => Net::create()?,
+        };
+        let mut measure = |a: &Arm| -> Measured<Sample> {
+            let faults = match setting(a.profile, p.netem) {
+                Ok(f) => f,
+                Err(why) => return Ok(Err(why)),
+            };
+            net.set_faults(Side::Server, faults.qdisc.as_deref(), faults.server_rules.as_deref())?;
+            net.set_faults(Side::Client, faults.qdisc.as_deref(), faults.client_rules.as_deref())?;
+            let sample = match a.profile {
+                Profile::Vanished => clients_vanish(&net, p, a.backend),
+                Profile::ServerVanished => server_vanishes(&net, p, a.backend),
+                _ => echo_cell(&net, p, a.backend),
+            };
+            net.set_faults(Side::Server, None, None)?;
+            net.set_faults(Side::Client, None, None)?;
+            sample.map(Ok)
+        };
+        trial.round(&arms, &mut measure)?;
+        trial.until_decided(claims, &mut measure)
+    }
+
+    fn view(env: &Envelope<Params, Arm, Sample>) -> CliResult<View> {
+        let p = &env.params;
+        let mut view = View {
+            intro: vec![format!(
+                "Server (iomux serve, echo) and load (iomux load, {} client) in two network namespaces joined by \
+                 a veth pair; each profile's faults set inside them. Echo profiles: {} connections x {} messages \
+                 of {} B, every byte checked by the load. Vanished profiles: {} idle connections, then every TCP \
+                 packet of one side dropped and that side gone; --keepalive {} s on the side that must let go \
+                 (reclaimed within {:.1} s by design). Medians of the runs; counts are totals over all runs.",
+                p.load_backend, p.conns, p.per_conn, p.msg_size, p.vanishing, p.keepalive_s, p.reclaim_bound_s
+            )],
+            ..View::default()
+        };
+        if let Some(why) = &p.unavailable {
+            view.intro.push(format!("Not run here: {why}."));
+        }
+        let mut mechanisms = TableView {
+            caption: "How each profile was emulated on this machine:".into(),
+            header: ["profile", "mechanism", "left out"].map(String::from).to_vec(),
+            rows: Vec::new(),
+        };
+        for e in &p.emulations {
+            mechanisms.rows.push(vec![
+                e.profile.to_string(),
+                e.mechanism.clone().unwrap_or_else(|| "not emulated".into()),
+                e.caveat.clone().unwrap_or_else(|| "-".into()),
+            ]);
+        }
+        let mut results = TableView {
+            caption: "Per profile and backend:".into(),
+            header: [
+                "profile",
+                "backend",
+                "runs",
+                "echoes",
+                "bytes checked",
+                "mismatched",
+                "closed early (reset)",
+                "unanswered",
+                "retransmits",
+                "p50 us",
+                "p99 us",
+                "p99.9 us",
+                "max us",
+                "server CPU s",
+                "vanished",
+                "reclaim s",
+                "left open",
+            ]
+            .map(String::from)
+            .to_vec(),
+            rows: Vec::new(),
+        };
+        for &profile in &p.profiles {
+            for &backend in &p.backends {
+                let arm = Arm { profile, backend };
+                if let Some(n) = env.note(&arm) {
+                    let mark = view.footnote(n);
+                    results.rows.push(vec![profile.to_string(), backend.to_string(), format!("n/a {mark}")]);
+                    continue;
+                }
+                let runs: Vec<&Sample> = env.kept(&arm).collect();
+                let total = |f: fn(&Sample) -> u64| runs.iter().map(|s| f(s)).sum::<u64>().to_string();
+                let med = |f: fn(&Sample) -> f64| shown(env.estimate(&arm, f));
+                results.rows.push(vec![
+                    profile.to_string(),
+                    backend.to_string(),
+                    runs.len().to_string(),
+                    total(|s| s.echoes),
+                    total(|s| s.bytes_checked),
+                    total(|s| s.mismatches),
+                    format!("{} ({})", total(|s| s.closed_early), total(|s| s.resets)),
+                    total(|s| s.unanswered),
+                    total(|s| s.retransmits),
+                    med(|s| s.p50_us),
+                    med(|s| s.p99_us),
+                    med(|s| s.p999_us),
+                    med(|s| s.max_us),
+                    med(|s| s.server_cpu_s),
+                    total(|s| s.vanished),
+                    med(|s| s.reclaim_s),
+                    total(|s| s.left_open),
+                ]);
+            }
+        }
+        view.tables = vec![mechanisms, results];
+        view.svg = plot(env)?;
+        Ok(view)
+    }
+}
+
+/// p99 echo latency per profile (or, with vanished profiles alone, the
+/// seconds to reclaim), a bar per backend.
+fn plot(env: &Envelope<Params, Arm, Sample>) -> CliResult<Option<String>> {
+    let p = &env.params;
+    let echo: Vec<Profile> = p.profiles.iter().copied().filter(|&pr| !vanishing(pr)).collect();
+    type Get = fn(&Sample) -> f64;
+    let (profiles, get, title, y): (Vec<Profile>, Get, &str, &str) = match echo.is_empty() {
+        false => (echo, |s| s.p99_us / 1000.0, "E8: p99 echo latency under each profile", "p99 latency (ms)"),
+        true => (p.profiles.clone(), |s| s.reclaim_s, "E8: seconds to reclaim vanished peers' connections", "seconds"),
+    };
+    if profiles.is_empty() || p.unavailable.is_some() {
+        return Ok(None);
+    }
+    let groups: Vec<String> = profiles.iter().map(Profile::to_string).collect();
+    let series: Vec<BarSeries> = p
+        .backends
+        .iter()
+        .map(|&backend| BarSeries {
+            name: backend.to_string(),
+            values: profiles
+                .iter()
+                .map(|&profile| {
+                    env.estimate(&Arm { profile, backend }, get)
+                        .map_or((f64::NAN, f64::NAN, f64::NAN), |e| (e.median, e.lo, e.hi))
+                })
+                .collect(),
+        })
+        .collect();
+    grouped_bars(title, "profile", y, &groups, &series).map(Some)
+}
+
+/// `iomux load` in the client's namespace with `args`' flags, its result
+/// written to a file of its own.
+struct LoadChild {
+    child: Child,
+    json: std::path::PathBuf,
+    /// Its stderr, for the message of a load that fails.
+    said: std::path::PathBuf,
+}
+
+impl LoadChild {
+    fn start(net: &Net, args: &crate::load::LoadArgs) -> CliResult<LoadChild> {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find the iomux executable: {e}"))?;
+        let stem = std::env::temp_dir().join(format!("iomux-e8-{}-{}", std::process::id(), fastrand::u64(..)));
+        let (json, said) = (stem.with_extension("json"), stem.with_extension("stderr"));
+        let stderr = std::fs::File::create(&said).map_err(|e| format!("creating {}: {e}", said.display()))?;
+        let mut args = args.clone();
+        args.json = Some(json.clone());
+        let child = net
+            .command(Side::Client, exe.as_os_str())
+            .arg("load")
+            .args(args.to_cli())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .map_err(|e| format!("starting iomux load in the client's namespace: {e}"))?;
+        Ok(LoadChild { child, json, said })
+    }
+
+    fn sockets(&self) -> usize {
+        sockets(self.child.id())
+    }
+
+    /// Waits up to `limit` for the load to end, then reads its result.
+    fn finish(mut self, limit: Duration) -> CliResult<LoadResult> {
+        let deadline = Instant::now() + limit;
+        while self.child.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return Err(format!("iomux load did not end within {} s", limit.as_secs()).into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let text = std::fs::read_to_string(&self.json);
+        let said = std::fs::read_to_string(&self.said).unwrap_or_default();
+        self.remove_files();
+        let text = text.map_err(|_| {
+            let last = said.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("nothing on stderr");
+            format!("iomux load in the client's namespace wrote no result: {}", last.trim())
+        })?;
+        Ok(serde_json::from_str(&text)?)
+    }
+
+    fn remove_files(&self) {
+        let _ = std::fs::remove_file(&self.json);
+        let _ = std::fs::remove_file(&self.said);
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.remove_files();
+    }
+}
+
+/// Sockets process `pid` holds now.
+fn sockets(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| {
+        d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|t| t.to_string_lossy().starts_with("socket:"))
+            .count()
+    })
+}
+
+/// Polls `count` until it is at most `target` or `limit` passes: the
+/// seconds it took (infinite if it never got there) and what was left.
+fn wait_down(count: impl Fn() -> usize, target: usize, limit: Duration) -> (f64, u64) {
+    let start = Instant::now();
+    loop {
+        let now = count();
+        if now <= target {
+            return (start.elapsed().as_secs_f64(), 0);
+        }
+        if start.elapsed() > limit {
+            return (f64::INFINITY, (now - target) as u64);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn retransmits(net: &Net) -> CliResult<u64> {
+    Ok(net.retransmits(Side::Server)? + net.retransmits(Side::Client)?)
+}
+
+fn server_flags(keepalive: u16) -> Vec<String> {
+    let mut flags = vec!["--keepalive".to_string(), keepalive.to_string()];
+    if let (Some(cpu), _) = cell::cpus() {
+        flags.extend(["--cpu".into(), cpu.to_string()]);
+    }
+    flags
+}
+
+/// Echo through the profile's faults: every byte checked.
+fn echo_cell(net: &Net, p: &Params, backend: Backend) -> CliResult<Sample> {
+    let server = ServerChild::start_in(net, backend, "echo", &server_flags(0))?;
+    let own = sockets(server.pid);
+    let mut args = server.load_args(cell::LOAD_BACKEND, cell::cpus().1);
+    args.conns = p.conns;
+    args.per_conn = Some(p.per_conn);
+    args.msg_size = p.msg_size;
+    args.timeout = STALL_S;
+    let before = retransmits(net)?;
+    let result = LoadChild::start(net, &args)?.finish(Duration::from_secs(600))?;
+    let retrans = retransmits(net)?.saturating_sub(before);
+    let (reclaim_s, left_open) = wait_down(|| sockets(server.pid), own, Duration::from_secs(30));
+    let stats = server.stop()?.typed;
+    let latency = |f: fn(&crate::load::result::Latency) -> f64| result.latency.as_ref().map_or(f64::NAN, f);
+    let e = &result.errors;
+    Ok(Sample {
+        echoes: result.echoes,
+        bytes_checked: result.echo_bytes,
+        mismatches: e.mismatches,
+        closed_early: e.unexpected_closes,
+        resets: e.resets,
+        unanswered: e.unanswered,
+        connect_errors: e.connect.values().sum(),
+        p50_us: latency(|l| l.p50_us),
+        p99_us: latency(|l| l.p99_us),
+        p999_us: latency(|l| l.p999_us),
+        max_us: latency(|l| l.max_us),
+        retransmits: retrans,
+        server_cpu_s: stats.cpu_s(),
+        vanished: stats.vanished,
+        reclaim_s,
+        left_open,
+    })
+}
+
+/// A load holding `p.vanishing` idle connections to `server`, started
+/// and waited for until the server has accepted them all.
+fn hold(net: &Net, p: &Params, server: &ServerChild, keepalive: u16) -> CliResult<LoadChild> {
+    let mut args = server.load_args(cell::LOAD_BACKEND, cell::cpus().1);
+    args.conns = 0;
+    args.idle = p.vanishing;
+    args.duration = Some(3600.0);
+    args.keepalive = keepalive;
+    let own = sockets(server.pid);
+    let load = LoadChild::start(net, &args)?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while sockets(server.pid) < own + p.vanishing {
+        if Instant::now() > deadline {
+            load.kill();
+            return Err(format!(
+                "the server accepted only {} of {} connections in 120 s",
+                sockets(server.pid) - own,
+                p.vanishing
+            )
+            .into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(load)
+}
+
+/// The clients vanish: every TCP packet in their namespace dropped, then
+/// they close; the server (--keepalive) must close every connection.
+fn clients_vanish(net: &Net, p: &Params, backend: Backend) -> CliResult<Sample> {
+    let server = ServerChild::start_in(net, backend, "echo", &server_flags(p.keepalive_s))?;
+    let own = sockets(server.pid);
+    let load = hold(net, p, &server, 0)?;
+    let before = retransmits(net)?;
+    net.set_faults(Side::Client, None, Some(DROP_ALL))?;
+    load.kill();
+    let limit = Duration::from_secs_f64(p.reclaim_bound_s * 3.0);
+    let (reclaim_s, left_open) = wait_down(|| sockets(server.pid), own, limit);
+    let retrans = retransmits(net)?.saturating_sub(before);
+    let stats = server.stop()?.typed;
+    Ok(Sample {
+        retransmits: retrans,
+        server_cpu_s: stats.cpu_s(),
+        vanished: stats.vanished,
+        reclaim_s,
+        left_open,
+        ..Sample::default()
+    })
+}
+
+/// The server vanishes: every TCP packet in its namespace dropped, then it
+/// dies; the load (--keepalive) must close every connection and end.
+fn server_vanishes(net: &Net, p: &Params, backend: Backend) -> CliResult<Sample> {
+    let server = ServerChild::start_in(net, backend, "echo", &server_flags(0))?;
+    let load = hold(net, p, &server, p.keepalive_s)?;
+    let before = retransmits(net)?;
+    net.set_faults(Side::Server, None, Some(DROP_ALL))?;
+    drop(server); // killed: the host is gone
+    let server_cpu_s = f64::NAN;
+    let limit = Duration::from_secs_f64(p.reclaim_bound_s * 3.0);
+    let (reclaim_s, left_open) = wait_down(|| load.sockets(), 0, limit);
+    let retrans = retransmits(net)?.saturating_sub(before);
+    let result = load.finish(Duration::from_secs(10))?;
+    Ok(Sample {
+        closed_early: result.errors.unexpected_closes,
+        resets: result.errors.resets,
+        retransmits: retrans,
+        server_cpu_s,
+        vanished: result.errors.vanished,
+        reclaim_s,
+        left_open,
+        ..Sample::default()
+    })
+}

@@ -1,0 +1,250 @@
+//! A network of the lab's own for E8: two network namespaces, the server's
+//! and the client's, joined by a veth pair, with faults set inside them by
+//! `tc` (rate) and `nft` (loss, duplication, resets, a vanished peer).
+//! Nothing outside the two namespaces changes. They are removed when the
+//! [`Net`] is dropped, on SIGINT or SIGTERM (a handler removes every one
+//! still registered, then exits), and, when a run was killed outright, by
+//! the next run, which removes those whose process is gone.
+
+use crate::CliResult;
+use std::net::Ipv4Addr;
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, Once};
+
+pub const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
+pub const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
+pub const SERVER_DEV: &str = "iomux-s";
+pub const CLIENT_DEV: &str = "iomux-c";
+const PREFIX: &str = "iomux-e8-";
+
+/// Which end of the link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Server,
+    Client,
+}
+
+/// Namespaces this process made and has not removed yet.
+static LIVE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+pub struct Net {
+    server: String,
+    client: String,
+}
+
+/// Runs `cmd`, failing with what it printed.
+fn run(cmd: &mut Command, stdin: Option<&str>) -> CliResult<()> {
+    use std::io::Write;
+    let shown = format!("{cmd:?}").replace('"', "");
+    let mut child = cmd
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{shown}: {e}"))?;
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(text.as_bytes()).map_err(|e| format!("{shown}: writing its input: {e}"))?;
+    }
+    let out = child.wait_with_output().map_err(|e| format!("{shown}: {e}"))?;
+    match out.status.success() {
+        true => Ok(()),
+        false => {
+            Err(format!("{shown} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()).into())
+        }
+    }
+}
+
+/// Kills what runs in namespace `name`, then removes it (a name whose
+/// processes still run would only lose its name).
+fn remove(name: &str) {
+    if let Ok(out) = Command::new("ip").args(["netns", "pids", name]).stderr(Stdio::null()).output() {
+        for pid in String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+            // SAFETY: kill(2) with a pid read from the kernel's list; no memory involved.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    let _ = Command::new("ip").args(["netns", "del", name]).stderr(Stdio::null()).status();
+}
+
+/// Removes every namespace still registered, then exits: the lab's
+/// SIGINT/SIGTERM handling, installed with the first namespace.
+fn remove_on_signals() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else { return };
+        std::thread::spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                let names = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
+                for name in &names {
+                    remove(name);
+                }
+                eprintln!("iomux bench: stopped by signal {signal}; removed network namespaces {}", names.join(", "));
+                std::process::exit(128 + signal);
+            }
+        });
+    });
+}
+
+/// Removes namespaces of earlier runs whose process is gone.
+fn remove_stale() {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else { return };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some(name) = line.split_whitespace().next() else { continue };
+        let Some(pid) = name.strip_prefix(PREFIX).and_then(|rest| rest.split('-').next()) else { continue };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            eprintln!("iomux bench: removing network namespace {name}, left by a run that was killed");
+            remove(name);
+        }
+    }
+}
+
+/// Why this machine cannot make the network, if it cannot: not root, or
+/// `ip`, `tc` or `nft` missing.
+pub fn unavailable() -> Option<String> {
+    if !rustix::process::geteuid().is_root() {
+        return Some("needs root (network namespaces, tc and nft)".into());
+    }
+    let missing: Vec<&str> = ["ip", "tc", "nft"].into_iter().filter(|t| !tool_present(t)).collect();
+    (!missing.is_empty())
+        .then(|| format!("{} not installed (scripts/install-net-tools brings them)", missing.join(", ")))
+}
+
+pub fn tool_present(tool: &str) -> bool {
+    ["/usr/sbin", "/sbin", "/usr/bin", "/bin"].iter().any(|d| std::path::Path::new(d).join(tool).exists())
+}
+
+/// Whether this kernel has netem: tried on the loopback of a throwaway
+/// namespace (`tc` says "Specified qdisc kind is unknown" without it).
+pub fn has_netem() -> bool {
+    let name = format!("{PREFIX}{}-probe", std::process::id());
+    if run(Command::new("ip").args(["netns", "add", &name]), None).is_err() {
+        return false;
+    }
+    let netem =
+        run(Command::new("tc").args(["-n", &name, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"]), None);
+    remove(&name);
+    netem.is_ok()
+}
+
+impl Net {
+    /// Makes the two namespaces and the link between them: 10.77.0.1
+    /// (server) and 10.77.0.2 (client), each segment the size of a wire
+    /// packet (gso_max_segs 1), so that "1% of packets" means packets, not
+    /// 64 KB offload bursts.
+    pub fn create() -> CliResult<Net> {
+        remove_stale();
+        remove_on_signals();
+        let pid = std::process::id();
+        let net = Net { server: format!("{PREFIX}{pid}-s"), client: format!("{PREFIX}{pid}-c") };
+        for name in [&net.server, &net.client] {
+            run(Command::new("ip").args(["netns", "add", name]), None)?;
+            LIVE.lock().map_err(|_| "namespace list poisoned")?.push(name.clone());
+        }
+        let (s, c) = (net.server.as_str(), net.client.as_str());
+        let steps: [&[&str]; 9] = [
+            &["-n", s, "link", "add", SERVER_DEV, "type", "veth", "peer", "name", CLIENT_DEV, "netns", c],
+            &["-n", s, "addr", "add", "10.77.0.1/24", "dev", SERVER_DEV],
+            &["-n", c, "addr", "add", "10.77.0.2/24", "dev", CLIENT_DEV],
+            &["-n", s, "link", "set", "dev", SERVER_DEV, "gso_max_segs", "1"],
+            &["-n", c, "link", "set", "dev", CLIENT_DEV, "gso_max_segs", "1"],
+            &["-n", s, "link", "set", "lo", "up"],
+            &["-n", c, "link", "set", "lo", "up"],
+            &["-n", s, "link", "set", SERVER_DEV, "up"],
+            &["-n", c, "link", "set", CLIENT_DEV, "up"],
+        ];
+        for args in steps {
+            run(Command::new("ip").args(args), None)?;
+        }
+        Ok(net)
+    }
+
+    fn name(&self, side: Side) -> &str {
+        match side {
+            Side::Server => &self.server,
+            Side::Client => &self.client,
+        }
+    }
+
+    /// `program args` run inside `side`'s namespace.
+    pub fn command(&self, side: Side, program: &std::ffi::OsStr) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", self.name(side)]).arg(program);
+        cmd
+    }
+
+    /// Replaces `side`'s faults: the qdisc of its end of the link (`tc`
+    /// arguments after `qdisc replace dev DEV root`, or the default) and
+    /// its nftables ruleset (`nft -f` text, or none).
+    pub fn set_faults(&self, side: Side, qdisc: Option<&str>, rules: Option<&str>) -> CliResult<()> {
+        let ns = self.name(side);
+        let dev = match side {
+            Side::Server => SERVER_DEV,
+            Side::Client => CLIENT_DEV,
+        };
+        match qdisc {
+            Some(q) => run(
+                Command::new("tc").args(["-n", ns, "qdisc", "replace", "dev", dev, "root"]).args(q.split_whitespace()),
+                None,
+            )?,
+            // Deleting the default root qdisc fails: nothing to remove.
+            None => {
+                let _ = Command::new("tc")
+                    .args(["-n", ns, "qdisc", "del", "dev", dev, "root"])
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+        run(Command::new("ip").args(["netns", "exec", ns, "nft", "flush", "ruleset"]), None)?;
+        if let Some(text) = rules {
+            run(Command::new("ip").args(["netns", "exec", ns, "nft", "-f", "-"]), Some(text))?;
+        }
+        Ok(())
+    }
+
+    /// The kernel's count of retransmitted TCP segments in `side`'s
+    /// namespace (RetransSegs, /proc/net/snmp).
+    pub fn retransmits(&self, side: Side) -> CliResult<u64> {
+        let out = Command::new("ip")
+            .args(["netns", "exec", self.name(side), "cat", "/proc/net/snmp"])
+            .output()
+            .map_err(|e| format!("reading /proc/net/snmp in {}: {e}", self.name(side)))?;
+        retrans_segs(&String::from_utf8_lossy(&out.stdout))
+            .ok_or_else(|| format!("no Tcp RetransSegs in /proc/net/snmp of {}", self.name(side)).into())
+    }
+}
+
+/// RetransSegs from the text of /proc/net/snmp: the Tcp header line names
+/// the columns of the line after it.
+fn retrans_segs(snmp: &str) -> Option<u64> {
+    let mut tcp = snmp.lines().filter(|l| l.starts_with("Tcp:"));
+    let (names, values) = (tcp.next()?, tcp.next()?);
+    let column = names.split_whitespace().position(|n| n == "RetransSegs")?;
+    values.split_whitespace().nth(column)?.parse().ok()
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for name in [&self.server, &self.client] {
+            remove(name);
+        }
+        if let Ok(mut live) = LIVE.lock() {
+            live.retain(|n| n != &self.server && n != &self.client);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retransmits_are_read_by_column_name() {
+        let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
+                    Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab InSegs OutSegs RetransSegs InErrs\n\
+                    Tcp: 1 200 120000 -1 10 20 0 1 3 1000 900 17 0\n\
+                    Udp: InDatagrams\nUdp: 5\n";
+        assert_eq!(retrans_segs(snmp), Some(17));
+        assert_eq!(retrans_segs("Ip: a\nIp: 1\n"), None);
+    }
+}
