@@ -226,20 +226,42 @@ impl Drop for PrivateDir {
     }
 }
 
-/// TcpExt ListenOverflows from /proc/net/netstat (its names line, then its
-/// values line): SYNs this network namespace dropped because a listen
-/// queue was full.
+/// TcpExt ListenOverflows from /proc/net/netstat: SYNs this network
+/// namespace dropped because a listen queue was full.
 pub fn listen_overflows() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/net/netstat").ok()?;
-    let mut tcp_ext = text.lines().filter(|l| l.starts_with("TcpExt:"));
-    let (names, values) = (tcp_ext.next()?, tcp_ext.next()?);
-    let at = names.split_whitespace().position(|n| n == "ListenOverflows")?;
+    counter(&std::fs::read_to_string("/proc/net/netstat").ok()?, "TcpExt:", "ListenOverflows")
+}
+
+/// Tcp RetransSegs from /proc/net/snmp: segments this network namespace
+/// retransmitted.
+pub fn retransmitted_segments() -> Option<u64> {
+    counter(&std::fs::read_to_string("/proc/net/snmp").ok()?, "Tcp:", "RetransSegs")
+}
+
+/// A counter of /proc/net/snmp or /proc/net/netstat text: the first line
+/// starting with `prefix` names the columns of the next one.
+pub fn counter(text: &str, prefix: &str, name: &str) -> Option<u64> {
+    let mut lines = text.lines().filter(|l| l.starts_with(prefix));
+    let (names, values) = (lines.next()?, lines.next()?);
+    let at = names.split_whitespace().position(|n| n == name)?;
     values.split_whitespace().nth(at)?.parse().ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counters_are_read_by_column_name() {
+        let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
+                    Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab InSegs OutSegs RetransSegs InErrs\n\
+                    Tcp: 1 200 120000 -1 10 20 0 1 3 1000 900 17 0\n\
+                    Udp: InDatagrams\nUdp: 5\n";
+        assert_eq!(counter(snmp, "Tcp:", "RetransSegs"), Some(17));
+        assert_eq!(counter(snmp, "Udp:", "InDatagrams"), Some(5));
+        assert_eq!(counter(snmp, "Tcp:", "NoSuchColumn"), None);
+        assert_eq!(counter("Ip: a\nIp: 1\n", "Tcp:", "RetransSegs"), None);
+    }
 
     #[test]
     fn limits_and_usage_read_back() {

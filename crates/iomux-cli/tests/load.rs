@@ -245,6 +245,39 @@ fn a_server_that_hangs_up_is_an_error() {
     let _ = TcpStream::connect(addr);
 }
 
+/// --per-conn with some connections reset by the server mid-run: the
+/// others still finish their messages and the run ends, each reset named
+/// (a reset connection's unsent messages leave the run's quota).
+#[test]
+fn resets_mid_run_end_a_per_conn_run() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for (k, stream) in listener.incoming().enumerate() {
+            let Ok(mut s) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 100];
+                // Every second connection: three echoes, then a reset.
+                let mut echoes = 0;
+                while s.read_exact(&mut buf).is_ok() && s.write_all(&buf).is_ok() {
+                    echoes += 1;
+                    if k % 2 == 1 && echoes == 3 {
+                        let _ = rustix::net::sockopt::set_socket_linger(&s, Some(Duration::ZERO));
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let started = Instant::now();
+    let LoadRun { report, status, output } = load(addr, &["--conns", "4", "--per-conn", "10", "--timeout", "5"]);
+    assert!(started.elapsed() < Duration::from_secs(5), "the run ended by itself: {output}");
+    assert!(!status.success(), "{output}");
+    assert_eq!(report["errors"]["unexpected_closes"], 2, "{report}");
+    assert_eq!(report["errors"]["resets"], 2, "{report}");
+    assert_eq!(report["echoes"], 2 * 10 + 2 * 3, "{report}");
+}
+
 /// A folder of its own for one test's files.
 fn scratch(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("iomux-load-test-{}-{name}", std::process::id()));

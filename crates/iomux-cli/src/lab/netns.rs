@@ -209,18 +209,9 @@ impl Net {
             .args(["netns", "exec", self.name(side), "cat", "/proc/net/snmp"])
             .output()
             .map_err(|e| format!("reading /proc/net/snmp in {}: {e}", self.name(side)))?;
-        retrans_segs(&String::from_utf8_lossy(&out.stdout))
+        crate::os::counter(&String::from_utf8_lossy(&out.stdout), "Tcp:", "RetransSegs")
             .ok_or_else(|| format!("no Tcp RetransSegs in /proc/net/snmp of {}", self.name(side)).into())
     }
-}
-
-/// RetransSegs from the text of /proc/net/snmp: the Tcp header line names
-/// the columns of the line after it.
-fn retrans_segs(snmp: &str) -> Option<u64> {
-    let mut tcp = snmp.lines().filter(|l| l.starts_with("Tcp:"));
-    let (names, values) = (tcp.next()?, tcp.next()?);
-    let column = names.split_whitespace().position(|n| n == "RetransSegs")?;
-    values.split_whitespace().nth(column)?.parse().ok()
 }
 
 impl Drop for Net {
@@ -231,20 +222,5 @@ impl Drop for Net {
         if let Ok(mut live) = LIVE.lock() {
             live.retain(|n| n != &self.server && n != &self.client);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retransmits_are_read_by_column_name() {
-        let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
-                    Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab InSegs OutSegs RetransSegs InErrs\n\
-                    Tcp: 1 200 120000 -1 10 20 0 1 3 1000 900 17 0\n\
-                    Udp: InDatagrams\nUdp: 5\n";
-        assert_eq!(retrans_segs(snmp), Some(17));
-        assert_eq!(retrans_segs("Ip: a\nIp: 1\n"), None);
     }
 }

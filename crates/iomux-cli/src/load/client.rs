@@ -697,9 +697,14 @@ impl Handler for Client {
                 if self.report.first_error.is_none() {
                     self.report.first_error = Some(format!("connection {} closed by the server: {reason:?}", c.number));
                 }
-                if self.started && self.open_active == 0 {
-                    // No active connection left: nothing more will be sent
-                    // or answered, whatever idle ones remain.
+                // --per-conn: what it will never send leaves the quota, so
+                // that the others' last messages still end the run.
+                if let (Some(k), Some(q), true) = (self.plan.per_conn, &mut self.quota_left, c.active) {
+                    *q = q.saturating_sub(k.saturating_sub(c.next_seq));
+                }
+                if self.started && (self.open_active == 0 || self.quota_left == Some(0)) {
+                    // Nothing more will be sent: no active connection left
+                    // (whatever idle ones remain), or no message left.
                     self.end(io);
                 }
             }

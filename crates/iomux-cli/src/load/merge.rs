@@ -132,6 +132,7 @@ pub fn merge(parts: &[Part], setup: Setup) -> CliResult<LoadResult> {
         measure_window: None,
         drained_at: None,
         listen_overflows: None,
+        retransmits: None,
         cpu_s: Some(0.0),
         echoes: 0,
         echo_bytes: 0,
@@ -175,10 +176,8 @@ pub fn merge(parts: &[Part], setup: Setup) -> CliResult<LoadResult> {
         m.connected += r.connected;
         m.seconds = m.seconds.max(r.seconds);
         m.setup_s = m.setup_s.max(r.setup_s);
-        m.listen_overflows = match (m.listen_overflows, r.listen_overflows) {
-            (Some(a), Some(b)) => Some(a + b),
-            (a, b) => a.or(b),
-        };
+        m.listen_overflows = sum(m.listen_overflows, r.listen_overflows);
+        m.retransmits = sum(m.retransmits, r.retransmits);
         m.setup_window = span(m.setup_window, r.setup_window);
         m.measure_window = span(m.measure_window, r.measure_window);
         m.drained_at = match (m.drained_at, r.drained_at) {
@@ -270,6 +269,14 @@ fn add_stats(sum: &mut Value, o: &Value) {
 
 fn text(v: &Value) -> String {
     v.as_str().map_or_else(|| v.to_string(), str::to_string)
+}
+
+/// Two parts' counts added; unknown where neither knows.
+fn sum(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    }
 }
 
 #[cfg(test)]

@@ -383,6 +383,7 @@ pub fn run(args: LoadArgs) -> CliResult<ExitCode> {
     }
     // Children leave it to the parent, which watches the whole run.
     let overflows_before = (!args.report_progress).then(crate::os::listen_overflows).flatten();
+    let retransmits_before = (!args.report_progress).then(crate::os::retransmitted_segments).flatten();
     let (mut result, failed) = if procs > 1 {
         procs::run(&args)?
     } else {
@@ -394,6 +395,7 @@ pub fn run(args: LoadArgs) -> CliResult<ExitCode> {
     };
     result.shard = shard;
     result.listen_overflows = overflows_before.and_then(|b| Some(crate::os::listen_overflows()?.saturating_sub(b)));
+    result.retransmits = retransmits_before.and_then(|b| Some(crate::os::retransmitted_segments()?.saturating_sub(b)));
     summary::conclude("iomux load", &result, args.json.as_deref(), !args.report_progress, &failed)
 }
 

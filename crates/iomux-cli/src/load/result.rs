@@ -57,6 +57,11 @@ pub struct LoadResult {
     /// hosts when shards merge.
     #[serde(default)]
     pub listen_overflows: Option<u64>,
+    /// TCP segments retransmitted in this network namespace while the load
+    /// ran (RetransSegs: every socket of the namespace, so on a shared
+    /// host others' too): what loss cost. Summed when shards merge.
+    #[serde(default)]
+    pub retransmits: Option<u64>,
     pub echoes: u64,
     pub echo_bytes: u64,
     pub sent_messages: u64,
@@ -167,6 +172,7 @@ impl LoadResult {
             setup_s: window.map_or(0.0, |(a, b)| b - a),
             setup_window: window,
             listen_overflows: None,
+            retransmits: None,
             echoes: r.echoes,
             echo_bytes: r.echo_bytes,
             sent_messages: r.sent_messages,

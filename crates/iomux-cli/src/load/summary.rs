@@ -28,6 +28,12 @@ pub fn print(r: &LoadResult) {
     let overflows = r
         .listen_overflows
         .map_or(String::new(), |n| format!("; {} listen-queue overflows on this machine meanwhile", thousands(n)));
+    let overflows = match r.retransmits {
+        Some(n) if n > 0 => {
+            format!("{overflows}; {} TCP segments retransmitted in this network namespace", thousands(n))
+        }
+        _ => overflows,
+    };
     println!(
         "  {} of {} connected in {:.2} s{overflows}",
         thousands(r.connected),

@@ -38,3 +38,15 @@ pub fn bench(args: &[&str], out: &Path, name: &str) -> serde_json::Value {
     let text = std::fs::read_to_string(out.join(format!("{name}.json"))).expect("the experiment's JSON");
     serde_json::from_str(&text).expect("JSON")
 }
+
+/// Each `(flags, says)`: `iomux bench <experiment> <flags>` fails before
+/// anything runs (its output folder could not even be made), saying `says`.
+pub fn refuses(experiment: &str, cases: &[(&[&str], &str)]) {
+    for (args, says) in cases {
+        let run =
+            iomux().args(["bench", experiment]).args(*args).args(["--out", "/nonexistent/never"]).output().unwrap();
+        assert!(!run.status.success(), "{args:?} accepted");
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}

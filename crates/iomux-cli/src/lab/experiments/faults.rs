@@ -36,6 +36,10 @@ use std::time::{Duration, Instant};
 pub enum Profile {
     /// The seeds' LAN: 100 Mbit/s, about 0.1 ms.
     Lan,
+    /// E3 on that LAN: 40 senders of 100-byte messages, a server that only reads.
+    LanSink,
+    /// E2 on that LAN: 40,000 round trips by 10 connections among 1,000 idle ones.
+    LanIdle,
     /// A WAN: 25 ms +- 5 ms round trips.
     Wan,
     /// 1% of packets lost, each direction.
@@ -61,8 +65,10 @@ impl std::fmt::Display for Profile {
     }
 }
 
-const ALL: [Profile; 9] = [
+const ALL: [Profile; 11] = [
     Profile::Lan,
+    Profile::LanSink,
+    Profile::LanIdle,
     Profile::Wan,
     Profile::Loss1,
     Profile::Loss5,
@@ -83,6 +89,15 @@ const KEEPALIVE_S: u16 = 1;
 const VANISHING: usize = 200;
 /// A load that sees no echo for this long gives up, naming the stall.
 const STALL_S: f64 = 20.0;
+/// E3 on the LAN: senders, and seconds of sending.
+const SINK_SENDERS: usize = 40;
+const SINK_S: f64 = 3.0;
+/// E2 on the LAN: active connections, idle ones, round trips.
+const IDLE_ACTIVE: usize = 10;
+const IDLE_Z: usize = 1000;
+const IDLE_ROUND_TRIPS: u64 = 40_000;
+/// E3's published figure: the article's sink, NIC-bound on a 100 Mbit LAN.
+const E3_PUBLISHED_MBIT_S: f64 = 97.95;
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
@@ -175,6 +190,12 @@ pub struct Sample {
     /// some were still open at the limit.
     reclaim_s: f64,
     left_open: u64,
+    /// lan-sink: the bytes the server read, in Mbit/s of the load's time.
+    #[serde(default)]
+    sink_mbit_s: f64,
+    /// lan-idle: seconds for the round trips.
+    #[serde(default)]
+    seconds: f64,
 }
 
 impl Sample {
@@ -193,6 +214,11 @@ pub struct Faults;
 
 fn vanishing(profile: Profile) -> bool {
     matches!(profile, Profile::Vanished | Profile::ServerVanished)
+}
+
+/// E2 and E3 re-run on the emulated LAN: figures of their own.
+fn rerun(profile: Profile) -> bool {
+    matches!(profile, Profile::LanSink | Profile::LanIdle)
 }
 
 /// The faults of a profile on this machine: the qdisc of each end of the
@@ -232,8 +258,10 @@ fn setting(profile: Profile, netem: bool) -> Result<Setting, String> {
     let none = Setting::default();
     let qdisc = |q: &str| Ok(Setting { qdisc: Some(q.into()), ..Setting::default() });
     match (profile, netem) {
-        (Profile::Lan, true) => qdisc("netem delay 50us rate 100mbit"),
-        (Profile::Lan, false) => qdisc("tbf rate 100mbit burst 32kb latency 20ms"),
+        (Profile::Lan | Profile::LanSink | Profile::LanIdle, true) => qdisc("netem delay 50us rate 100mbit"),
+        (Profile::Lan | Profile::LanSink | Profile::LanIdle, false) => {
+            qdisc("tbf rate 100mbit burst 32kb latency 20ms")
+        }
         (Profile::Wan, true) => qdisc("netem delay 12500us 2500us distribution normal"),
         (Profile::Reorder, true) => qdisc("netem delay 1ms reorder 25% 50%"),
         (Profile::Wan | Profile::Reorder, false) => {
@@ -260,8 +288,10 @@ fn setting(profile: Profile, netem: bool) -> Result<Setting, String> {
 fn mechanism(profile: Profile, netem: bool) -> Emulation {
     let (mechanism, caveat) = match (profile, setting(profile, netem)) {
         (_, Err(why)) => (None, Some(why)),
-        (Profile::Lan, Ok(_)) if netem => (Some("netem (rate, delay), both ends".into()), None),
-        (Profile::Lan, Ok(_)) => (
+        (Profile::Lan | Profile::LanSink | Profile::LanIdle, Ok(_)) if netem => {
+            (Some("netem (rate, delay), both ends".into()), None)
+        }
+        (Profile::Lan | Profile::LanSink | Profile::LanIdle, Ok(_)) => (
             Some("tc tbf 100 Mbit/s, both ends".into()),
             Some("rate only: the 0.1 ms delay is not emulated (no netem; veth adds about 0.02 ms)".into()),
         ),
@@ -359,6 +389,26 @@ impl Experiment for Faults {
         for &profile in p.profiles.iter().filter(|&&pr| emulated(pr)) {
             let arms: Vec<Arm> = p.backends.iter().map(|&backend| Arm { profile, backend }).collect();
             let of_round = arms.clone();
+            if profile == Profile::LanIdle {
+                continue; // a figure beside E2's, no threshold of its own
+            }
+            if profile == Profile::LanSink {
+                specs.push(
+                    Spec::iomux(
+                        "lan-sink: Mbit/s read by a server that only reads, over 100 Mbit/s, slowest backend",
+                        Needed::AtLeast(90.0),
+                        arms,
+                        move |r: &RoundView<Arm, Sample>| {
+                            of_round
+                                .iter()
+                                .map(|a| r.get(a).map(|s| s.sink_mbit_s))
+                                .try_fold(f64::INFINITY, |m, v| Some(m.min(v?)))
+                        },
+                    )
+                    .documents("a server that only reads is bound by the 100 Mbit/s link (the article: 97.95 Mbit/s)"),
+                );
+                continue;
+            }
             if vanishing(profile) {
                 let who = if profile == Profile::Vanished { "server" } else { "load" };
                 specs.push(Spec::iomux(
@@ -418,6 +468,17 @@ impl Experiment for Faults {
             None => Net::create()?,
         };
         let mut measure = |a: &Arm| -> Measured<Sample> {
+            // select: every fd number must be below FD_SETSIZE.
+            if a.profile == Profile::LanIdle
+                && a.backend == Backend::Select
+                && IDLE_Z + IDLE_ACTIVE + 8 > iomux::poller::FD_SETSIZE
+            {
+                return Ok(Err(format!(
+                    "select: {} connections need fd numbers past FD_SETSIZE ({})",
+                    IDLE_Z + IDLE_ACTIVE,
+                    iomux::poller::FD_SETSIZE
+                )));
+            }
             let faults = match setting(a.profile, p.netem) {
                 Ok(f) => f,
                 Err(why) => return Ok(Err(why)),
@@ -427,6 +488,8 @@ impl Experiment for Faults {
             let sample = match a.profile {
                 Profile::Vanished => clients_vanish(&net, p, a.backend),
                 Profile::ServerVanished => server_vanishes(&net, p, a.backend),
+                Profile::LanSink => sink_cell(&net, a.backend),
+                Profile::LanIdle => idle_cell(&net, a.backend),
                 _ => echo_cell(&net, p, a.backend),
             };
             net.set_faults(Side::Server, None, None)?;
@@ -490,7 +553,7 @@ impl Experiment for Faults {
             .to_vec(),
             rows: Vec::new(),
         };
-        for &profile in &p.profiles {
+        for &profile in p.profiles.iter().filter(|&&pr| !rerun(pr)) {
             for &backend in &p.backends {
                 let arm = Arm { profile, backend };
                 if let Some(n) = env.note(&arm) {
@@ -523,20 +586,66 @@ impl Experiment for Faults {
             }
         }
         view.tables = vec![mechanisms, results];
+        if let Some(lan) = lan_table(env, &mut view) {
+            view.tables.push(lan);
+        }
         view.svg = plot(env)?;
         Ok(view)
     }
+}
+
+/// E3 and E2 on the emulated LAN, a row per backend, beside the
+/// documents' figures.
+fn lan_table(env: &Envelope<Params, Arm, Sample>, view: &mut View) -> Option<TableView> {
+    let p = &env.params;
+    let (sink, idle) = (p.profiles.contains(&Profile::LanSink), p.profiles.contains(&Profile::LanIdle));
+    if !sink && !idle {
+        return None;
+    }
+    let mut table = TableView {
+        caption: format!(
+            "E3 and E2 again, on the emulated 100 Mbit/s LAN: E3's {SINK_SENDERS} senders of 100-byte messages for \
+             {SINK_S} s to a server that only reads (the article: {E3_PUBLISHED_MBIT_S} Mbit/s, NIC-bound), and \
+             E2's {IDLE_ROUND_TRIPS} round trips by {IDLE_ACTIVE} connections among {IDLE_Z} idle ones (the epoll \
+             article: a plot, poll's time growing with idle connections, epoll's flat):"
+        ),
+        header: ["backend", "E3 sink Mbit/s", "E2 seconds", "E2 p99 us"].map(String::from).to_vec(),
+        rows: Vec::new(),
+    };
+    for &backend in &p.backends {
+        let mut cell = |profile: Profile, on: bool, f: fn(&Sample) -> f64| -> String {
+            let arm = Arm { profile, backend };
+            match (on, env.note(&arm)) {
+                (false, _) => "-".into(),
+                (true, Some(n)) => format!("n/a {}", view.footnote(n)),
+                (true, None) => shown(env.estimate(&arm, f)),
+            }
+        };
+        let row = vec![
+            backend.to_string(),
+            cell(Profile::LanSink, sink, |s| s.sink_mbit_s),
+            cell(Profile::LanIdle, idle, |s| s.seconds),
+            cell(Profile::LanIdle, idle, |s| s.p99_us),
+        ];
+        table.rows.push(row);
+    }
+    Some(table)
 }
 
 /// p99 echo latency per profile (or, with vanished profiles alone, the
 /// seconds to reclaim), a bar per backend.
 fn plot(env: &Envelope<Params, Arm, Sample>) -> CliResult<Option<String>> {
     let p = &env.params;
-    let echo: Vec<Profile> = p.profiles.iter().copied().filter(|&pr| !vanishing(pr)).collect();
+    let echo: Vec<Profile> = p.profiles.iter().copied().filter(|&pr| !vanishing(pr) && !rerun(pr)).collect();
     type Get = fn(&Sample) -> f64;
     let (profiles, get, title, y): (Vec<Profile>, Get, &str, &str) = match echo.is_empty() {
         false => (echo, |s| s.p99_us / 1000.0, "E8: p99 echo latency under each profile", "p99 latency (ms)"),
-        true => (p.profiles.clone(), |s| s.reclaim_s, "E8: seconds to reclaim vanished peers' connections", "seconds"),
+        true => (
+            p.profiles.iter().copied().filter(|&pr| vanishing(pr)).collect(),
+            |s| s.reclaim_s,
+            "E8: seconds to reclaim vanished peers' connections",
+            "seconds",
+        ),
     };
     if profiles.is_empty() || p.unavailable.is_some() {
         return Ok(None);
@@ -674,11 +783,24 @@ fn echo_cell(net: &Net, p: &Params, backend: Backend) -> CliResult<Sample> {
     let before = retransmits(net)?;
     let result = LoadChild::start(net, &args)?.finish(Duration::from_secs(600))?;
     let retrans = retransmits(net)?.saturating_sub(before);
-    let (reclaim_s, left_open) = wait_down(|| sockets(server.pid), own, Duration::from_secs(30));
+    let reclaim = wait_down(|| sockets(server.pid), own, Duration::from_secs(30));
+    with_server(server, retrans, reclaim, echoed(&result))
+}
+
+/// `rest` with the cell's retransmits and reclaim time, and the server's
+/// CPU and vanished count once it is stopped.
+fn with_server(server: ServerChild, retransmits: u64, reclaim: (f64, u64), rest: Sample) -> CliResult<Sample> {
     let stats = server.stop()?.typed;
+    let (reclaim_s, left_open) = reclaim;
+    Ok(Sample { retransmits, server_cpu_s: stats.cpu_s(), vanished: stats.vanished, reclaim_s, left_open, ..rest })
+}
+
+/// What an echo load's result says: echoes, checked bytes, errors by
+/// name, latency.
+fn echoed(result: &LoadResult) -> Sample {
     let latency = |f: fn(&crate::load::result::Latency) -> f64| result.latency.as_ref().map_or(f64::NAN, f);
     let e = &result.errors;
-    Ok(Sample {
+    Sample {
         echoes: result.echoes,
         bytes_checked: result.echo_bytes,
         mismatches: e.mismatches,
@@ -690,12 +812,43 @@ fn echo_cell(net: &Net, p: &Params, backend: Backend) -> CliResult<Sample> {
         p99_us: latency(|l| l.p99_us),
         p999_us: latency(|l| l.p999_us),
         max_us: latency(|l| l.max_us),
+        ..Sample::default()
+    }
+}
+
+/// E3 on the LAN: senders for SINK_S seconds to a server that only reads.
+fn sink_cell(net: &Net, backend: Backend) -> CliResult<Sample> {
+    let server = ServerChild::start_in(net, backend, "sink", &server_flags(0))?;
+    let mut args = server.load_args(cell::LOAD_BACKEND, cell::cpus().1);
+    args.conns = SINK_SENDERS;
+    args.mode = crate::load::LoadMode::Sink;
+    args.duration = Some(SINK_S);
+    let before = retransmits(net)?;
+    let result = LoadChild::start(net, &args)?.finish(Duration::from_secs(120))?;
+    let retrans = retransmits(net)?.saturating_sub(before);
+    let stats = server.stop()?.typed;
+    let e = &result.errors;
+    Ok(Sample {
+        closed_early: e.unexpected_closes,
+        connect_errors: e.connect.values().sum(),
         retransmits: retrans,
         server_cpu_s: stats.cpu_s(),
-        vanished: stats.vanished,
-        reclaim_s,
-        left_open,
+        sink_mbit_s: stats.bytes_in as f64 * 8.0 / result.seconds.max(1e-9) / 1e6,
+        ..Sample::default()
     })
+}
+
+/// E2 on the LAN: round trips by a few connections among many idle ones.
+fn idle_cell(net: &Net, backend: Backend) -> CliResult<Sample> {
+    let server = ServerChild::start_in(net, backend, "echo", &server_flags(0))?;
+    let mut args = server.load_args(cell::LOAD_BACKEND, cell::cpus().1);
+    args.conns = IDLE_ACTIVE;
+    args.idle = IDLE_Z;
+    args.requests = Some(IDLE_ROUND_TRIPS);
+    args.timeout = STALL_S;
+    let result = LoadChild::start(net, &args)?.finish(Duration::from_secs(300))?;
+    let stats = server.stop()?.typed;
+    Ok(Sample { server_cpu_s: stats.cpu_s(), seconds: result.seconds, ..echoed(&result) })
 }
 
 /// A load holding `p.vanishing` idle connections to `server`, started
@@ -734,17 +887,9 @@ fn clients_vanish(net: &Net, p: &Params, backend: Backend) -> CliResult<Sample> 
     net.set_faults(Side::Client, None, Some(DROP_ALL))?;
     load.kill();
     let limit = Duration::from_secs_f64(p.reclaim_bound_s * 3.0);
-    let (reclaim_s, left_open) = wait_down(|| sockets(server.pid), own, limit);
+    let reclaim = wait_down(|| sockets(server.pid), own, limit);
     let retrans = retransmits(net)?.saturating_sub(before);
-    let stats = server.stop()?.typed;
-    Ok(Sample {
-        retransmits: retrans,
-        server_cpu_s: stats.cpu_s(),
-        vanished: stats.vanished,
-        reclaim_s,
-        left_open,
-        ..Sample::default()
-    })
+    with_server(server, retrans, reclaim, Sample::default())
 }
 
 /// The server vanishes: every TCP packet in its namespace dropped, then it

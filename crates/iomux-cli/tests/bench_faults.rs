@@ -1,0 +1,107 @@
+//! `iomux bench faults` (E8) as a user runs it: as root with nft, tc and
+//! ip, a tiny run checks every echoed byte through 1% loss, has the
+//! server reclaim every connection of clients that vanished, and leaves
+//! no network namespace behind, also when interrupted.
+
+mod lab_support;
+
+use lab_support::{bench, installed, iomux, is_root, refuses};
+use std::time::{Duration, Instant};
+
+/// Whether E8 can run here; under CI (which installs the tools and runs
+/// as root) it must.
+fn can_run() -> bool {
+    let tools = ["nft", "tc", "ip"].iter().all(|t| installed(t));
+    if !(tools && is_root()) {
+        assert!(std::env::var("CI").is_err(), "CI=true but E8 cannot run: root {}, nft/tc/ip {tools}", is_root());
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "skipped: E8 needs root and nft, tc and ip (scripts/install-net-tools)");
+        return false;
+    }
+    true
+}
+
+/// This run's network namespaces still present.
+fn namespaces_of(pid: u32) -> Vec<String> {
+    let out = std::process::Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&format!("iomux-e8-{pid}-")))
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn a_tiny_run_checks_every_byte_and_reclaims_vanished_peers() {
+    if !can_run() {
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("iomux-e8-{}-tiny", std::process::id()));
+    let args = ["faults", "--profiles", "loss1,vanished", "--backends", "epoll", "--conns", "3", "--per-conn", "10"];
+    let json = bench(&[&args[..], &["--vanishing", "10"]].concat(), &out, "faults");
+    assert!(json["unmeasurable"].as_array().unwrap().is_empty(), "{}", json["unmeasurable"]);
+    for t in json["takes"].as_array().unwrap() {
+        let v = &t["value"];
+        match t["arm"]["profile"].as_str().unwrap() {
+            "loss1" => {
+                assert_eq!(v["bytes_checked"], 3 * 10 * 100, "every byte echoed and checked: {t}");
+                assert_eq!(v["mismatches"], 0, "{t}");
+                assert_eq!(v["unanswered"], 0, "{t}");
+            }
+            "vanished" => {
+                assert_eq!(v["vanished"], 10, "the server closed each as vanished: {t}");
+                assert_eq!(v["left_open"], 0, "{t}");
+                assert!(v["reclaim_s"].as_f64().unwrap() < 10.0, "keepalive 1 s reclaims in about 4 s: {t}");
+            }
+            other => panic!("a profile not asked for: {other}"),
+        }
+    }
+    let claims = json["claims"].as_array().unwrap();
+    assert_eq!(claims.len(), 2, "{claims:?}");
+    for c in claims {
+        assert_eq!(c["verdict"], "holds", "{c}");
+    }
+    let md = std::fs::read_to_string(out.join("faults.md")).unwrap();
+    assert!(md.contains("nftables numgen random drop"), "the page names each profile's mechanism: {md}");
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
+fn an_interrupted_run_leaves_no_namespace_behind() {
+    if !can_run() {
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("iomux-e8-{}-interrupted", std::process::id()));
+    let mut run = iomux()
+        .args(["bench", "faults", "--profiles", "vanished", "--backends", "epoll", "--keepalive", "30", "--out"])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run iomux");
+    let pid = run.id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while namespaces_of(pid).len() < 2 {
+        assert!(Instant::now() < deadline, "the run made no namespaces in 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGINT) }, 0);
+    let status = run.wait().expect("wait");
+    assert!(!status.success(), "interrupted: {status}");
+    assert_eq!(namespaces_of(pid), Vec::<String>::new(), "namespaces left behind");
+    std::fs::remove_dir_all(&out).ok();
+}
+
+#[test]
+fn bad_flags_are_refused_before_anything_runs() {
+    refuses(
+        "faults",
+        &[
+            (&["--conns", "0"], "at least 1"),
+            (&["--profiles", "earthquake"], "earthquake"),
+            (&["--keepalive", "0"], "keepalive"),
+        ],
+    );
+}
