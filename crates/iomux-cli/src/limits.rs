@@ -234,16 +234,13 @@ pub fn check(need: &Need, k: &Kernel) -> Vec<Finding> {
     } else {
         format!("sysctl -w net.ipv4.tcp_mem=\"{} {} {high}\"", high / 2, high * 3 / 4)
     };
-    if let Some(tcp_mem) = k.tcp_mem {
-        push(
-            "net.ipv4.tcp_mem (high, pages)",
-            tcp_mem[2],
-            pages,
-            // Above its high mark the stack refuses socket memory: sends stall.
-            true,
-            false,
-            tcp_fix,
-        );
+    // Above its high mark the stack refuses socket memory: sends stall.
+    // Unreadable inside a network namespace: the host's applies, unknown
+    // here, so it is advice, not a block.
+    let known = k.tcp_mem.is_some();
+    let at = push("net.ipv4.tcp_mem (high, pages)", k.tcp_mem.map_or(0, |m| m[2]), pages, known, !known, tcp_fix);
+    if !known {
+        out[at].current = "unknown in this network namespace (the host's applies)".into();
     }
     if let Some((at, text)) = ports_at {
         out[at].current = text;

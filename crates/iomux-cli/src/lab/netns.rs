@@ -26,6 +26,9 @@ pub enum Side {
 
 /// Namespaces this process made and has not removed yet.
 static LIVE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// Set (under LIVE's lock) when a signal ends the run: no namespace is
+/// made after the handler took the list.
+static STOPPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 pub struct Net {
     server: String,
@@ -75,7 +78,13 @@ fn remove_on_signals() {
         let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else { return };
         std::thread::spawn(move || {
             if let Some(signal) = signals.forever().next() {
-                let names = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
+                let names = LIVE
+                    .lock()
+                    .map(|l| {
+                        STOPPING.store(true, std::sync::atomic::Ordering::SeqCst);
+                        l.clone()
+                    })
+                    .unwrap_or_default();
                 for name in &names {
                     remove(name);
                 }
@@ -106,8 +115,14 @@ pub fn unavailable() -> Option<String> {
         return Some("needs root (network namespaces, tc and nft)".into());
     }
     let missing: Vec<&str> = ["ip", "tc", "nft"].into_iter().filter(|t| !tool_present(t)).collect();
-    (!missing.is_empty())
-        .then(|| format!("{} not installed (scripts/install-net-tools brings them)", missing.join(", ")))
+    if !missing.is_empty() {
+        return Some(format!("{} not installed (scripts/install-net-tools brings them)", missing.join(", ")));
+    }
+    // Root without CAP_SYS_ADMIN (a container) cannot make namespaces.
+    let probe = format!("{PREFIX}{}-probe", std::process::id());
+    let made = run(Command::new("ip").args(["netns", "add", &probe]), None);
+    remove(&probe);
+    made.err().map(|e| format!("cannot make a network namespace here: {e}"))
 }
 
 pub fn tool_present(tool: &str) -> bool {
@@ -135,11 +150,16 @@ impl Net {
     pub fn create() -> CliResult<Net> {
         remove_stale();
         remove_on_signals();
-        let pid = std::process::id();
-        let net = Net { server: format!("{PREFIX}{pid}-s"), client: format!("{PREFIX}{pid}-c") };
+        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let (pid, k) = (std::process::id(), MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let net = Net { server: format!("{PREFIX}{pid}-{k}-s"), client: format!("{PREFIX}{pid}-{k}-c") };
         for name in [&net.server, &net.client] {
+            let mut live = LIVE.lock().map_err(|_| "namespace list poisoned")?;
+            if STOPPING.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err("stopping".into());
+            }
             run(Command::new("ip").args(["netns", "add", name]), None)?;
-            LIVE.lock().map_err(|_| "namespace list poisoned")?.push(name.clone());
+            live.push(name.clone());
         }
         let (s, c) = (net.server.as_str(), net.client.as_str());
         let steps: [&[&str]; 9] = [
@@ -166,10 +186,21 @@ impl Net {
         }
     }
 
-    /// `program args` run inside `side`'s namespace.
+    /// `program args` run inside `side`'s namespace. It dies with the
+    /// bench (PR_SET_PDEATHSIG survives `ip netns exec`'s exec): never a
+    /// server or load left running in a namespace nobody can name.
     pub fn command(&self, side: Side, program: &std::ffi::OsStr) -> Command {
+        use std::os::unix::process::CommandExt;
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", self.name(side)]).arg(program);
+        // SAFETY: the closure runs in the child between fork and exec and
+        // makes one async-signal-safe call (prctl).
+        unsafe {
+            cmd.pre_exec(|| {
+                rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+                    .map_err(std::io::Error::from)
+            });
+        }
         cmd
     }
 
@@ -211,6 +242,26 @@ impl Net {
             .map_err(|e| format!("reading /proc/net/snmp in {}: {e}", self.name(side)))?;
         crate::os::counter(&String::from_utf8_lossy(&out.stdout), "Tcp:", "RetransSegs")
             .ok_or_else(|| format!("no Tcp RetransSegs in /proc/net/snmp of {}", self.name(side)).into())
+    }
+}
+
+impl Net {
+    /// Bytes `side`'s end of the link has received (frames, headers
+    /// included): the kernel's counter of the veth device.
+    pub fn rx_bytes(&self, side: Side) -> CliResult<u64> {
+        let dev = match side {
+            Side::Server => SERVER_DEV,
+            Side::Client => CLIENT_DEV,
+        };
+        let path = format!("/sys/class/net/{dev}/statistics/rx_bytes");
+        // /sys shows the devices of the namespace it was mounted in: read
+        // it from a process inside.
+        let out = Command::new("ip")
+            .args(["netns", "exec", self.name(side), "cat", &path])
+            .output()
+            .map_err(|e| format!("reading {path} in {}: {e}", self.name(side)))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.trim().parse().map_err(|_| format!("{path} in {}: not a number: {text:?}", self.name(side)).into())
     }
 }
 

@@ -52,12 +52,15 @@ struct Reading {
     /// Online CPUs (the `cpuN` lines).
     cpus: f64,
     steal_s: f64,
+    /// All CPUs' softirq time (sampled once a tick): the network stack's
+    /// work, wherever it ran (ksoftirqd included).
+    softirq_s: f64,
     /// This process and its descendants, the reaped ones included.
     own_s: f64,
 }
 
-/// (idle + iowait, steal, online CPUs) from /proc/stat, whose first line
-/// is `cpu user nice system idle iowait irq softirq steal ...`.
+/// (idle + iowait, steal, softirq, online CPUs) from /proc/stat, whose
+/// first line is `cpu user nice system idle iowait irq softirq steal ...`.
 ///
 /// Busy time is taken as the wall time of every CPU minus idle, not as the
 /// sum of user, system and the rest: on a tickless kernel idle and iowait
@@ -67,13 +70,13 @@ struct Reading {
 /// showed 4-16% busy by the tick fields while its two processes used 80%
 /// of a CPU by their own exact clocks: the bench's own work then turned
 /// into "others" in the next second's sums.
-fn machine_idle() -> Option<(f64, f64, f64)> {
+fn machine_idle() -> Option<(f64, f64, f64, f64)> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let line = stat.lines().find(|l| l.starts_with("cpu "))?;
     let f: Vec<f64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
     let field = |i: usize| f.get(i).copied().unwrap_or(0.0);
     let cpus = stat.lines().filter(|l| l.starts_with("cpu") && !l.starts_with("cpu ")).count();
-    Some(((field(3) + field(4)) * TICK_S, field(7) * TICK_S, cpus as f64))
+    Some(((field(3) + field(4)) * TICK_S, field(7) * TICK_S, field(6) * TICK_S, cpus as f64))
 }
 
 /// One /proc/PID/stat: its parent, its own CPU seconds (user + system,
@@ -146,8 +149,8 @@ fn tree_cpu_s(root: u32) -> f64 {
 
 fn read_now() -> Option<Reading> {
     let own_s = tree_cpu_s(std::process::id());
-    let (idle_s, steal_s, cpus) = machine_idle()?;
-    Some(Reading { at: Instant::now(), idle_s, cpus, steal_s, own_s })
+    let (idle_s, steal_s, softirq_s, cpus) = machine_idle()?;
+    Some(Reading { at: Instant::now(), idle_s, cpus, steal_s, softirq_s, own_s })
 }
 
 /// What others used over one stretch of time.
@@ -157,6 +160,10 @@ pub struct Noise {
     /// Others' CPU seconds per second (1.0 = a whole CPU), steal included.
     pub other_cpu_share: f64,
     pub steal_share: f64,
+    /// Of others' share, softirq time: network work, which an experiment
+    /// whose own traffic causes it may count as its own (E8).
+    #[serde(default)]
+    pub softirq_share: f64,
     /// The busiest one-second window's share.
     pub peak_other_cpu_share: f64,
     /// When that window began, in seconds from the experiment's start: to
@@ -200,6 +207,7 @@ impl Noise {
             seconds: secs,
             other_cpu_share: mean,
             steal_share: (last.steal_s - first.steal_s) / secs,
+            softirq_share: (last.softirq_s - first.softirq_s) / secs,
             peak_other_cpu_share: peak,
             peak_at_s,
             own_cpu_share: (last.own_s - first.own_s) / secs,
@@ -295,7 +303,7 @@ mod tests {
     /// A reading of a 2-CPU machine that has been busy `busy_s` in all.
     fn at(base: Instant, ms: u64, busy_s: f64, own_s: f64) -> Reading {
         let idle_s = 2.0 * ms as f64 / 1000.0 - busy_s;
-        Reading { at: base + Duration::from_millis(ms), idle_s, cpus: 2.0, steal_s: 0.0, own_s }
+        Reading { at: base + Duration::from_millis(ms), idle_s, cpus: 2.0, steal_s: 0.0, softirq_s: 0.0, own_s }
     }
 
     #[test]
@@ -332,8 +340,15 @@ mod tests {
         let t = Instant::now();
         let r = [
             // 2 s on 2 CPUs, 2.4 s idle: 1.6 s busy, of it 0.6 s stolen.
-            Reading { at: t, idle_s: 0.0, cpus: 2.0, steal_s: 0.0, own_s: 0.0 },
-            Reading { at: t + Duration::from_secs(2), idle_s: 2.4, cpus: 2.0, steal_s: 0.6, own_s: 1.0 },
+            Reading { at: t, idle_s: 0.0, cpus: 2.0, steal_s: 0.0, softirq_s: 0.0, own_s: 0.0 },
+            Reading {
+                at: t + Duration::from_secs(2),
+                idle_s: 2.4,
+                cpus: 2.0,
+                steal_s: 0.6,
+                softirq_s: 0.2,
+                own_s: 1.0,
+            },
         ];
         let n = Noise::from_readings(&r).unwrap();
         assert!((n.other_cpu_share - 0.3).abs() < 1e-9 && (n.steal_share - 0.3).abs() < 1e-9, "{n:?}");

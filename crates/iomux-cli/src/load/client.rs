@@ -346,10 +346,27 @@ impl Client {
                         self.active.push(id);
                     }
                 }
-                Err(e) => self.connect_failed(&e.into()),
+                Err(e) => {
+                    self.connect_failed(&e.into());
+                    if active {
+                        self.give_up_quota(0);
+                    }
+                }
             }
         }
         self.maybe_start(io);
+    }
+
+    /// --per-conn: what an active connection that sent `sent` messages
+    /// will never send (it failed to connect, or closed early) leaves the
+    /// quota, so that the others' last messages still end the run.
+    fn give_up_quota(&mut self, sent: u64) {
+        if let (Some(k), Some(q)) = (self.plan.per_conn, &mut self.quota_left) {
+            *q = q.saturating_sub(k.saturating_sub(sent));
+            if *q == 0 {
+                self.sending = false;
+            }
+        }
     }
 
     /// A connection is established or has failed: the setup lasts until the last one.
@@ -676,11 +693,17 @@ impl Handler for Client {
         if c.active {
             self.open_active -= 1;
         }
+        if c.active && !self.finishing {
+            self.give_up_quota(c.next_seq);
+        }
         match reason {
             CloseReason::ConnectFailed(e) => {
                 self.opening -= 1;
                 self.connect_failed(e);
                 self.maybe_start(io);
+                if self.started && !self.sending && self.in_flight == 0 {
+                    self.end(io);
+                }
             }
             _ if self.finishing => {}
             CloseReason::Shutdown => {
@@ -697,14 +720,13 @@ impl Handler for Client {
                 if self.report.first_error.is_none() {
                     self.report.first_error = Some(format!("connection {} closed by the server: {reason:?}", c.number));
                 }
-                // --per-conn: what it will never send leaves the quota, so
-                // that the others' last messages still end the run.
-                if let (Some(k), Some(q), true) = (self.plan.per_conn, &mut self.quota_left, c.active) {
-                    *q = q.saturating_sub(k.saturating_sub(c.next_seq));
-                }
-                if self.started && (self.open_active == 0 || self.quota_left == Some(0)) {
-                    // Nothing more will be sent: no active connection left
-                    // (whatever idle ones remain), or no message left.
+                // No active connection left (whatever idle ones remain):
+                // nothing more will be sent or answered. A run of idle
+                // connections alone goes on while any is open (each close
+                // is counted). With messages still awaited elsewhere, the
+                // last echo ends the run (on_data).
+                let no_active_left = self.plan.conns > 0 && self.open_active == 0;
+                if self.started && (no_active_left || (!self.sending && self.in_flight == 0)) {
                     self.end(io);
                 }
             }

@@ -91,7 +91,7 @@ const VANISHING: usize = 200;
 const STALL_S: f64 = 20.0;
 /// E3 on the LAN: senders, and seconds of sending.
 const SINK_SENDERS: usize = 40;
-const SINK_S: f64 = 3.0;
+const SINK_S: f64 = 4.0;
 /// E2 on the LAN: active connections, idle ones, round trips.
 const IDLE_ACTIVE: usize = 10;
 const IDLE_Z: usize = 1000;
@@ -175,27 +175,32 @@ pub struct Sample {
     resets: u64,
     unanswered: u64,
     connect_errors: u64,
-    p50_us: f64,
-    p99_us: f64,
-    p999_us: f64,
-    max_us: f64,
+    // None where not measured (no echoes; a killed server's CPU).
+    p50_us: Option<f64>,
+    p99_us: Option<f64>,
+    p999_us: Option<f64>,
+    max_us: Option<f64>,
     /// Segments the kernel retransmitted, both namespaces.
     retransmits: u64,
-    server_cpu_s: f64,
+    server_cpu_s: Option<f64>,
     /// Connections closed because their peer vanished (the server's count,
     /// or the load's in server-vanished).
     vanished: u64,
     /// Seconds from the end of the load (or the peers' vanishing) until the
-    /// side that must let go holds none of the connections; infinite when
-    /// some were still open at the limit.
+    /// side that must let go holds none of the connections; the limit of
+    /// the wait when some were still open (`left_open` counts them).
     reclaim_s: f64,
     left_open: u64,
-    /// lan-sink: the bytes the server read, in Mbit/s of the load's time.
+    /// 1 when the load did not end within its limit and was killed.
     #[serde(default)]
-    sink_mbit_s: f64,
+    hung: u64,
+    /// lan-sink: the link's rate into the server while every sender is
+    /// busy, in Mbit/s of frames (headers included, as a NIC counts).
+    #[serde(default)]
+    sink_mbit_s: Option<f64>,
     /// lan-idle: seconds for the round trips.
     #[serde(default)]
-    seconds: f64,
+    seconds: Option<f64>,
 }
 
 impl Sample {
@@ -203,14 +208,28 @@ impl Sample {
     /// profile must never cause. Under injected resets, a reset connection
     /// loses what it had in flight by design: only corruption counts.
     fn failures(&self, profile: Profile) -> u64 {
+        let never = self.mismatches + self.left_open + self.hung;
         match profile {
-            Profile::Resets => self.mismatches,
-            _ => self.mismatches + self.unanswered + self.closed_early + self.connect_errors,
+            Profile::Resets => never,
+            _ => never + self.unanswered + self.closed_early + self.connect_errors,
         }
     }
 }
 
 pub struct Faults;
+
+/// Why `arm`'s server cannot hold its connections: select watches only
+/// fd numbers below FD_SETSIZE (the server's own few descriptors besides).
+fn cannot_hold(p: &Params, arm: Arm) -> Option<String> {
+    let conns = match arm.profile {
+        Profile::LanIdle => IDLE_Z + IDLE_ACTIVE,
+        Profile::LanSink => SINK_SENDERS,
+        Profile::Vanished | Profile::ServerVanished => p.vanishing,
+        _ => p.conns,
+    };
+    (arm.backend == Backend::Select && conns + 8 > iomux::poller::FD_SETSIZE)
+        .then(|| format!("select: {conns} connections need fd numbers past FD_SETSIZE ({})", iomux::poller::FD_SETSIZE))
+}
 
 fn vanishing(profile: Profile) -> bool {
     matches!(profile, Profile::Vanished | Profile::ServerVanished)
@@ -332,6 +351,8 @@ impl Experiment for Faults {
         ],
         needs: &["nft", "tc", "ip"],
     };
+    /// The emulated links' work (tbf, nftables, veth) runs in softirq.
+    const NETWORK_IS_OWN: bool = true;
     const PUBLISHED: &'static str = "nothing: the documents measured on a clean LAN (E2's 100 Mbit LAN, E3's sink at \
                                      97.95 Mbit/s, NIC-bound); this experiment adds the faults a server meets.";
 
@@ -387,7 +408,17 @@ impl Experiment for Faults {
         };
         let mut specs = Vec::new();
         for &profile in p.profiles.iter().filter(|&&pr| emulated(pr)) {
-            let arms: Vec<Arm> = p.backends.iter().map(|&backend| Arm { profile, backend }).collect();
+            // Over the backends that can hold the connections (the others
+            // are n/a, with the reason, in the table).
+            let arms: Vec<Arm> = p
+                .backends
+                .iter()
+                .map(|&backend| Arm { profile, backend })
+                .filter(|&a| cannot_hold(p, a).is_none())
+                .collect();
+            if arms.is_empty() {
+                continue; // nothing to judge it on: every cell is n/a
+            }
             let of_round = arms.clone();
             if profile == Profile::LanIdle {
                 continue; // a figure beside E2's, no threshold of its own
@@ -395,13 +426,14 @@ impl Experiment for Faults {
             if profile == Profile::LanSink {
                 specs.push(
                     Spec::iomux(
-                        "lan-sink: Mbit/s read by a server that only reads, over 100 Mbit/s, slowest backend",
+                        "lan-sink: Mbit/s of frames (headers included) on the 100 Mbit/s link into a server that only \
+                         reads, slowest backend",
                         Needed::AtLeast(90.0),
                         arms,
                         move |r: &RoundView<Arm, Sample>| {
                             of_round
                                 .iter()
-                                .map(|a| r.get(a).map(|s| s.sink_mbit_s))
+                                .map(|a| r.get(a).and_then(|s| s.sink_mbit_s))
                                 .try_fold(f64::INFINITY, |m, v| Some(m.min(v?)))
                         },
                     )
@@ -443,8 +475,13 @@ impl Experiment for Faults {
 
     fn metrics() -> Vec<Metric<Sample>> {
         vec![
-            Metric { name: "p99 latency", unit: "us", higher_is_better: false, get: |s| s.p99_us },
-            Metric { name: "server CPU", unit: "s", higher_is_better: false, get: |s| s.server_cpu_s },
+            Metric { name: "p99 latency", unit: "us", higher_is_better: false, get: |s| s.p99_us.unwrap_or(f64::NAN) },
+            Metric {
+                name: "server CPU",
+                unit: "s",
+                higher_is_better: false,
+                get: |s| s.server_cpu_s.unwrap_or(f64::NAN),
+            },
             Metric { name: "reclaim", unit: "s", higher_is_better: false, get: |s| s.reclaim_s },
         ]
     }
@@ -468,16 +505,8 @@ impl Experiment for Faults {
             None => Net::create()?,
         };
         let mut measure = |a: &Arm| -> Measured<Sample> {
-            // select: every fd number must be below FD_SETSIZE.
-            if a.profile == Profile::LanIdle
-                && a.backend == Backend::Select
-                && IDLE_Z + IDLE_ACTIVE + 8 > iomux::poller::FD_SETSIZE
-            {
-                return Ok(Err(format!(
-                    "select: {} connections need fd numbers past FD_SETSIZE ({})",
-                    IDLE_Z + IDLE_ACTIVE,
-                    iomux::poller::FD_SETSIZE
-                )));
+            if let Some(why) = cannot_hold(p, *a) {
+                return Ok(Err(why));
             }
             let faults = match setting(a.profile, p.netem) {
                 Ok(f) => f,
@@ -486,8 +515,11 @@ impl Experiment for Faults {
             net.set_faults(Side::Server, faults.qdisc.as_deref(), faults.server_rules.as_deref())?;
             net.set_faults(Side::Client, faults.qdisc.as_deref(), faults.client_rules.as_deref())?;
             let sample = match a.profile {
-                Profile::Vanished => clients_vanish(&net, p, a.backend),
-                Profile::ServerVanished => server_vanishes(&net, p, a.backend),
+                // Namespaces of their own: thousands of vanished sockets
+                // still closing (their FINs dropped) would retransmit into
+                // the next cell once the rules are gone.
+                Profile::Vanished => clients_vanish(&Net::create()?, p, a.backend),
+                Profile::ServerVanished => server_vanishes(&Net::create()?, p, a.backend),
                 Profile::LanSink => sink_cell(&net, a.backend),
                 Profile::LanIdle => idle_cell(&net, a.backend),
                 _ => echo_cell(&net, p, a.backend),
@@ -574,11 +606,11 @@ impl Experiment for Faults {
                     format!("{} ({})", total(|s| s.closed_early), total(|s| s.resets)),
                     total(|s| s.unanswered),
                     total(|s| s.retransmits),
-                    med(|s| s.p50_us),
-                    med(|s| s.p99_us),
-                    med(|s| s.p999_us),
-                    med(|s| s.max_us),
-                    med(|s| s.server_cpu_s),
+                    med(|s| s.p50_us.unwrap_or(f64::NAN)),
+                    med(|s| s.p99_us.unwrap_or(f64::NAN)),
+                    med(|s| s.p999_us.unwrap_or(f64::NAN)),
+                    med(|s| s.max_us.unwrap_or(f64::NAN)),
+                    med(|s| s.server_cpu_s.unwrap_or(f64::NAN)),
                     total(|s| s.vanished),
                     med(|s| s.reclaim_s),
                     total(|s| s.left_open),
@@ -623,9 +655,9 @@ fn lan_table(env: &Envelope<Params, Arm, Sample>, view: &mut View) -> Option<Tab
         };
         let row = vec![
             backend.to_string(),
-            cell(Profile::LanSink, sink, |s| s.sink_mbit_s),
-            cell(Profile::LanIdle, idle, |s| s.seconds),
-            cell(Profile::LanIdle, idle, |s| s.p99_us),
+            cell(Profile::LanSink, sink, |s| s.sink_mbit_s.unwrap_or(f64::NAN)),
+            cell(Profile::LanIdle, idle, |s| s.seconds.unwrap_or(f64::NAN)),
+            cell(Profile::LanIdle, idle, |s| s.p99_us.unwrap_or(f64::NAN)),
         ];
         table.rows.push(row);
     }
@@ -639,7 +671,12 @@ fn plot(env: &Envelope<Params, Arm, Sample>) -> CliResult<Option<String>> {
     let echo: Vec<Profile> = p.profiles.iter().copied().filter(|&pr| !vanishing(pr) && !rerun(pr)).collect();
     type Get = fn(&Sample) -> f64;
     let (profiles, get, title, y): (Vec<Profile>, Get, &str, &str) = match echo.is_empty() {
-        false => (echo, |s| s.p99_us / 1000.0, "E8: p99 echo latency under each profile", "p99 latency (ms)"),
+        false => (
+            echo,
+            |s| s.p99_us.map_or(f64::NAN, |us| us / 1000.0),
+            "E8: p99 echo latency under each profile",
+            "p99 latency (ms)",
+        ),
         true => (
             p.profiles.iter().copied().filter(|&pr| vanishing(pr)).collect(),
             |s| s.reclaim_s,
@@ -701,14 +738,16 @@ impl LoadChild {
         sockets(self.child.id())
     }
 
-    /// Waits up to `limit` for the load to end, then reads its result.
-    fn finish(mut self, limit: Duration) -> CliResult<LoadResult> {
+    /// Waits up to `limit` for the load to end, then reads its result;
+    /// None when it had to be killed (its own --timeout ends a stalled
+    /// run: this limit only catches a load that hangs).
+    fn finish(mut self, limit: Duration) -> CliResult<Option<LoadResult>> {
         let deadline = Instant::now() + limit;
         while self.child.try_wait()?.is_none() {
             if Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                return Err(format!("iomux load did not end within {} s", limit.as_secs()).into());
+                eprintln!("faults: iomux load did not end within {} s: killed, counted as hung", limit.as_secs());
+                self.kill();
+                return Ok(None);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -719,7 +758,7 @@ impl LoadChild {
             let last = said.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("nothing on stderr");
             format!("iomux load in the client's namespace wrote no result: {}", last.trim())
         })?;
-        Ok(serde_json::from_str(&text)?)
+        Ok(Some(serde_json::from_str(&text)?))
     }
 
     fn remove_files(&self) {
@@ -727,10 +766,19 @@ impl LoadChild {
         let _ = std::fs::remove_file(&self.said);
     }
 
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn kill(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
         self.remove_files();
+    }
+}
+
+/// A load dropped is killed (the clients gone at once) and its files removed.
+impl Drop for LoadChild {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
@@ -744,7 +792,7 @@ fn sockets(pid: u32) -> usize {
 }
 
 /// Polls `count` until it is at most `target` or `limit` passes: the
-/// seconds it took (infinite if it never got there) and what was left.
+/// seconds it took (the limit if it never got there) and what was left.
 fn wait_down(count: impl Fn() -> usize, target: usize, limit: Duration) -> (f64, u64) {
     let start = Instant::now();
     loop {
@@ -753,7 +801,7 @@ fn wait_down(count: impl Fn() -> usize, target: usize, limit: Duration) -> (f64,
             return (start.elapsed().as_secs_f64(), 0);
         }
         if start.elapsed() > limit {
-            return (f64::INFINITY, (now - target) as u64);
+            return (limit.as_secs_f64(), (now - target) as u64);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -773,7 +821,9 @@ fn server_flags(keepalive: u16) -> Vec<String> {
 
 /// Echo through the profile's faults: every byte checked.
 fn echo_cell(net: &Net, p: &Params, backend: Backend) -> CliResult<Sample> {
-    let server = ServerChild::start_in(net, backend, "echo", &server_flags(0))?;
+    // With keepalive, as deployed: a connection the faults left half-open
+    // (a reset that reached only the client) is reclaimed too.
+    let server = ServerChild::start_in(net, backend, "echo", &server_flags(p.keepalive_s))?;
     let own = sockets(server.pid);
     let mut args = server.load_args(cell::LOAD_BACKEND, cell::cpus().1);
     args.conns = p.conns;
@@ -781,9 +831,11 @@ fn echo_cell(net: &Net, p: &Params, backend: Backend) -> CliResult<Sample> {
     args.msg_size = p.msg_size;
     args.timeout = STALL_S;
     let before = retransmits(net)?;
-    let result = LoadChild::start(net, &args)?.finish(Duration::from_secs(600))?;
+    let Some(result) = LoadChild::start(net, &args)?.finish(Duration::from_secs(600))? else {
+        return Ok(Sample { hung: 1, ..Sample::default() });
+    };
     let retrans = retransmits(net)?.saturating_sub(before);
-    let reclaim = wait_down(|| sockets(server.pid), own, Duration::from_secs(30));
+    let reclaim = wait_down(|| sockets(server.pid), own, Duration::from_secs_f64(p.reclaim_bound_s * 3.0));
     with_server(server, retrans, reclaim, echoed(&result))
 }
 
@@ -792,13 +844,20 @@ fn echo_cell(net: &Net, p: &Params, backend: Backend) -> CliResult<Sample> {
 fn with_server(server: ServerChild, retransmits: u64, reclaim: (f64, u64), rest: Sample) -> CliResult<Sample> {
     let stats = server.stop()?.typed;
     let (reclaim_s, left_open) = reclaim;
-    Ok(Sample { retransmits, server_cpu_s: stats.cpu_s(), vanished: stats.vanished, reclaim_s, left_open, ..rest })
+    Ok(Sample {
+        retransmits,
+        server_cpu_s: Some(stats.cpu_s()),
+        vanished: stats.vanished,
+        reclaim_s,
+        left_open,
+        ..rest
+    })
 }
 
 /// What an echo load's result says: echoes, checked bytes, errors by
 /// name, latency.
 fn echoed(result: &LoadResult) -> Sample {
-    let latency = |f: fn(&crate::load::result::Latency) -> f64| result.latency.as_ref().map_or(f64::NAN, f);
+    let latency = |f: fn(&crate::load::result::Latency) -> f64| result.latency.as_ref().map(f);
     let e = &result.errors;
     Sample {
         echoes: result.echoes,
@@ -823,8 +882,24 @@ fn sink_cell(net: &Net, backend: Backend) -> CliResult<Sample> {
     args.conns = SINK_SENDERS;
     args.mode = crate::load::LoadMode::Sink;
     args.duration = Some(SINK_S);
+    let own = sockets(server.pid);
     let before = retransmits(net)?;
-    let result = LoadChild::start(net, &args)?.finish(Duration::from_secs(120))?;
+    let start = Instant::now();
+    let load = LoadChild::start(net, &args)?;
+    // The link's rate while every sender is busy: the server end's frames
+    // from 1 s in (connected, windows open) to half a second before the
+    // senders stop (their buffers still drain after that).
+    let at =
+        |s: f64| std::thread::sleep((start + Duration::from_secs_f64(s)).saturating_duration_since(Instant::now()));
+    at(1.0);
+    let (from, bytes_from) = (Instant::now(), net.rx_bytes(Side::Server)?);
+    at(SINK_S - 0.5);
+    let (to, bytes_to) = (Instant::now(), net.rx_bytes(Side::Server)?);
+    let link_mbit_s = (bytes_to - bytes_from) as f64 * 8.0 / to.duration_since(from).as_secs_f64() / 1e6;
+    let Some(result) = load.finish(Duration::from_secs(120))? else {
+        return Ok(Sample { hung: 1, ..Sample::default() });
+    };
+    let (_, left_open) = wait_down(|| sockets(server.pid), own, Duration::from_secs(30));
     let retrans = retransmits(net)?.saturating_sub(before);
     let stats = server.stop()?.typed;
     let e = &result.errors;
@@ -832,8 +907,9 @@ fn sink_cell(net: &Net, backend: Backend) -> CliResult<Sample> {
         closed_early: e.unexpected_closes,
         connect_errors: e.connect.values().sum(),
         retransmits: retrans,
-        server_cpu_s: stats.cpu_s(),
-        sink_mbit_s: stats.bytes_in as f64 * 8.0 / result.seconds.max(1e-9) / 1e6,
+        server_cpu_s: Some(stats.cpu_s()),
+        sink_mbit_s: Some(link_mbit_s),
+        left_open,
         ..Sample::default()
     })
 }
@@ -846,9 +922,11 @@ fn idle_cell(net: &Net, backend: Backend) -> CliResult<Sample> {
     args.idle = IDLE_Z;
     args.requests = Some(IDLE_ROUND_TRIPS);
     args.timeout = STALL_S;
-    let result = LoadChild::start(net, &args)?.finish(Duration::from_secs(300))?;
+    let Some(result) = LoadChild::start(net, &args)?.finish(Duration::from_secs(300))? else {
+        return Ok(Sample { hung: 1, ..Sample::default() });
+    };
     let stats = server.stop()?.typed;
-    Ok(Sample { server_cpu_s: stats.cpu_s(), seconds: result.seconds, ..echoed(&result) })
+    Ok(Sample { server_cpu_s: Some(stats.cpu_s()), seconds: Some(result.seconds), ..echoed(&result) })
 }
 
 /// A load holding `p.vanishing` idle connections to `server`, started
@@ -863,11 +941,11 @@ fn hold(net: &Net, p: &Params, server: &ServerChild, keepalive: u16) -> CliResul
     let load = LoadChild::start(net, &args)?;
     let deadline = Instant::now() + Duration::from_secs(120);
     while sockets(server.pid) < own + p.vanishing {
-        if Instant::now() > deadline {
-            load.kill();
+        if Instant::now() > deadline || !std::path::Path::new(&format!("/proc/{}", server.pid)).exists() {
+            drop(load);
             return Err(format!(
-                "the server accepted only {} of {} connections in 120 s",
-                sockets(server.pid) - own,
+                "the server accepted only {} of {} connections in 120 s (or died)",
+                sockets(server.pid).saturating_sub(own),
                 p.vanishing
             )
             .into());
@@ -885,7 +963,7 @@ fn clients_vanish(net: &Net, p: &Params, backend: Backend) -> CliResult<Sample> 
     let load = hold(net, p, &server, 0)?;
     let before = retransmits(net)?;
     net.set_faults(Side::Client, None, Some(DROP_ALL))?;
-    load.kill();
+    drop(load); // the clients close: their FIN is dropped
     let limit = Duration::from_secs_f64(p.reclaim_bound_s * 3.0);
     let reclaim = wait_down(|| sockets(server.pid), own, limit);
     let retrans = retransmits(net)?.saturating_sub(before);
@@ -900,16 +978,16 @@ fn server_vanishes(net: &Net, p: &Params, backend: Backend) -> CliResult<Sample>
     let before = retransmits(net)?;
     net.set_faults(Side::Server, None, Some(DROP_ALL))?;
     drop(server); // killed: the host is gone
-    let server_cpu_s = f64::NAN;
     let limit = Duration::from_secs_f64(p.reclaim_bound_s * 3.0);
     let (reclaim_s, left_open) = wait_down(|| load.sockets(), 0, limit);
     let retrans = retransmits(net)?.saturating_sub(before);
-    let result = load.finish(Duration::from_secs(10))?;
+    let Some(result) = load.finish(Duration::from_secs(10))? else {
+        return Ok(Sample { hung: 1, reclaim_s, left_open, ..Sample::default() });
+    };
     Ok(Sample {
         closed_early: result.errors.unexpected_closes,
         resets: result.errors.resets,
         retransmits: retrans,
-        server_cpu_s,
         vanished: result.errors.vanished,
         reclaim_s,
         left_open,

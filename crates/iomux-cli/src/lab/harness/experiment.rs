@@ -11,7 +11,7 @@
 use super::claim::Claim;
 use super::envelope::{self, Envelope, Figure, NoiseSummary, SCHEMA};
 use super::stats::Estimate;
-use super::trial::{Spec, Trial};
+use super::trial::{Meter, NetworkIsOwn, Spec, Trial};
 use crate::lab::{render, Outcome, Settings};
 use crate::CliResult;
 use serde::de::DeserializeOwned;
@@ -119,6 +119,10 @@ pub trait Experiment {
         settings: &Settings,
     ) -> CliResult<()>;
 
+    /// Whether the kernel's softirq time counts as the experiment's own
+    /// in the noise reading of each sample (its traffic causes it).
+    const NETWORK_IS_OWN: bool = false;
+
     /// Whether `iomux report A B` compares this arm's metrics: not for an
     /// arm run only for a count whose times mean nothing (E5's perf runs).
     fn compared(_arm: &Self::Arm) -> bool {
@@ -182,7 +186,9 @@ pub fn execute<E: Experiment>(args: &E::Args, settings: &Settings) -> CliResult<
     let params = E::plan(args, settings)?;
     let started = Instant::now();
     let specs = E::claims(&params);
-    let mut trial = Trial::new(&settings.noise, E::ENTRY.name, E::budget(&params, settings));
+    let network_is_own = NetworkIsOwn(&settings.noise);
+    let meter: &dyn Meter = if E::NETWORK_IS_OWN { &network_is_own } else { &settings.noise };
+    let mut trial = Trial::new(meter, E::ENTRY.name, E::budget(&params, settings));
     E::measure(&params, &mut trial, &specs, settings)?;
     let claims: Vec<Claim> = specs.iter().map(|s| trial.judge(s)).collect();
     let rounds = trial.rounds();
