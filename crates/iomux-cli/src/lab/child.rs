@@ -75,6 +75,12 @@ fn temp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("iomux-lab-{}-{}-{name}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)))
 }
 
+/// `iomux serve` of `backend` and `proto` on `listen`, writing its stats to `stats_path`.
+fn serve_args(backend: Backend, proto: &str, listen: &str, stats_path: &std::path::Path) -> Vec<String> {
+    let flags = ["--backend", backend.name(), "--proto", proto, "--listen", listen, "--stats-file"];
+    std::iter::once("serve").chain(flags).map(String::from).chain([stats_path.display().to_string()]).collect()
+}
+
 impl ServerChild {
     /// `iomux serve` as `procs` worker processes on one port (`--procs`;
     /// 1: one process), pinned to `cpu`; the tracer, if any, counts them all.
@@ -99,17 +105,7 @@ impl ServerChild {
         serve_flags: &[String],
     ) -> CliResult<ServerChild> {
         let stats_path = temp("stats.json");
-        let mut serve_args: Vec<String> = vec![
-            "serve".into(),
-            "--backend".into(),
-            backend.name().into(),
-            "--proto".into(),
-            proto.into(),
-            "--listen".into(),
-            "127.0.0.1:0".into(),
-            "--stats-file".into(),
-            stats_path.display().to_string(),
-        ];
+        let mut serve_args = serve_args(backend, proto, "127.0.0.1:0", &stats_path);
         if let Some(cpu) = cpu {
             serve_args.extend(["--cpu".into(), cpu.to_string()]);
         }
@@ -124,17 +120,7 @@ impl ServerChild {
     /// its address there, with more `serve_flags`.
     pub fn start_in(net: &Net, backend: Backend, proto: &str, serve_flags: &[String]) -> CliResult<ServerChild> {
         let stats_path = temp("stats.json");
-        let mut serve_args: Vec<String> = vec![
-            "serve".into(),
-            "--backend".into(),
-            backend.name().into(),
-            "--proto".into(),
-            proto.into(),
-            "--listen".into(),
-            format!("{}:0", netns::SERVER_IP),
-            "--stats-file".into(),
-            stats_path.display().to_string(),
-        ];
+        let mut serve_args = serve_args(backend, proto, &format!("{}:0", netns::SERVER_IP), &stats_path);
         serve_args.extend(serve_flags.iter().cloned());
         let what = format!("iomux serve --backend {backend} (in the server's network namespace)");
         Self::spawn(what, serve_args, Some(stats_path), None, Some(net))
