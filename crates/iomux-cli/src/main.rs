@@ -66,6 +66,10 @@ enum Command {
     /// then serves until killed.
     #[command(hide = true)]
     Peer(peer::PeerArgs),
+    /// The lab's delay line for E8 where the kernel has no netem: holds
+    /// each packet of an NFQUEUE for its delay, then accepts it.
+    #[command(hide = true)]
+    Netq(lab::netq::NetqArgs),
 }
 
 /// Parses a backend name; the error lists the valid ones.
@@ -85,6 +89,7 @@ fn main() -> ExitCode {
         Command::Limits(args) => limits::run(args),
         Command::Merge(args) => load::merge::run(args),
         Command::Peer(args) => peer::run(args),
+        Command::Netq(args) => lab::netq::run(args),
         Command::Report { dir, other: None, .. } => lab::report(&dir).map(|(path, verdicts)| {
             print!("{verdicts}");
             println!("wrote {}", path.display());

@@ -1,7 +1,9 @@
 //! `iomux bench faults` (E8) as a user runs it: as root with nft, tc and
 //! ip, a tiny run checks every echoed byte through 1% loss, has the
-//! server reclaim every connection of clients that vanished, and leaves
-//! no network namespace behind, also when interrupted.
+//! server reclaim every connection of clients that vanished, delays and
+//! reorders packets through the lab's delay line (`iomux netq`, with
+//! iptables), and leaves no network namespace behind, also when
+//! interrupted.
 
 mod lab_support;
 
@@ -44,6 +46,18 @@ fn a_tiny_run_gives_a_vanished_server_up() {
     tiny_run("server-vanished");
 }
 
+/// The WAN's 25 ms round trips and the reordering come from `iomux netq`
+/// where the kernel has no netem (as here).
+#[test]
+fn a_tiny_run_delays_and_reorders_through_the_delay_line() {
+    if can_run() && !installed("iptables") {
+        assert!(std::env::var("CI").is_err(), "CI=true but iptables (the delay line's NFQUEUE) is missing");
+        eprintln!("skipped: the delay line needs iptables (scripts/install-net-tools)");
+        return;
+    }
+    tiny_run("wan,reorder");
+}
+
 fn tiny_run(profiles: &str) {
     if !can_run() {
         return;
@@ -57,6 +71,22 @@ fn tiny_run(profiles: &str) {
         match t["arm"]["profile"].as_str().unwrap() {
             "loss1" => {
                 assert_eq!(v["bytes_checked"], 3 * 10 * 100, "every byte echoed and checked: {t}");
+                assert_eq!(v["mismatches"], 0, "{t}");
+                assert_eq!(v["unanswered"], 0, "{t}");
+            }
+            "wan" => {
+                assert_eq!(v["bytes_checked"], 3 * 10 * 100, "{t}");
+                assert_eq!(v["mismatches"], 0, "{t}");
+                // Each way held N(12.5 ms, 2.5 ms): the median round trip
+                // is 25 ms and the delay line's timers add a little.
+                let p50 = v["p50_us"].as_f64().unwrap();
+                // The median of 30 echoes is within 4 ms of it (over 4
+                // standard errors).
+                assert!((21_000.0..29_000.0).contains(&p50), "median echo {p50} us, not about 25 ms: {t}");
+                assert_eq!(v["stalled"], 0, "{t}");
+            }
+            "reorder" => {
+                assert_eq!(v["bytes_checked"], 3 * 10 * 16_384, "every byte of the 16 KB messages: {t}");
                 assert_eq!(v["mismatches"], 0, "{t}");
                 assert_eq!(v["unanswered"], 0, "{t}");
             }
@@ -74,7 +104,11 @@ fn tiny_run(profiles: &str) {
         assert_eq!(c["verdict"], "holds", "{c}");
     }
     let md = std::fs::read_to_string(out.join("faults.md")).unwrap();
-    assert!(md.contains("nftables"), "the page names each profile's mechanism: {md}");
+    let named = match profiles.contains("wan") {
+        true => md.contains("iomux netq") || md.contains("netem"),
+        false => md.contains("nftables"),
+    };
+    assert!(named, "the page names each profile's mechanism: {md}");
     std::fs::remove_dir_all(&out).ok();
 }
 

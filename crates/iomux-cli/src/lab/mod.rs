@@ -12,6 +12,7 @@ mod kernel_memory;
 mod machine;
 mod measure;
 mod netns;
+pub mod netq;
 mod noise;
 mod output;
 mod placement;

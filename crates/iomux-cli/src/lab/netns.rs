@@ -1,6 +1,7 @@
 //! A network of the lab's own for E8: two network namespaces, the server's
 //! and the client's, joined by a veth pair, with faults set inside them by
-//! `tc` (rate) and `nft` (loss, duplication, resets, a vanished peer).
+//! `tc` (rate), `nft` (loss, duplication, resets, a vanished peer) and
+//! `iomux netq` behind iptables' NFQUEUE (delay, reordering).
 //! Nothing outside the two namespaces changes. They are removed when the
 //! [`Net`] is dropped, on SIGINT or SIGTERM (a handler removes every one
 //! still registered, then exits), and, when a run was killed outright, by
@@ -33,7 +34,13 @@ static STOPPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::
 pub struct Net {
     server: String,
     client: String,
+    /// `iomux netq` of each side while a profile delays packets.
+    delay_lines: Mutex<Vec<(Side, std::process::Child)>>,
 }
+
+/// A profile's delay line: `iomux netq` with these arguments in each
+/// namespace, fed every TCP packet at the namespace's input.
+pub type Delay = crate::lab::netq::NetqArgs;
 
 /// Runs `cmd`, failing with what it printed.
 fn run(cmd: &mut Command, stdin: Option<&str>) -> CliResult<()> {
@@ -60,13 +67,18 @@ fn run(cmd: &mut Command, stdin: Option<&str>) -> CliResult<()> {
 /// Kills what runs in namespace `name`, then removes it (a name whose
 /// processes still run would only lose its name).
 fn remove(name: &str) {
-    if let Ok(out) = Command::new("ip").args(["netns", "pids", name]).stderr(Stdio::null()).output() {
-        for pid in String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
-            // SAFETY: kill(2) with a pid read from the kernel's list; no memory involved.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
+    for pid in pids(name) {
+        // SAFETY: kill(2) with a pid read from the kernel's list; no memory involved.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
     }
     let _ = Command::new("ip").args(["netns", "del", name]).stderr(Stdio::null()).status();
+}
+
+/// The processes in namespace `name`.
+fn pids(name: &str) -> Vec<i32> {
+    Command::new("ip").args(["netns", "pids", name]).stderr(Stdio::null()).output().map_or(Vec::new(), |out| {
+        String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect()
+    })
 }
 
 /// Removes every namespace still registered, then exits: the lab's
@@ -152,7 +164,11 @@ impl Net {
         remove_on_signals();
         static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let (pid, k) = (std::process::id(), MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-        let net = Net { server: format!("{PREFIX}{pid}-{k}-s"), client: format!("{PREFIX}{pid}-{k}-c") };
+        let net = Net {
+            server: format!("{PREFIX}{pid}-{k}-s"),
+            client: format!("{PREFIX}{pid}-{k}-c"),
+            delay_lines: Mutex::new(Vec::new()),
+        };
         for name in [&net.server, &net.client] {
             let mut live = LIVE.lock().map_err(|_| "namespace list poisoned")?;
             if STOPPING.load(std::sync::atomic::Ordering::SeqCst) {
@@ -205,9 +221,16 @@ impl Net {
     }
 
     /// Replaces `side`'s faults: the qdisc of its end of the link (`tc`
-    /// arguments after `qdisc replace dev DEV root`, or the default) and
-    /// its nftables ruleset (`nft -f` text, or none).
-    pub fn set_faults(&self, side: Side, qdisc: Option<&str>, rules: Option<&str>) -> CliResult<()> {
+    /// arguments after `qdisc replace dev DEV root`, or the default), its
+    /// nftables ruleset (`nft -f` text, or none) and its delay line (or
+    /// none: a running one is stopped).
+    pub fn set_faults(
+        &self,
+        side: Side,
+        qdisc: Option<&str>,
+        rules: Option<&str>,
+        delay: Option<&Delay>,
+    ) -> CliResult<()> {
         let ns = self.name(side);
         let dev = match side {
             Side::Server => SERVER_DEV,
@@ -226,11 +249,64 @@ impl Net {
                     .status();
             }
         }
+        // Also removes iptables' rules (iptables-nft keeps them in nftables).
         run(Command::new("ip").args(["netns", "exec", ns, "nft", "flush", "ruleset"]), None)?;
         if let Some(text) = rules {
             run(Command::new("ip").args(["netns", "exec", ns, "nft", "-f", "-"]), Some(text))?;
         }
+        self.stop_delay_line(side);
+        if let Some(delay) = delay {
+            self.start_delay_line(side, delay)?;
+        }
         Ok(())
+    }
+
+    /// Starts `iomux netq` in `side`'s namespace, waits until it has bound
+    /// its queue, then sends the namespace's incoming TCP through it
+    /// (iptables' NFQUEUE target: this kernel's nftables has no `queue`).
+    fn start_delay_line(&self, side: Side, delay: &Delay) -> CliResult<()> {
+        use std::io::BufRead;
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find the iomux executable: {e}"))?;
+        let mut child = self
+            .command(side, exe.as_os_str())
+            .arg("netq")
+            .args(delay.to_cli())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("starting iomux netq in {}: {e}", self.name(side)))?;
+        let mut said = String::new();
+        if let Some(out) = child.stdout.take() {
+            let _ = std::io::BufReader::new(out).read_line(&mut said);
+        }
+        if !said.starts_with("netq: bound queue") {
+            let _ = child.kill();
+            let out = child.wait_with_output().map_err(|e| format!("iomux netq in {}: {e}", self.name(side)))?;
+            return Err(format!(
+                "iomux netq in {} did not bind its queue: {}",
+                self.name(side),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )
+            .into());
+        }
+        self.delay_lines.lock().map_err(|_| "delay line list poisoned")?.push((side, child));
+        let queue = delay.queue.to_string();
+        let rule = ["-A", "INPUT", "-p", "tcp", "-j", "NFQUEUE", "--queue-num", &queue, "--queue-bypass"];
+        run(Command::new("ip").args(["netns", "exec", self.name(side), "iptables"]).args(rule), None)
+    }
+
+    /// Stops `side`'s delay line, if one runs (its rule is gone already:
+    /// held packets are dropped with the queue, as a link's would be).
+    fn stop_delay_line(&self, side: Side) {
+        let Ok(mut lines) = self.delay_lines.lock() else { return };
+        lines.retain_mut(|(of, child)| {
+            if *of == side {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            *of != side
+        });
     }
 
     /// The kernel's count of retransmitted TCP segments in `side`'s
@@ -246,6 +322,25 @@ impl Net {
 }
 
 impl Net {
+    /// Packets the delay lines' queues dropped, both namespaces: the
+    /// kernel's (queue full) and the user side's (netq too slow), from
+    /// /proc/net/netfilter/nfnetlink_queue; 0 without a delay line.
+    pub fn delay_line_drops(&self) -> CliResult<u64> {
+        let mut drops = 0;
+        for side in [Side::Server, Side::Client] {
+            let out = Command::new("ip")
+                .args(["netns", "exec", self.name(side), "cat", "/proc/net/netfilter/nfnetlink_queue"])
+                .output()
+                .map_err(|e| format!("reading nfnetlink_queue in {}: {e}", self.name(side)))?;
+            // queue, portid, waiting, copy mode, copy range, queue_dropped, user_dropped, ...
+            for row in String::from_utf8_lossy(&out.stdout).lines() {
+                let fields: Vec<u64> = row.split_whitespace().filter_map(|f| f.parse().ok()).collect();
+                drops += fields.get(5).copied().unwrap_or(0) + fields.get(6).copied().unwrap_or(0);
+            }
+        }
+        Ok(drops)
+    }
+
     /// Bytes `side`'s end of the link has received (frames, headers
     /// included): the kernel's counter of the veth device.
     pub fn rx_bytes(&self, side: Side) -> CliResult<u64> {
@@ -267,6 +362,8 @@ impl Net {
 
 impl Drop for Net {
     fn drop(&mut self) {
+        self.stop_delay_line(Side::Server);
+        self.stop_delay_line(Side::Client);
         for name in [&self.server, &self.client] {
             remove(name);
         }

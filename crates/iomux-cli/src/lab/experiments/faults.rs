@@ -1,8 +1,9 @@
 //! E8 `faults`: echo over a faulty network on every backend. Server and
 //! load run in two network namespaces of the run's own, joined by a veth
 //! pair (lab/netns.rs); each profile sets its faults there with the
-//! mechanism this kernel has (netem where it exists; else tbf for rate
-//! and nftables for loss, duplication, resets and drops). Every echoed
+//! mechanism this kernel has (netem where it exists; else tbf for rate,
+//! nftables for loss, duplication, resets and drops, and the lab's NFQUEUE
+//! delay line, `iomux netq`, for delay and reordering). Every echoed
 //! byte is checked by the load; the table gives latency, the kernel's
 //! retransmits, errors by name, server CPU, and how long the server took
 //! to let go of the connections.
@@ -18,7 +19,7 @@ use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metri
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
 use crate::lab::harness::{by_name, by_names, envelope::Envelope};
-use crate::lab::netns::{self, Net, Side};
+use crate::lab::netns::{self, Delay, Net, Side};
 use crate::lab::plot::{grouped_bars, BarSeries};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::Settings;
@@ -83,6 +84,15 @@ const QUICK_BACKENDS: [Backend; 2] = [Backend::Epoll, Backend::Uring];
 const CONNS: usize = 20;
 const PER_CONN: u64 = 100;
 const MSG_SIZE: u32 = 100;
+/// Reordering needs several segments of one flow in flight: the reorder
+/// profile's messages span a dozen.
+const REORDER_MSG_SIZE: u32 = 16_384;
+/// Linux's least retransmission timeout (TCP_RTO_MIN), added to the
+/// smoothed round trip for each timeout.
+const RTO_MIN_S: f64 = 0.2;
+/// The timeout of a connection that has measured no round trip yet, as
+/// when its handshake lost a packet (TCP_TIMEOUT_INIT, RFC 6298).
+const RTO_INIT_S: f64 = 1.0;
 /// Seconds of quiet before the first keepalive probe, in the vanished profiles.
 const KEEPALIVE_S: u16 = 1;
 /// Idle connections whose peers vanish, by default.
@@ -148,6 +158,9 @@ pub struct Params {
     emulations: Vec<Emulation>,
     /// The kernel has netem (probed in a throwaway namespace).
     netem: bool,
+    /// iptables is installed: its NFQUEUE target feeds the delay line.
+    #[serde(default)]
+    nfqueue: bool,
     /// Why nothing can run here (not root, tools missing).
     unavailable: Option<String>,
 }
@@ -194,6 +207,17 @@ pub struct Sample {
     /// 1 when the load did not end within its limit and was killed.
     #[serde(default)]
     hung: u64,
+    /// 1 when the longest echo took longer than the profile's worst
+    /// retransmission explains (`stall_bound_s`).
+    #[serde(default)]
+    stalled: u64,
+    /// That bound, in seconds.
+    #[serde(default)]
+    stall_bound_s: Option<f64>,
+    /// Packets the delay line dropped (its queue full): loss the profile
+    /// did not ask for.
+    #[serde(default)]
+    delay_line_drops: u64,
     /// lan-sink: the link's rate into the server while every sender is
     /// busy, in Mbit/s of frames (headers included, as a NIC counts).
     #[serde(default)]
@@ -208,7 +232,7 @@ impl Sample {
     /// profile must never cause. Under injected resets, a reset connection
     /// loses what it had in flight by design: only corruption counts.
     fn failures(&self, profile: Profile) -> u64 {
-        let never = self.mismatches + self.left_open + self.hung;
+        let never = self.mismatches + self.left_open + self.hung + self.stalled;
         match profile {
             Profile::Resets => never,
             _ => never + self.unanswered + self.closed_early + self.connect_errors,
@@ -241,12 +265,54 @@ fn rerun(profile: Profile) -> bool {
 }
 
 /// The faults of a profile on this machine: the qdisc of each end of the
-/// link and each namespace's nftables rules.
+/// link, each namespace's nftables rules and the delay line of both.
 #[derive(Default)]
 struct Setting {
     qdisc: Option<String>,
     server_rules: Option<String>,
     client_rules: Option<String>,
+    delay: Option<Delay>,
+}
+
+/// The echo profiles' message size.
+fn msg_size(profile: Profile, p: &Params) -> u32 {
+    match profile {
+        Profile::Reorder => REORDER_MSG_SIZE,
+        _ => p.msg_size,
+    }
+}
+
+/// The longest an echo may wait under `profile`, in seconds: the
+/// profile's slowest round trip (or the cell's median echo, when longer),
+/// plus the retransmission timeouts of the longest run of losses of one
+/// packet that the cell may meet (k losses in a row happen somewhere
+/// among n packets with chance about n p^k: k is the least with n p^k <
+/// 1%; one timeout without loss, for a queue's drop or a reordering taken
+/// for one), plus 50 ms of scheduling on a busy machine. Each timeout
+/// doubles the last; under loss the first may be a second (a handshake
+/// that lost a packet leaves the connection without a round trip).
+fn stall_bound_s(profile: Profile, p: &Params, median_echo_s: f64) -> f64 {
+    // Each direction's delay is N(12.5 ms, 2.5 ms): a round trip's is
+    // N(25 ms, 3.5 ms); 4 standard deviations cover it.
+    let wan_rtt = 0.025 + 4.0 * 0.0025 * std::f64::consts::SQRT_2;
+    let (rtt, loss): (f64, f64) = match profile {
+        Profile::Wan => (wan_rtt, 0.0),
+        // tbf's queue holds up to 20 ms each way.
+        Profile::Lan | Profile::LanIdle | Profile::LanSink => (0.040, 0.0),
+        Profile::Reorder => (0.002, 0.0),
+        Profile::Loss1 => (0.001, 0.01),
+        Profile::Loss5 => (0.001, 0.05),
+        _ => (0.001, 0.0),
+    };
+    let segments = msg_size(profile, p).div_ceil(1448).max(1) as f64;
+    let packets = p.conns as f64 * p.per_conn as f64 * segments * 2.0;
+    let mut losses = 1;
+    while loss > 0.0 && packets * loss.powi(losses) >= 0.01 {
+        losses += 1;
+    }
+    let rtt = rtt.max(median_echo_s);
+    let rto = if loss > 0.0 { RTO_INIT_S.max(RTO_MIN_S + rtt) } else { RTO_MIN_S + rtt };
+    rtt + rto * (2f64.powi(losses) - 1.0) + 0.05
 }
 
 fn drop_share(per_mille: u32) -> String {
@@ -273,20 +339,23 @@ const DROP_ALL: &str =
 const RESETS: &str = "table inet iomux_faults {\n  chain input {\n    type filter hook input priority 0; policy accept;\n    \
                       meta l4proto tcp tcp flags & syn == 0 numgen random mod 1000 < 5 counter reject with tcp reset\n  }\n}\n";
 
-fn setting(profile: Profile, netem: bool) -> Result<Setting, String> {
+fn setting(profile: Profile, netem: bool, nfqueue: bool) -> Result<Setting, String> {
     let none = Setting::default();
     let qdisc = |q: &str| Ok(Setting { qdisc: Some(q.into()), ..Setting::default() });
+    let delay = |d: Delay| Ok(Setting { delay: Some(d), ..Setting::default() });
     match (profile, netem) {
         (Profile::Lan | Profile::LanSink | Profile::LanIdle, true) => qdisc("netem delay 50us rate 100mbit"),
         (Profile::Lan | Profile::LanSink | Profile::LanIdle, false) => {
             qdisc("tbf rate 100mbit burst 32kb latency 20ms")
         }
         (Profile::Wan, true) => qdisc("netem delay 12500us 2500us distribution normal"),
-        (Profile::Reorder, true) => qdisc("netem delay 1ms reorder 25% 50%"),
-        (Profile::Wan | Profile::Reorder, false) => {
-            Err("needs netem (this kernel has none) or an NFQUEUE delay tool (not built yet: docs/notes/faults-lab.md)"
+        (Profile::Reorder, true) => qdisc("netem delay 1ms reorder 25%"),
+        (Profile::Wan | Profile::Reorder, false) if !nfqueue => {
+            Err("needs netem (this kernel has none) or iptables for the NFQUEUE delay line (scripts/install-net-tools)"
                 .into())
         }
+        (Profile::Wan, false) => delay(Delay { delay_us: 12_500, jitter_us: 2_500, ..Delay::default() }),
+        (Profile::Reorder, false) => delay(Delay { delay_us: 1_000, reorder_pct: 25.0, ..Delay::default() }),
         (Profile::Loss1, _) => {
             Ok(Setting { server_rules: Some(drop_share(10)), client_rules: Some(drop_share(10)), ..none })
         }
@@ -304,8 +373,8 @@ fn setting(profile: Profile, netem: bool) -> Result<Setting, String> {
     }
 }
 
-fn mechanism(profile: Profile, netem: bool) -> Emulation {
-    let (mechanism, caveat) = match (profile, setting(profile, netem)) {
+fn mechanism(profile: Profile, netem: bool, nfqueue: bool) -> Emulation {
+    let (mechanism, caveat) = match (profile, setting(profile, netem, nfqueue)) {
         (_, Err(why)) => (None, Some(why)),
         (Profile::Lan | Profile::LanSink | Profile::LanIdle, Ok(_)) if netem => {
             (Some("netem (rate, delay), both ends".into()), None)
@@ -314,7 +383,25 @@ fn mechanism(profile: Profile, netem: bool) -> Emulation {
             Some("tc tbf 100 Mbit/s, both ends".into()),
             Some("rate only: the 0.1 ms delay is not emulated (no netem; veth adds about 0.02 ms)".into()),
         ),
-        (Profile::Wan | Profile::Reorder, Ok(_)) => (Some("netem, both ends".into()), None),
+        (Profile::Wan | Profile::Reorder, Ok(_)) if netem => (Some("netem, both ends".into()), None),
+        (Profile::Wan, Ok(_)) => (
+            Some(
+                "iomux netq (NFQUEUE from iptables at each namespace's input): each packet held N(12.5 ms, 2.5 ms), \
+                 both ends"
+                    .into(),
+            ),
+            Some(
+                "a held packet waits on a timer: about 0.07 ms more per pass here (docs/experiments/faults.md)".into(),
+            ),
+        ),
+        (Profile::Reorder, Ok(_)) => (
+            Some(
+                "iomux netq (NFQUEUE from iptables at each namespace's input): 25% of packets passed at once, the \
+                 rest held 1 ms, both ends"
+                    .into(),
+            ),
+            None,
+        ),
         (Profile::Loss1 | Profile::Loss5, Ok(_)) => {
             (Some("nftables numgen random drop at each namespace's input".into()), None)
         }
@@ -376,9 +463,10 @@ impl Experiment for Faults {
         cell::require_loopback("E8", conns.max(vanishing))?;
         let unavailable = netns::unavailable();
         let netem = unavailable.is_none() && netns::has_netem();
+        let nfqueue = netns::tool_present("iptables");
         let bound = Keepalive::after(Duration::from_secs(u64::from(keepalive_s))).reclaimed_within();
         Ok(Params {
-            emulations: profiles.iter().map(|&p| mechanism(p, netem)).collect(),
+            emulations: profiles.iter().map(|&p| mechanism(p, netem, nfqueue)).collect(),
             profiles,
             backends,
             conns,
@@ -391,6 +479,7 @@ impl Experiment for Faults {
             reclaim_bound_s: bound.as_secs_f64() + 2.0 + vanishing as f64 / 2_000.0,
             load_backend: cell::LOAD_BACKEND,
             netem,
+            nfqueue,
             unavailable,
         })
     }
@@ -508,12 +597,13 @@ impl Experiment for Faults {
             if let Some(why) = cannot_hold(p, *a) {
                 return Ok(Err(why));
             }
-            let faults = match setting(a.profile, p.netem) {
+            let faults = match setting(a.profile, p.netem, p.nfqueue) {
                 Ok(f) => f,
                 Err(why) => return Ok(Err(why)),
             };
-            net.set_faults(Side::Server, faults.qdisc.as_deref(), faults.server_rules.as_deref())?;
-            net.set_faults(Side::Client, faults.qdisc.as_deref(), faults.client_rules.as_deref())?;
+            let (qdisc, delay) = (faults.qdisc.as_deref(), faults.delay.as_ref());
+            net.set_faults(Side::Server, qdisc, faults.server_rules.as_deref(), delay)?;
+            net.set_faults(Side::Client, qdisc, faults.client_rules.as_deref(), delay)?;
             let sample = match a.profile {
                 // Namespaces of their own: thousands of vanished sockets
                 // still closing (their FINs dropped) would retransmit into
@@ -522,10 +612,10 @@ impl Experiment for Faults {
                 Profile::ServerVanished => server_vanishes(&Net::create()?, p, a.backend),
                 Profile::LanSink => sink_cell(&net, a.backend),
                 Profile::LanIdle => idle_cell(&net, a.backend),
-                _ => echo_cell(&net, p, a.backend),
+                _ => echo_cell(&net, p, *a),
             };
-            net.set_faults(Side::Server, None, None)?;
-            net.set_faults(Side::Client, None, None)?;
+            net.set_faults(Side::Server, None, None, None)?;
+            net.set_faults(Side::Client, None, None, None)?;
             sample.map(Ok)
         };
         trial.round(&arms, &mut measure)?;
@@ -538,7 +628,10 @@ impl Experiment for Faults {
             intro: vec![format!(
                 "Server (iomux serve, echo) and load (iomux load, {} client) in two network namespaces joined by \
                  a veth pair; each profile's faults set inside them. Echo profiles: {} connections x {} messages \
-                 of {} B, every byte checked by the load. Vanished profiles: {} idle connections, then every TCP \
+                 of {} B ({REORDER_MSG_SIZE} B under reorder, so that a flow has segments to reorder), every byte \
+                 checked by the load; an echo stalled when it took longer than the profile's round trip and the \
+                 retransmission timeouts of the longest run of losses the cell may meet explain (the bound). \
+                 Vanished profiles: {} idle connections, then every TCP \
                  packet of one side dropped and that side gone; --keepalive {} s on the side that must let go \
                  (reclaimed within {:.1} s by design). Medians of the runs; counts are totals over all runs.",
                 p.load_backend, p.conns, p.per_conn, p.msg_size, p.vanishing, p.keepalive_s, p.reclaim_bound_s
@@ -547,6 +640,12 @@ impl Experiment for Faults {
         };
         if let Some(why) = &p.unavailable {
             view.intro.push(format!("Not run here: {why}."));
+        }
+        let dropped: u64 = env.takes.iter().map(|t| t.value.delay_line_drops).sum();
+        if dropped > 0 {
+            view.intro.push(format!(
+                "The delay line dropped {dropped} packets in all (its queue full): loss no profile asked for."
+            ));
         }
         let mut mechanisms = TableView {
             caption: "How each profile was emulated on this machine:".into(),
@@ -576,6 +675,7 @@ impl Experiment for Faults {
                 "p99 us",
                 "p99.9 us",
                 "max us",
+                "stalls (bound s)",
                 "server CPU s",
                 "vanished",
                 "reclaim s",
@@ -610,6 +710,10 @@ impl Experiment for Faults {
                     med(|s| s.p99_us.unwrap_or(f64::NAN)),
                     med(|s| s.p999_us.unwrap_or(f64::NAN)),
                     med(|s| s.max_us.unwrap_or(f64::NAN)),
+                    match vanishing(profile) {
+                        true => "-".into(),
+                        false => format!("{} ({})", total(|s| s.stalled), med(|s| s.stall_bound_s.unwrap_or(f64::NAN))),
+                    },
                     med(|s| s.server_cpu_s.unwrap_or(f64::NAN)),
                     total(|s| s.vanished),
                     med(|s| s.reclaim_s),
@@ -819,8 +923,10 @@ fn server_flags(keepalive: u16) -> Vec<String> {
     flags
 }
 
-/// Echo through the profile's faults: every byte checked.
-fn echo_cell(net: &Net, p: &Params, backend: Backend) -> CliResult<Sample> {
+/// Echo through the profile's faults: every byte checked, the longest
+/// echo held against the profile's bound.
+fn echo_cell(net: &Net, p: &Params, arm: Arm) -> CliResult<Sample> {
+    let backend = arm.backend;
     // With keepalive, as deployed: a connection the faults left half-open
     // (a reset that reached only the client) is reclaimed too.
     let server = ServerChild::start_in(net, backend, "echo", &server_flags(p.keepalive_s))?;
@@ -828,15 +934,21 @@ fn echo_cell(net: &Net, p: &Params, backend: Backend) -> CliResult<Sample> {
     let mut args = server.load_args(cell::LOAD_BACKEND, cell::cpus().1);
     args.conns = p.conns;
     args.per_conn = Some(p.per_conn);
-    args.msg_size = p.msg_size;
-    args.timeout = STALL_S;
+    args.msg_size = msg_size(arm.profile, p);
+    // Long enough to tell a stall the bound explains from one it does not.
+    args.timeout = STALL_S.max(stall_bound_s(arm.profile, p, 0.0) + 5.0);
     let before = retransmits(net)?;
     let Some(result) = LoadChild::start(net, &args)?.finish(Duration::from_secs(600))? else {
         return Ok(Sample { hung: 1, ..Sample::default() });
     };
     let retrans = retransmits(net)?.saturating_sub(before);
     let reclaim = wait_down(|| sockets(server.pid), own, Duration::from_secs_f64(p.reclaim_bound_s * 3.0));
-    with_server(server, retrans, reclaim, echoed(&result))
+    let mut sample = echoed(&result);
+    sample.delay_line_drops = net.delay_line_drops()?;
+    let bound = stall_bound_s(arm.profile, p, sample.p50_us.unwrap_or(0.0) / 1e6);
+    sample.stall_bound_s = Some(bound);
+    sample.stalled = sample.max_us.is_some_and(|us| us / 1e6 > bound) as u64;
+    with_server(server, retrans, reclaim, sample)
 }
 
 /// `rest` with the cell's retransmits and reclaim time, and the server's
@@ -962,7 +1074,7 @@ fn clients_vanish(net: &Net, p: &Params, backend: Backend) -> CliResult<Sample> 
     let own = sockets(server.pid);
     let load = hold(net, p, &server, 0)?;
     let before = retransmits(net)?;
-    net.set_faults(Side::Client, None, Some(DROP_ALL))?;
+    net.set_faults(Side::Client, None, Some(DROP_ALL), None)?;
     drop(load); // the clients close: their FIN is dropped
     let limit = Duration::from_secs_f64(p.reclaim_bound_s * 3.0);
     let reclaim = wait_down(|| sockets(server.pid), own, limit);
@@ -976,7 +1088,7 @@ fn server_vanishes(net: &Net, p: &Params, backend: Backend) -> CliResult<Sample>
     let server = ServerChild::start_in(net, backend, "echo", &server_flags(0))?;
     let load = hold(net, p, &server, p.keepalive_s)?;
     let before = retransmits(net)?;
-    net.set_faults(Side::Server, None, Some(DROP_ALL))?;
+    net.set_faults(Side::Server, None, Some(DROP_ALL), None)?;
     drop(server); // killed: the host is gone
     let limit = Duration::from_secs_f64(p.reclaim_bound_s * 3.0);
     let (reclaim_s, left_open) = wait_down(|| load.sockets(), 0, limit);
