@@ -84,11 +84,18 @@ fn tiny_run(profiles: &str) {
                 // standard errors).
                 assert!((21_000.0..29_000.0).contains(&p50), "median echo {p50} us, not about 25 ms: {t}");
                 assert_eq!(v["stalled"], 0, "{t}");
+                assert_eq!(v["delay_line_drops"], 0, "{t}");
             }
             "reorder" => {
                 assert_eq!(v["bytes_checked"], 3 * 10 * 16_384, "every byte of the 16 KB messages: {t}");
                 assert_eq!(v["mismatches"], 0, "{t}");
                 assert_eq!(v["unanswered"], 0, "{t}");
+                assert_eq!(v["delay_line_drops"], 0, "{t}");
+                // Three quarters of the packets are held 1 ms each way: a
+                // message's dozen segments all pass at once with chance
+                // 0.25^12, so its echo takes over 2 ms.
+                let p50 = v["p50_us"].as_f64().unwrap();
+                assert!(p50 > 1_500.0, "median echo {p50} us: were packets held at all? {t}");
             }
             "vanished" | "server-vanished" => {
                 assert_eq!(v["vanished"], 10, "the server (or the load) closed each as vanished: {t}");

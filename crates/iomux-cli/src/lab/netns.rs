@@ -144,14 +144,25 @@ pub fn tool_present(tool: &str) -> bool {
 /// Whether this kernel has netem: tried on the loopback of a throwaway
 /// namespace (`tc` says "Specified qdisc kind is unknown" without it).
 pub fn has_netem() -> bool {
+    probe(Command::new("tc").args(["qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"]))
+}
+
+/// Whether iptables' NFQUEUE target works here (the delay line's feed).
+pub fn has_nfqueue() -> bool {
+    tool_present("iptables") && probe(Command::new("iptables").args(["-A", "INPUT", "-j", "NFQUEUE"]))
+}
+
+/// Whether `cmd` succeeds inside a throwaway namespace.
+fn probe(cmd: &Command) -> bool {
     let name = format!("{PREFIX}{}-probe", std::process::id());
     if run(Command::new("ip").args(["netns", "add", &name]), None).is_err() {
         return false;
     }
-    let netem =
-        run(Command::new("tc").args(["-n", &name, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"]), None);
+    let mut inside = Command::new("ip");
+    inside.args(["netns", "exec", &name]).arg(cmd.get_program()).args(cmd.get_args());
+    let ok = run(&mut inside, None).is_ok();
     remove(&name);
-    netem.is_ok()
+    ok
 }
 
 impl Net {
@@ -273,7 +284,8 @@ impl Net {
             .args(delay.to_cli())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            // Its one line on failure goes to the bench's own stderr.
+            .stderr(Stdio::inherit())
             .spawn()
             .map_err(|e| format!("starting iomux netq in {}: {e}", self.name(side)))?;
         let mut said = String::new();
@@ -282,24 +294,25 @@ impl Net {
         }
         if !said.starts_with("netq: bound queue") {
             let _ = child.kill();
-            let out = child.wait_with_output().map_err(|e| format!("iomux netq in {}: {e}", self.name(side)))?;
+            let status = child.wait().map_err(|e| format!("iomux netq in {}: {e}", self.name(side)))?;
             return Err(format!(
-                "iomux netq in {} did not bind its queue: {}",
-                self.name(side),
-                String::from_utf8_lossy(&out.stderr).trim()
+                "iomux netq in {} did not bind its queue ({status}; its error above)",
+                self.name(side)
             )
             .into());
         }
-        self.delay_lines.lock().map_err(|_| "delay line list poisoned")?.push((side, child));
+        self.delay_lines.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((side, child));
+        // Without --queue-bypass: a delay line that died drops the packets,
+        // and the cell shows it, instead of passing them undelayed.
         let queue = delay.queue.to_string();
-        let rule = ["-A", "INPUT", "-p", "tcp", "-j", "NFQUEUE", "--queue-num", &queue, "--queue-bypass"];
+        let rule = ["-A", "INPUT", "-p", "tcp", "-j", "NFQUEUE", "--queue-num", &queue];
         run(Command::new("ip").args(["netns", "exec", self.name(side), "iptables"]).args(rule), None)
     }
 
     /// Stops `side`'s delay line, if one runs (its rule is gone already:
     /// held packets are dropped with the queue, as a link's would be).
     fn stop_delay_line(&self, side: Side) {
-        let Ok(mut lines) = self.delay_lines.lock() else { return };
+        let mut lines = self.delay_lines.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         lines.retain_mut(|(of, child)| {
             if *of == side {
                 let _ = child.kill();
@@ -324,8 +337,16 @@ impl Net {
 impl Net {
     /// Packets the delay lines' queues dropped, both namespaces: the
     /// kernel's (queue full) and the user side's (netq too slow), from
-    /// /proc/net/netfilter/nfnetlink_queue; 0 without a delay line.
+    /// /proc/net/netfilter/nfnetlink_queue; 0 without a delay line. An
+    /// error if a delay line has died.
     pub fn delay_line_drops(&self) -> CliResult<u64> {
+        for (side, child) in self.delay_lines.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter_mut() {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(
+                    format!("iomux netq in {} died mid-cell ({status}; its error above)", self.name(*side)).into()
+                );
+            }
+        }
         let mut drops = 0;
         for side in [Side::Server, Side::Client] {
             let out = Command::new("ip")
