@@ -58,6 +58,27 @@ fn a_tiny_run_delays_and_reorders_through_the_delay_line() {
     tiny_run("wan,reorder");
 }
 
+/// select watches fd numbers below 1,024 only: 1,100 vanishing peers take
+/// several processes, on the server's side and on the load's.
+#[test]
+fn select_reclaims_more_than_fd_setsize_as_several_processes() {
+    if !can_run() {
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("iomux-e8-{}-select", std::process::id()));
+    let args = ["faults", "--profiles", "vanished,server-vanished", "--backends", "select", "--vanishing", "1100"];
+    let json = bench(&args, &out, "faults");
+    assert!(json["unmeasurable"].as_array().unwrap().is_empty(), "{}", json["unmeasurable"]);
+    for t in json["takes"].as_array().unwrap() {
+        assert_eq!(t["value"]["vanished"], 1100, "every connection closed as vanished: {t}");
+        assert_eq!(t["value"]["left_open"], 0, "{t}");
+    }
+    for c in json["claims"].as_array().unwrap() {
+        assert_eq!(c["verdict"], "holds", "{c}");
+    }
+    std::fs::remove_dir_all(&out).ok();
+}
+
 fn tiny_run(profiles: &str) {
     if !can_run() {
         return;

@@ -244,15 +244,26 @@ pub struct Faults;
 
 /// Why `arm`'s server cannot hold its connections: select watches only
 /// fd numbers below FD_SETSIZE (the server's own few descriptors besides).
+/// The vanished profiles split them among processes instead (`procs`).
 fn cannot_hold(p: &Params, arm: Arm) -> Option<String> {
     let conns = match arm.profile {
         Profile::LanIdle => IDLE_Z + IDLE_ACTIVE,
         Profile::LanSink => SINK_SENDERS,
-        Profile::Vanished | Profile::ServerVanished => p.vanishing,
+        Profile::Vanished | Profile::ServerVanished => return None,
         _ => p.conns,
     };
     (arm.backend == Backend::Select && conns + 8 > iomux::poller::FD_SETSIZE)
         .then(|| format!("select: {conns} connections need fd numbers past FD_SETSIZE ({})", iomux::poller::FD_SETSIZE))
+}
+
+/// Processes that hold `conns` connections on `backend`: one, but for
+/// select past FD_SETSIZE, about 800 each (SO_REUSEPORT's share of a
+/// server's, `--procs`' of a load's: never near 1,024 in one).
+fn procs(backend: Backend, conns: usize) -> usize {
+    match backend == Backend::Select && conns + 8 > iomux::poller::FD_SETSIZE {
+        true => conns.div_ceil(800),
+        false => 1,
+    }
 }
 
 fn vanishing(profile: Profile) -> bool {
@@ -536,7 +547,7 @@ impl Experiment for Faults {
                 continue;
             }
             if vanishing(profile) {
-                let who = if profile == Profile::Vanished { "server" } else { "load" };
+                let who = if profile == Profile::Vanished { "server" } else { "load, on each backend," };
                 specs.push(Spec::iomux(
                     format!(
                         "{profile}: seconds until the {who} (--keepalive {}) holds none of {} vanished peers' \
@@ -638,7 +649,9 @@ impl Experiment for Faults {
                  retransmission timeouts of the longest run of losses the cell may meet explain (the bound). \
                  Vanished profiles: {} idle connections, then every TCP \
                  packet of one side dropped and that side gone; --keepalive {} s on the side that must let go \
-                 (reclaimed within {:.1} s by design). Medians of the runs; counts are totals over all runs.",
+                 (reclaimed within {:.1} s by design): the server, on the row's backend, under vanished; the \
+                 load, on the row's backend, under server-vanished (the killed server runs epoll). select holds \
+                 more than FD_SETSIZE of them as several processes (--procs, about 800 connections each). Medians of the runs; counts are totals over all runs.",
                 p.load_backend, p.conns, p.per_conn, p.msg_size, p.vanishing, p.keepalive_s, p.reclaim_bound_s
             )],
             ..View::default()
@@ -891,13 +904,15 @@ impl Drop for LoadChild {
     }
 }
 
-/// Sockets process `pid` holds now.
+/// Sockets process `pid` and its children (`--procs`' workers) hold now.
 fn sockets(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| {
+    let own = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| {
         d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
             .filter(|t| t.to_string_lossy().starts_with("socket:"))
             .count()
-    })
+    });
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    own + children.split_whitespace().filter_map(|c| c.parse().ok()).map(sockets).sum::<usize>()
 }
 
 /// Polls `count` until it is at most `target` or `limit` passes: the
@@ -1062,8 +1077,9 @@ fn idle_cell(net: &Net, backend: Backend) -> CliResult<Sample> {
 
 /// A load holding `p.vanishing` idle connections to `server`, started
 /// and waited for until the server has accepted them all.
-fn hold(net: &Net, p: &Params, server: &ServerChild, keepalive: u16) -> CliResult<LoadChild> {
-    let mut args = server.load_args(cell::LOAD_BACKEND, cell::cpus().1);
+fn hold(net: &Net, p: &Params, server: &ServerChild, backend: Backend, keepalive: u16) -> CliResult<LoadChild> {
+    let mut args = server.load_args(backend, cell::cpus().1);
+    args.procs = u16::try_from(procs(backend, p.vanishing)).unwrap_or(u16::MAX);
     args.conns = 0;
     args.idle = p.vanishing;
     args.duration = Some(3600.0);
@@ -1089,9 +1105,11 @@ fn hold(net: &Net, p: &Params, server: &ServerChild, keepalive: u16) -> CliResul
 /// The clients vanish: every TCP packet in their namespace dropped, then
 /// they close; the server (--keepalive) must close every connection.
 fn clients_vanish(net: &Net, p: &Params, backend: Backend) -> CliResult<Sample> {
-    let server = ServerChild::start_in(net, backend, "echo", &server_flags(p.keepalive_s))?;
+    let mut flags = server_flags(p.keepalive_s);
+    flags.extend(["--procs".into(), procs(backend, p.vanishing).to_string()]);
+    let server = ServerChild::start_in(net, backend, "echo", &flags)?;
     let own = sockets(server.pid);
-    let load = hold(net, p, &server, 0)?;
+    let load = hold(net, p, &server, cell::LOAD_BACKEND, 0)?;
     let before = retransmits(net)?;
     net.set_faults(Side::Client, None, Some(DROP_ALL), None)?;
     drop(load); // the clients close: their FIN is dropped
@@ -1103,9 +1121,10 @@ fn clients_vanish(net: &Net, p: &Params, backend: Backend) -> CliResult<Sample> 
 
 /// The server vanishes: every TCP packet in its namespace dropped, then it
 /// dies; the load (--keepalive) must close every connection and end.
+/// The arm's backend is the load's: the server, killed, runs epoll.
 fn server_vanishes(net: &Net, p: &Params, backend: Backend) -> CliResult<Sample> {
-    let server = ServerChild::start_in(net, backend, "echo", &server_flags(0))?;
-    let load = hold(net, p, &server, p.keepalive_s)?;
+    let server = ServerChild::start_in(net, Backend::Epoll, "echo", &server_flags(0))?;
+    let load = hold(net, p, &server, backend, p.keepalive_s)?;
     let before = retransmits(net)?;
     net.set_faults(Side::Server, None, Some(DROP_ALL), None)?;
     drop(server); // killed: the host is gone
