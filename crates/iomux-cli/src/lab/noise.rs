@@ -57,6 +57,10 @@ struct Reading {
     softirq_s: f64,
     /// This process and its descendants, the reaped ones included.
     own_s: f64,
+    /// User-space processes outside the bench (their exact clocks, reaped
+    /// children included): kernel threads and work charged to no process
+    /// left out.
+    foreign_s: f64,
 }
 
 /// (idle + iowait, steal, softirq, online CPUs) from /proc/stat, whose
@@ -87,25 +91,36 @@ struct Stat {
     ppid: u32,
     own_s: f64,
     reaped_s: f64,
+    /// A kernel thread (PF_KTHREAD in the flags).
+    kernel: bool,
 }
 
 fn parse_stat(stat: &str) -> Option<Stat> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
-    // After the name: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
+    // After the name: state(0) ppid(1) ... flags(6) ... utime(11) stime(12)
+    // cutime(13) cstime(14).
+    const PF_KTHREAD: u64 = 0x0020_0000;
     let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).map(|t| t * TICK_S);
-    Some(Stat { ppid: f.get(1)?.parse().ok()?, own_s: ticks(11)? + ticks(12)?, reaped_s: ticks(13)? + ticks(14)? })
+    let flags: u64 = f.get(6)?.parse().ok()?;
+    Some(Stat {
+        ppid: f.get(1)?.parse().ok()?,
+        own_s: ticks(11)? + ticks(12)?,
+        reaped_s: ticks(13)? + ticks(14)?,
+        kernel: flags & PF_KTHREAD != 0,
+    })
 }
 
 fn stat_of(pid: u32) -> Option<Stat> {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|t| parse_stat(&t))
 }
 
-/// One walk of /proc: the CPU time of `root` and everything under it, and
-/// the reaped-children figure of each process in the tree as the walk read
-/// it (any of them may have had a child the walk could no longer read).
-fn walk_tree(root: u32) -> (f64, Vec<(u32, f64)>) {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return (0.0, Vec::new()) };
+/// One walk of /proc: the CPU time of `root` and everything under it, the
+/// reaped-children figure of each process in the tree as the walk read it
+/// (any of them may have had a child the walk could no longer read), and
+/// the CPU time of the user-space processes outside the tree.
+fn walk_tree(root: u32) -> (f64, Vec<(u32, f64)>, f64) {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return (0.0, Vec::new(), 0.0) };
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
     let mut stats: HashMap<u32, Stat> = HashMap::new();
     for entry in dir.flatten() {
@@ -122,7 +137,13 @@ fn walk_tree(root: u32) -> (f64, Vec<(u32, f64)>) {
         parents.push((pid, stat.reaped_s));
         stack.extend(children.get(&pid).into_iter().flatten());
     }
-    (total, parents)
+    let ours: std::collections::HashSet<u32> = parents.iter().map(|p| p.0).collect();
+    let foreign = stats
+        .iter()
+        .filter(|(pid, stat)| !stat.kernel && !ours.contains(pid))
+        .map(|(_, stat)| stat.own_s + stat.reaped_s)
+        .sum();
+    (total, parents, foreign)
 }
 
 /// CPU time of `root` and everything under it. A child's time is either
@@ -133,24 +154,24 @@ fn walk_tree(root: u32) -> (f64, Vec<(u32, f64)>) {
 /// parent, count twice), making a second of "others" out of the bench's
 /// own work. So a walk during which the reaped figure of any process of
 /// the tree moved is taken again.
-fn tree_cpu_s(root: u32) -> f64 {
-    let mut total = 0.0;
+fn tree_cpu_s(root: u32) -> (f64, f64) {
+    let (mut total, mut foreign) = (0.0, 0.0);
     for _ in 0..5 {
         let before = stat_of(root).map(|s| s.reaped_s);
-        let (sum, parents) = walk_tree(root);
-        total = sum;
+        let (sum, parents, others) = walk_tree(root);
+        (total, foreign) = (sum, others);
         let root_steady = parents.iter().find(|p| p.0 == root).is_none_or(|p| Some(p.1) == before);
         if root_steady && parents.iter().all(|&(pid, reaped)| stat_of(pid).is_none_or(|s| s.reaped_s == reaped)) {
             break;
         }
     }
-    total
+    (total, foreign)
 }
 
 fn read_now() -> Option<Reading> {
-    let own_s = tree_cpu_s(std::process::id());
+    let (own_s, foreign_s) = tree_cpu_s(std::process::id());
     let (idle_s, steal_s, softirq_s, cpus) = machine_idle()?;
-    Some(Reading { at: Instant::now(), idle_s, cpus, steal_s, softirq_s, own_s })
+    Some(Reading { at: Instant::now(), idle_s, cpus, steal_s, softirq_s, own_s, foreign_s })
 }
 
 /// What others used over one stretch of time.
@@ -164,6 +185,11 @@ pub struct Noise {
     /// whose own traffic causes it may count as its own (E8).
     #[serde(default)]
     pub softirq_share: f64,
+    /// User-space processes outside the bench alone, steal included: the
+    /// others of an experiment whose kernel work (softirq, kernel threads,
+    /// interrupts charged to no process) is all its own (E8).
+    #[serde(default)]
+    pub user_space_share: f64,
     /// The busiest one-second window's share.
     pub peak_other_cpu_share: f64,
     /// When that window began, in seconds from the experiment's start: to
@@ -208,6 +234,7 @@ impl Noise {
             other_cpu_share: mean,
             steal_share: (last.steal_s - first.steal_s) / secs,
             softirq_share: (last.softirq_s - first.softirq_s) / secs,
+            user_space_share: ((last.foreign_s - first.foreign_s) + (last.steal_s - first.steal_s)).max(0.0) / secs,
             peak_other_cpu_share: peak,
             peak_at_s,
             own_cpu_share: (last.own_s - first.own_s) / secs,
@@ -303,7 +330,15 @@ mod tests {
     /// A reading of a 2-CPU machine that has been busy `busy_s` in all.
     fn at(base: Instant, ms: u64, busy_s: f64, own_s: f64) -> Reading {
         let idle_s = 2.0 * ms as f64 / 1000.0 - busy_s;
-        Reading { at: base + Duration::from_millis(ms), idle_s, cpus: 2.0, steal_s: 0.0, softirq_s: 0.0, own_s }
+        Reading {
+            at: base + Duration::from_millis(ms),
+            idle_s,
+            cpus: 2.0,
+            steal_s: 0.0,
+            softirq_s: 0.0,
+            own_s,
+            foreign_s: 0.0,
+        }
     }
 
     #[test]
@@ -340,7 +375,7 @@ mod tests {
         let t = Instant::now();
         let r = [
             // 2 s on 2 CPUs, 2.4 s idle: 1.6 s busy, of it 0.6 s stolen.
-            Reading { at: t, idle_s: 0.0, cpus: 2.0, steal_s: 0.0, softirq_s: 0.0, own_s: 0.0 },
+            Reading { at: t, idle_s: 0.0, cpus: 2.0, steal_s: 0.0, softirq_s: 0.0, own_s: 0.0, foreign_s: 0.0 },
             Reading {
                 at: t + Duration::from_secs(2),
                 idle_s: 2.4,
@@ -348,17 +383,22 @@ mod tests {
                 steal_s: 0.6,
                 softirq_s: 0.2,
                 own_s: 1.0,
+                foreign_s: 0.1,
             },
         ];
         let n = Noise::from_readings(&r).unwrap();
         assert!((n.other_cpu_share - 0.3).abs() < 1e-9 && (n.steal_share - 0.3).abs() < 1e-9, "{n:?}");
+        // User space outside the bench: 0.1 s, plus the 0.6 s stolen.
+        assert!((n.user_space_share - 0.35).abs() < 1e-9, "{n:?}");
         assert!(n.busy);
     }
 
     #[test]
     fn stat_lines_parse_with_spaces_in_the_name() {
         let line = "42 (a b) c) S 7 42 42 0 -1 4194560 100 0 0 0 120 30 5 5 20 0 1 0 100 0 0";
-        assert_eq!(parse_stat(line), Some(Stat { ppid: 7, own_s: 1.5, reaped_s: 0.1 }));
+        assert_eq!(parse_stat(line), Some(Stat { ppid: 7, own_s: 1.5, reaped_s: 0.1, kernel: false }));
+        let kthread = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 3 4 0 0 20 0 1 0 0 0 0";
+        assert!(parse_stat(kthread).is_some_and(|s| s.kernel), "PF_KTHREAD (0x200000) is set in 2129984");
     }
 
     #[test]
@@ -375,9 +415,9 @@ mod tests {
                 assert_eq!(status.code(), Some(124));
             }
         });
-        let (mut last, mut worst_dip, mut readings) = (tree_cpu_s(std::process::id()), 0.0f64, 0);
+        let (mut last, mut worst_dip, mut readings) = (tree_cpu_s(std::process::id()).0, 0.0f64, 0);
         while !spawner.is_finished() {
-            let now = tree_cpu_s(std::process::id());
+            let now = tree_cpu_s(std::process::id()).0;
             worst_dip = worst_dip.max(last - now);
             last = now;
             readings += 1;
@@ -389,15 +429,29 @@ mod tests {
 
     #[test]
     fn our_own_and_our_childrens_cpu_count_as_ours() {
-        let before = tree_cpu_s(std::process::id());
+        let before = tree_cpu_s(std::process::id()).0;
         crate::os::spin_cpu(Duration::from_millis(500));
         // A grandchild (under timeout) that spins, then is reaped.
         let status =
             std::process::Command::new("timeout").args(["0.5", "sh", "-c", "while :; do :; done"]).status().unwrap();
         assert_eq!(status.code(), Some(124), "timeout stops the loop");
-        let used = tree_cpu_s(std::process::id()) - before;
+        let used = tree_cpu_s(std::process::id()).0 - before;
         // 0.5 s of our own spin and 0.5 s of the child's, on a machine that
         // may be shared: most of it must be found.
         assert!(used > 0.6, "found only {used:.2} CPU-s of about 1.0");
+    }
+
+    #[test]
+    fn a_process_outside_the_bench_counts_as_user_space_others() {
+        let before = tree_cpu_s(std::process::id()).1;
+        // Orphaned at once (its parent shell exits): no longer ours.
+        let status = std::process::Command::new("sh")
+            .args(["-c", "(timeout 0.5 sh -c 'while :; do :; done' &)"])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        std::thread::sleep(Duration::from_millis(800));
+        let foreign = tree_cpu_s(std::process::id()).1 - before;
+        assert!(foreign > 0.3, "found only {foreign:.2} CPU-s of the orphan's 0.5");
     }
 }

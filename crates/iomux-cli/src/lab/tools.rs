@@ -35,7 +35,7 @@ pub const CHROMIUM: Kit = Kit {
 };
 
 pub const NET: Kit = Kit {
-    tools: &["nft", "tc", "ip"],
+    tools: &["nft", "tc", "ip", "iptables"],
     for_what: "E8 (bench faults)",
     script: "scripts/install-net-tools",
     text: include_str!("../../../../scripts/install-net-tools"),
@@ -98,7 +98,7 @@ fn present(tool: &str) -> bool {
         "redis-server" => Tool::RedisServer.find().is_ok(),
         "redis-benchmark" => Tool::RedisBenchmark.find().is_ok(),
         "chromium" => super::browser::chromium_path().is_file(),
-        "nft" | "tc" | "ip" => super::netns::tool_present(tool),
+        "nft" | "tc" | "ip" | "iptables" => super::netns::tool_present(tool),
         other => unreachable!("no kit brings {other}"),
     }
 }

@@ -122,7 +122,10 @@ pub struct ServeArgs {
     /// SECS/3 rounded up) closes it too, and so does a client that reads
     /// nothing for that long. So a peer that vanished without a FIN or a
     /// reset (power lost, a NAT timeout, a cable pulled) is reclaimed
-    /// within about 2 x SECS, counted as "vanished". 0: off, the kernel's
+    /// within about 2 x SECS, counted as "vanished". On a lossy link keep
+    /// it above the retransmission backoff to ride out: at 5% loss,
+    /// --keepalive 1 ended connections TCP would have recovered (E8,
+    /// docs/experiments/faults.md). 0: off, the kernel's
     /// defaults (no probes; about 15 minutes of retransmissions). The
     /// default is redis's tcp-keepalive; nginx's so_keepalive is off
     /// unless set.

@@ -105,15 +105,16 @@ impl Meter for crate::lab::noise::Monitor {
     }
 }
 
-/// The machine's noise with softirq time counted as the bench's own: for
-/// an experiment whose own traffic makes the kernel's network work (E8's
-/// emulated links, run in softirq and ksoftirqd, which no process of the
-/// bench is charged with).
+/// The machine's noise with the kernel's work counted as the bench's own:
+/// for an experiment whose own traffic makes the kernel's network work
+/// (E8's emulated links, run in softirq, ksoftirqd and interrupts charged
+/// to no process of the bench). Others are the user-space processes
+/// outside the bench, by their own clocks, and steal.
 pub struct NetworkIsOwn<'a>(pub &'a crate::lab::noise::Monitor);
 
 impl Meter for NetworkIsOwn<'_> {
     fn others_since(&self, since: Instant) -> Option<f64> {
-        self.0.since(since).map(|n| (n.other_cpu_share - n.softirq_share).max(0.0))
+        self.0.since(since).map(|n| n.user_space_share)
     }
 
     fn placement(&self) -> Option<Placement> {
