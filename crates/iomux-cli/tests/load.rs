@@ -278,6 +278,40 @@ fn resets_mid_run_end_a_per_conn_run() {
     assert_eq!(report["echoes"], 2 * 10 + 2 * 3, "{report}");
 }
 
+/// --reconnect: a connection the server resets is replaced, its unanswered
+/// message sent again on the new one, until every message is echoed.
+#[test]
+fn reconnect_replaces_reset_connections_until_every_message_is_echoed() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            std::thread::spawn(move || {
+                // Every connection: three echoes, then a reset.
+                let mut buf = [0u8; 100];
+                for _ in 0..3 {
+                    if s.read_exact(&mut buf).is_err() || s.write_all(&buf).is_err() {
+                        return;
+                    }
+                }
+                let _ = rustix::net::sockopt::set_socket_linger(&s, Some(Duration::ZERO));
+            });
+        }
+    });
+    let args = ["--conns", "4", "--per-conn", "10", "--reconnect", "5", "--timeout", "5"];
+    let LoadRun { report, output, .. } = load(addr, &args);
+    let e = &report["errors"];
+    // Each connection: messages 0-2, 3-5, 6-8 on three that are reset, 9
+    // on a fourth.
+    assert_eq!(report["echoes"], 4 * 10, "every message echoed: {report}\n{output}");
+    assert_eq!(e["unanswered"], 0, "{report}");
+    assert_eq!(e["reconnects"], 4 * 3, "{report}");
+    assert_eq!(e["resets"], 4 * 3, "each reset still counted: {report}");
+    assert_eq!(e["unexpected_closes"], 4 * 3, "{report}");
+    assert!(output.contains("12 reconnected"), "{output}");
+}
+
 /// A folder of its own for one test's files.
 fn scratch(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("iomux-load-test-{}-{name}", std::process::id()));

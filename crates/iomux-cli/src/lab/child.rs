@@ -277,6 +277,7 @@ impl ServerChild {
             cpu,
             timeout: 30.0,
             keepalive: 0,
+            reconnect: 0,
             json: None,
             procs: 1,
             shard: None,

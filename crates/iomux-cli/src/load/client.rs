@@ -56,6 +56,9 @@ pub struct Plan {
     pub stall_timeout: Duration,
     /// Open loop: the grid the schedule is rounded up to (--tick-us).
     pub tick: Duration,
+    /// Echo: new connections each active one may take in place of one
+    /// closed early (--reconnect).
+    pub reconnect: u32,
 }
 
 /// What one loop measured (merged across loops at the end).
@@ -72,6 +75,8 @@ pub struct Report {
     /// timeout: ETIMEDOUT and the unreachable errors), and by a reset.
     pub vanished: u64,
     pub resets: u64,
+    /// New connections opened in place of those closed early.
+    pub reconnects: u64,
     pub unanswered: u64,
     pub connect_errors: BTreeMap<String, u64>,
     pub connected: u64,
@@ -109,6 +114,7 @@ impl Report {
             unexpected_closes: 0,
             vanished: 0,
             resets: 0,
+            reconnects: 0,
             unanswered: 0,
             connect_errors: BTreeMap::new(),
             connected: 0,
@@ -139,6 +145,7 @@ impl Report {
         self.unexpected_closes += o.unexpected_closes;
         self.vanished += o.vanished;
         self.resets += o.resets;
+        self.reconnects += o.reconnects;
         self.unanswered += o.unanswered;
         for (k, v) in &o.connect_errors {
             *self.connect_errors.entry(k.clone()).or_default() += v;
@@ -186,6 +193,10 @@ pub struct Conn {
     outstanding: VecDeque<(u64, Instant)>,
     /// Bytes of the oldest outstanding message already echoed.
     received: usize,
+    /// New connections it may still take in place of this one.
+    reconnects_left: u32,
+    /// It replaces one closed early: its outstanding messages go again.
+    replacement: bool,
 }
 
 const CONNECT_TICK: u64 = 1;
@@ -335,7 +346,15 @@ impl Client {
             self.report.setup.get_or_insert((now, now));
             let sources = &self.plan.sources;
             let source = (!sources.is_empty()).then(|| sources[(global % sources.len() as u64) as usize]);
-            let conn = Conn { number, active, next_seq: 0, outstanding: VecDeque::new(), received: 0 };
+            let conn = Conn {
+                number,
+                active,
+                next_seq: 0,
+                outstanding: VecDeque::new(),
+                received: 0,
+                reconnects_left: self.plan.reconnect,
+                replacement: false,
+            };
             match io.connect(self.plan.addr, source, conn) {
                 Ok(id) => {
                     self.opening += 1;
@@ -365,6 +384,45 @@ impl Client {
             *q = q.saturating_sub(k.saturating_sub(sent));
             if *q == 0 {
                 self.sending = false;
+            }
+        }
+    }
+
+    /// Opens a connection in place of `c`, closed early, carrying its
+    /// sequence and the messages it left unanswered; false if it cannot.
+    fn reconnect(&mut self, io: &mut Io<Conn>, old: ConnId, c: &mut Conn) -> bool {
+        let more = self.sending || !c.outstanding.is_empty();
+        if !(c.active && c.reconnects_left > 0 && self.started && more) {
+            return false;
+        }
+        let sources = &self.plan.sources;
+        let source = (!sources.is_empty()).then(|| sources[(u64::from(c.number) % sources.len() as u64) as usize]);
+        let next = Conn {
+            number: c.number,
+            active: true,
+            next_seq: c.next_seq,
+            outstanding: std::mem::take(&mut c.outstanding),
+            received: 0,
+            reconnects_left: c.reconnects_left - 1,
+            replacement: true,
+        };
+        match io.connect(self.plan.addr, source, next) {
+            Ok(id) => {
+                self.report.reconnects += 1;
+                self.opening += 1;
+                self.open += 1;
+                self.open_active += 1;
+                self.ids.push(id);
+                // Its turn in the open loop's schedule is the old one's.
+                match self.active.iter_mut().find(|a| **a == old) {
+                    Some(slot) => *slot = id,
+                    None => self.active.push(id),
+                }
+                true
+            }
+            Err(e) => {
+                self.connect_failed(&e.into());
+                false
             }
         }
     }
@@ -461,6 +519,7 @@ impl Client {
             unexpected_closes: self.report.unexpected_closes,
             vanished: self.report.vanished,
             resets: self.report.resets,
+            reconnects: self.report.reconnects,
             unanswered: self.report.unanswered,
             setup: self.report.setup,
             measure_start: Some(now),
@@ -621,11 +680,34 @@ impl Handler for Client {
 
     /// The load only connects; it never listens (so this is never called).
     fn on_accept(&mut self, _io: &mut Io<Conn>, _conn: ConnId) -> Conn {
-        Conn { number: u32::MAX, active: false, next_seq: 0, outstanding: VecDeque::new(), received: 0 }
+        Conn {
+            number: u32::MAX,
+            active: false,
+            next_seq: 0,
+            outstanding: VecDeque::new(),
+            received: 0,
+            reconnects_left: 0,
+            replacement: false,
+        }
     }
 
-    fn on_connect(&mut self, io: &mut Io<Conn>, _conn: ConnId, _state: &mut Conn) {
+    fn on_connect(&mut self, io: &mut Io<Conn>, id: ConnId, state: &mut Conn) {
         self.opening -= 1;
+        if state.replacement {
+            if self.finishing {
+                return;
+            }
+            // The messages the closed connection had in flight go again,
+            // with the times they were first sent; then the loop goes on.
+            for &(seq, _) in &state.outstanding {
+                self.pattern.fill(&mut self.message, state.number, seq);
+                let _ = io.write(id, &self.message);
+            }
+            if state.outstanding.is_empty() && self.pacer.is_none() && self.stage(state, io.now()) {
+                let _ = io.write(id, &self.message);
+            }
+            return;
+        }
         self.report.connected += 1;
         self.connection_settled();
         self.plan.progress.connected.fetch_add(1, Ordering::Relaxed);
@@ -688,17 +770,34 @@ impl Handler for Client {
         }
     }
 
-    fn on_close(&mut self, io: &mut Io<Conn>, _id: ConnId, c: Conn, reason: &CloseReason) {
+    fn on_close(&mut self, io: &mut Io<Conn>, id: ConnId, mut c: Conn, reason: &CloseReason) {
         self.open -= 1;
         if c.active {
             self.open_active -= 1;
         }
-        if c.active && !self.finishing {
+        let early = !self.finishing && !matches!(reason, CloseReason::ConnectFailed(_) | CloseReason::Shutdown);
+        if early {
+            // Counted as closed early whether or not it is replaced.
+            self.report.unexpected_closes += 1;
+            self.report.vanished += u64::from(matches!(reason, CloseReason::PeerVanished));
+            self.report.resets += u64::from(matches!(reason, CloseReason::Reset));
+            self.plan.progress.error("closed early");
+            if self.report.first_error.is_none() {
+                self.report.first_error = Some(format!("connection {} closed by the server: {reason:?}", c.number));
+            }
+        }
+        // A replacement takes its quota and its unanswered messages along.
+        let replaced = early && self.reconnect(io, id, &mut c);
+        if c.active && !self.finishing && !replaced {
             self.give_up_quota(c.next_seq);
         }
         match reason {
+            _ if replaced => {}
             CloseReason::ConnectFailed(e) => {
                 self.opening -= 1;
+                // A replacement that failed to connect: what it carried is lost.
+                self.in_flight -= c.outstanding.len();
+                self.report.unanswered += c.outstanding.len() as u64;
                 self.connect_failed(e);
                 self.maybe_start(io);
                 if self.started && !self.sending && self.in_flight == 0 {
@@ -712,14 +811,7 @@ impl Handler for Client {
             }
             _ => {
                 self.in_flight -= c.outstanding.len();
-                self.report.unexpected_closes += 1;
-                self.report.vanished += u64::from(matches!(reason, CloseReason::PeerVanished));
-                self.report.resets += u64::from(matches!(reason, CloseReason::Reset));
                 self.report.unanswered += c.outstanding.len() as u64;
-                self.plan.progress.error("closed early");
-                if self.report.first_error.is_none() {
-                    self.report.first_error = Some(format!("connection {} closed by the server: {reason:?}", c.number));
-                }
                 // No active connection left (whatever idle ones remain):
                 // nothing more will be sent or answered. A run of idle
                 // connections alone goes on while any is open (each close

@@ -195,6 +195,7 @@ pub fn merge(parts: &[Part], setup: Setup) -> CliResult<LoadResult> {
         e.unexpected_closes += r.errors.unexpected_closes;
         e.vanished += r.errors.vanished;
         e.resets += r.errors.resets;
+        e.reconnects += r.errors.reconnects;
         e.unanswered += r.errors.unanswered;
         for (kind, n) in &r.errors.connect {
             *e.connect.entry(kind.clone()).or_default() += n;

@@ -108,6 +108,14 @@ pub struct LoadArgs {
     /// defaults.
     #[arg(long, default_value_t = 0, value_name = "SECS", value_parser = clap::value_parser!(u16).range(0..=32767))]
     pub keepalive: u16,
+    /// Echo: reconnect an active connection the server closed or reset
+    /// early, up to N times each; its unanswered messages are sent again
+    /// on the new connection, and their latency includes the reconnect.
+    /// Each close is still counted (closed early, vanished, reset), each
+    /// new connection as a reconnect. 0 (the default): a connection closed
+    /// early stays closed, its messages counted unanswered.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub reconnect: u32,
     /// Write every figure as JSON here, with the latency histogram in full
     /// (`iomux merge` adds such files up exactly).
     #[arg(long)]
@@ -225,6 +233,7 @@ impl LoadArgs {
             cpu,
             timeout,
             keepalive,
+            reconnect,
             json,
             procs,
             shard,
@@ -245,6 +254,7 @@ impl LoadArgs {
             .value("mode", result::mode_name(*mode))
             .value("timeout", timeout)
             .value("keepalive", keepalive)
+            .value("reconnect", reconnect)
             .value("tick-us", tick_us)
             .value("procs", procs)
             .value("first-conn", first_conn)
@@ -454,6 +464,7 @@ pub fn execute_with(args: &LoadArgs, show_progress: bool, control: &Control) -> 
                 intervals: args.hdr_log.as_ref().map(|_| clock),
                 grace: Duration::from_secs(5),
                 stall_timeout: Duration::from_secs_f64(args.timeout),
+                reconnect: if args.mode == LoadMode::Echo { args.reconnect } else { 0 },
                 tick: Duration::from_micros(u64::from(args.tick_us)),
             }
         })
@@ -585,6 +596,8 @@ mod tests {
             "3",
             "--keepalive",
             "9",
+            "--reconnect",
+            "2",
             "--json",
             "/tmp/a b.json",
             "--procs",

@@ -121,6 +121,9 @@ pub struct Errors {
     pub vanished: u64,
     #[serde(default)]
     pub resets: u64,
+    /// New connections opened in place of those closed early (--reconnect).
+    #[serde(default)]
+    pub reconnects: u64,
     pub unanswered: u64,
     /// Failed connects by errno name.
     pub connect: BTreeMap<String, u64>,
@@ -189,6 +192,7 @@ impl LoadResult {
                 unexpected_closes: r.unexpected_closes,
                 vanished: r.vanished,
                 resets: r.resets,
+                reconnects: r.reconnects,
                 unanswered: r.unanswered,
                 connect: r.connect_errors.clone(),
                 first: r.first_error.clone(),

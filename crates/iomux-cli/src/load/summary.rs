@@ -67,11 +67,13 @@ pub fn print(r: &LoadResult) {
     let e = &r.errors;
     let connect: Vec<String> = e.connect.iter().map(|(k, v)| format!("{k} x{v}")).collect();
     println!(
-        "  errors: {} mismatched, {} closed early ({} vanished, {} reset), {} unanswered, connect errors: {}",
+        "  errors: {} mismatched, {} closed early ({} vanished, {} reset; {} reconnected), {} unanswered, connect \
+         errors: {}",
         e.mismatches,
         e.unexpected_closes,
         e.vanished,
         e.resets,
+        e.reconnects,
         e.unanswered,
         if connect.is_empty() { "none".to_string() } else { connect.join(", ") }
     );

@@ -87,6 +87,8 @@ const MSG_SIZE: u32 = 100;
 /// Reordering needs several segments of one flow in flight: the reorder
 /// profile's messages span a dozen.
 const REORDER_MSG_SIZE: u32 = 16_384;
+/// New connections each of the load's may take in place of reset ones.
+const RESET_RECONNECTS: u32 = 10;
 /// Linux's least retransmission timeout (TCP_RTO_MIN), added to the
 /// smoothed round trip for each timeout.
 const RTO_MIN_S: f64 = 0.2;
@@ -189,6 +191,10 @@ pub struct Sample {
     mismatches: u64,
     closed_early: u64,
     resets: u64,
+    /// Connections the load opened in place of reset ones (resets: `load
+    /// --reconnect`).
+    #[serde(default)]
+    reconnects: u64,
     unanswered: u64,
     connect_errors: u64,
     // None where not measured (no echoes; a killed server's CPU).
@@ -691,7 +697,7 @@ impl Experiment for Faults {
                 "echoes",
                 "bytes checked",
                 "mismatched",
-                "closed early (reset)",
+                "closed early (reset; reconnected)",
                 "unanswered",
                 "retransmits",
                 "p50 us",
@@ -726,7 +732,7 @@ impl Experiment for Faults {
                     total(|s| s.echoes),
                     total(|s| s.bytes_checked),
                     total(|s| s.mismatches),
-                    format!("{} ({})", total(|s| s.closed_early), total(|s| s.resets)),
+                    format!("{} ({}; {})", total(|s| s.closed_early), total(|s| s.resets), total(|s| s.reconnects)),
                     total(|s| s.unanswered),
                     total(|s| s.retransmits),
                     med(|s| s.p50_us.unwrap_or(f64::NAN)),
@@ -971,6 +977,11 @@ fn echo_cell(net: &Net, p: &Params, arm: Arm) -> CliResult<Sample> {
     args.conns = p.conns;
     args.per_conn = Some(p.per_conn);
     args.msg_size = msg_size(arm.profile, p);
+    if arm.profile == Profile::Resets {
+        // As a client would: a reset connection is replaced and its
+        // unanswered message sent again (counted, and in its latency).
+        args.reconnect = RESET_RECONNECTS;
+    }
     // Long enough to tell a stall the bound explains from one it does not.
     args.timeout = STALL_S.max(bound + 5.0);
     let before = retransmits(net)?;
@@ -1019,6 +1030,7 @@ fn echoed(result: &LoadResult) -> Sample {
         mismatches: e.mismatches,
         closed_early: e.unexpected_closes,
         resets: e.resets,
+        reconnects: e.reconnects,
         unanswered: e.unanswered,
         connect_errors: e.connect.values().sum(),
         p50_us: latency(|l| l.p50_us),
