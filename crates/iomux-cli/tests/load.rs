@@ -278,17 +278,15 @@ fn resets_mid_run_end_a_per_conn_run() {
     assert_eq!(report["echoes"], 2 * 10 + 2 * 3, "{report}");
 }
 
-/// --reconnect: a connection the server resets is replaced, its unanswered
-/// message sent again on the new one, until every message is echoed.
-#[test]
-fn reconnect_replaces_reset_connections_until_every_message_is_echoed() {
+/// A server that echoes 100-byte messages and resets every connection
+/// after three echoes.
+fn resetting_server() -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut s) = stream else { continue };
             std::thread::spawn(move || {
-                // Every connection: three echoes, then a reset.
                 let mut buf = [0u8; 100];
                 for _ in 0..3 {
                     if s.read_exact(&mut buf).is_err() || s.write_all(&buf).is_err() {
@@ -299,6 +297,14 @@ fn reconnect_replaces_reset_connections_until_every_message_is_echoed() {
             });
         }
     });
+    addr
+}
+
+/// --reconnect: a connection the server resets is replaced, its unanswered
+/// message sent again on the new one, until every message is echoed.
+#[test]
+fn reconnect_replaces_reset_connections_until_every_message_is_echoed() {
+    let addr = resetting_server();
     let args = ["--conns", "4", "--per-conn", "10", "--reconnect", "5", "--timeout", "5"];
     let LoadRun { report, output, .. } = load(addr, &args);
     let e = &report["errors"];
@@ -310,6 +316,19 @@ fn reconnect_replaces_reset_connections_until_every_message_is_echoed() {
     assert_eq!(e["resets"], 4 * 3, "each reset still counted: {report}");
     assert_eq!(e["unexpected_closes"], 4 * 3, "{report}");
     assert!(output.contains("12 reconnected"), "{output}");
+}
+
+/// The same in an open loop: the carried message goes before anything the
+/// schedule stages, and every echo checks out.
+#[test]
+fn reconnect_keeps_an_open_loop_in_order() {
+    let addr = resetting_server();
+    let args = ["--conns", "4", "--per-conn", "30", "--rate", "4000", "--reconnect", "20", "--timeout", "5"];
+    let LoadRun { report, output, .. } = load(addr, &args);
+    let e = &report["errors"];
+    assert_eq!(e["mismatches"], 0, "{report}\n{output}");
+    assert_eq!(report["echoes"], 4 * 30, "{report}\n{output}");
+    assert_eq!(e["unanswered"], 0, "{report}");
 }
 
 /// A folder of its own for one test's files.

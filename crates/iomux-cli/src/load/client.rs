@@ -366,7 +366,7 @@ impl Client {
                     }
                 }
                 Err(e) => {
-                    self.connect_failed(&e.into());
+                    self.connect_failed(&e.into(), true);
                     if active {
                         self.give_up_quota(0);
                     }
@@ -390,9 +390,15 @@ impl Client {
 
     /// Opens a connection in place of `c`, closed early, carrying its
     /// sequence and the messages it left unanswered; false if it cannot.
-    fn reconnect(&mut self, io: &mut Io<Conn>, old: ConnId, c: &mut Conn) -> bool {
-        let more = self.sending || !c.outstanding.is_empty();
-        if !(c.active && c.reconnects_left > 0 && self.started && more) {
+    fn reconnect(&mut self, io: &mut Io<Conn>, old: ConnId, c: &mut Conn, reason: &CloseReason) -> bool {
+        // The server's doing, not ours (a mismatch, a timeout of our own).
+        let by_server = matches!(
+            reason,
+            CloseReason::PeerClosed | CloseReason::Reset | CloseReason::PeerVanished | CloseReason::Error { .. }
+        );
+        let to_send = self.sending && self.plan.per_conn.is_none_or(|k| c.next_seq < k);
+        let more = to_send || !c.outstanding.is_empty();
+        if !(by_server && c.active && c.reconnects_left > 0 && self.started && more) {
             return false;
         }
         let sources = &self.plan.sources;
@@ -401,13 +407,21 @@ impl Client {
             number: c.number,
             active: true,
             next_seq: c.next_seq,
-            outstanding: std::mem::take(&mut c.outstanding),
+            outstanding: c.outstanding.clone(),
             received: 0,
             reconnects_left: c.reconnects_left - 1,
             replacement: true,
         };
         match io.connect(self.plan.addr, source, next) {
             Ok(id) => {
+                // The messages it left unanswered go again first (written
+                // now, sent once connected, ahead of anything the open
+                // loop's schedule stages meanwhile), with the times they
+                // were first sent.
+                for (seq, _) in std::mem::take(&mut c.outstanding) {
+                    self.pattern.fill(&mut self.message, c.number, seq);
+                    let _ = io.write(id, &self.message);
+                }
                 self.report.reconnects += 1;
                 self.opening += 1;
                 self.open += 1;
@@ -421,7 +435,7 @@ impl Client {
                 true
             }
             Err(e) => {
-                self.connect_failed(&e.into());
+                self.connect_failed(&e.into(), false);
                 false
             }
         }
@@ -434,11 +448,15 @@ impl Client {
         }
     }
 
-    fn connect_failed(&mut self, e: &std::io::Error) {
+    /// A failed connect, counted by errno; `setup`: one of the run's first
+    /// connections (a replacement's failure does not stretch the setup).
+    fn connect_failed(&mut self, e: &std::io::Error, setup: bool) {
         let kind = errno_name(e);
         self.plan.progress.error(&kind);
         *self.report.connect_errors.entry(kind).or_default() += 1;
-        self.connection_settled();
+        if setup {
+            self.connection_settled();
+        }
         if self.report.first_error.is_none() {
             self.report.first_error = Some(format!("connect to {}: {e}", self.plan.addr));
         }
@@ -694,16 +712,9 @@ impl Handler for Client {
     fn on_connect(&mut self, io: &mut Io<Conn>, id: ConnId, state: &mut Conn) {
         self.opening -= 1;
         if state.replacement {
-            if self.finishing {
-                return;
-            }
-            // The messages the closed connection had in flight go again,
-            // with the times they were first sent; then the loop goes on.
-            for &(seq, _) in &state.outstanding {
-                self.pattern.fill(&mut self.message, state.number, seq);
-                let _ = io.write(id, &self.message);
-            }
-            if state.outstanding.is_empty() && self.pacer.is_none() && self.stage(state, io.now()) {
+            // Its carried messages are on their way (written at connect);
+            // with none, the closed loop goes on here.
+            if !self.finishing && state.outstanding.is_empty() && self.pacer.is_none() && self.stage(state, io.now()) {
                 let _ = io.write(id, &self.message);
             }
             return;
@@ -787,7 +798,7 @@ impl Handler for Client {
             }
         }
         // A replacement takes its quota and its unanswered messages along.
-        let replaced = early && self.reconnect(io, id, &mut c);
+        let replaced = early && self.reconnect(io, id, &mut c, reason);
         if c.active && !self.finishing && !replaced {
             self.give_up_quota(c.next_seq);
         }
@@ -798,9 +809,10 @@ impl Handler for Client {
                 // A replacement that failed to connect: what it carried is lost.
                 self.in_flight -= c.outstanding.len();
                 self.report.unanswered += c.outstanding.len() as u64;
-                self.connect_failed(e);
+                self.connect_failed(e, !c.replacement);
                 self.maybe_start(io);
-                if self.started && !self.sending && self.in_flight == 0 {
+                let no_active_left = self.plan.conns > 0 && self.open_active == 0;
+                if self.started && (no_active_left || (!self.sending && self.in_flight == 0)) {
                     self.end(io);
                 }
             }
