@@ -245,12 +245,7 @@ impl ServerChild {
     /// Resident memory of the server's worker processes now (`--procs`),
     /// in bytes: what their summed peak RSS in the stats compares with.
     pub fn workers_rss(&self) -> u64 {
-        let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", self.pid)).unwrap_or_default();
-        children
-            .split_whitespace()
-            .filter_map(|p| p.parse::<u32>().ok())
-            .map(|pid| status_kib(pid, "VmRSS:") * 1024)
-            .sum()
+        children(self.pid).into_iter().map(|pid| status_kib(pid, "VmRSS:") * 1024).sum()
     }
 
     fn status_kib(&self, field: &str) -> u64 {
@@ -349,6 +344,13 @@ impl Drop for ServerChild {
 }
 
 /// A `kB` field of /proc/PID/status, in KiB (0 when unreadable).
+/// The processes `pid` started that are still alive (its main thread's
+/// children: the servers and loads fork from it); none when it has gone.
+pub fn children(pid: u32) -> Vec<u32> {
+    let list = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    list.split_whitespace().filter_map(|p| p.parse().ok()).collect()
+}
+
 fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     crate::os::kib_field(&status, field).unwrap_or(0)

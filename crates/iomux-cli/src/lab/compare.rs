@@ -3,10 +3,12 @@
 //! verdicts, and every figure's change B/A with its 95% interval, "no
 //! change within noise" where the interval says so.
 
+use super::drift::{machine_drift, round_effects, steadied};
 use super::harness::claim::{number, Claim};
 use super::harness::envelope::Figure;
 use super::harness::experiment::TableView;
-use super::harness::stats::{Change, NOISE_THRESHOLD};
+use super::harness::pooled::Spread;
+use super::harness::stats::{Change, Estimate, NOISE_THRESHOLD};
 use super::render::html::render;
 use super::results::Folder;
 use super::table::Table;
@@ -31,9 +33,26 @@ pub struct Compared<'a> {
     pub b: &'a Figure,
     /// None when either side has no sample.
     pub change: Option<Change>,
+    /// How the figures of programs iomux did not write, of this kind in
+    /// this experiment, moved from A to B (`drift`).
+    pub drift: Option<Estimate>,
 }
 
 impl Compared<'_> {
+    /// The change with the machine's drift taken out: B/A over the
+    /// drift's, the interval widened by the drift's own.
+    pub fn beside_drift(&self) -> Option<Change> {
+        let (c, d) = (self.change?, self.drift?);
+        Some(Change { ratio: c.ratio / d.median, lo: c.lo / d.hi, hi: c.hi / d.lo, ..c })
+    }
+
+    /// Some(true) for no change within noise, as measured or once the
+    /// machine's drift is out; None when there is too little to tell.
+    pub fn same(&self) -> Option<bool> {
+        let c = self.change.filter(Change::told)?;
+        Some(c.within_noise() || self.beside_drift().is_some_and(|x| x.within_noise()))
+    }
+
     /// "no change within noise", or "B higher by 12.0% [8.1%, 15.2%] (worse)".
     pub fn verdict(&self) -> String {
         let Some(c) = self.change else { return "not comparable (no samples on one side)".into() };
@@ -45,13 +64,35 @@ impl Compared<'_> {
                 crate::lab::harness::stats::MIN_CHANGE_SAMPLES
             );
         }
-        if c.within_noise() {
-            return "no change within noise".into();
-        }
+        let pooled = if c.pooled { "; interval from its kind's spread" } else { "" };
         let pct = |r: f64| (r - 1.0) * 100.0;
+        let drift = |d: Estimate| format!("the programs iomux did not write moved {:+.1}%", pct(d.median));
+        if c.within_noise() {
+            return format!(
+                "no change within noise{}",
+                if c.pooled { " (interval from its kind's spread)" } else { "" }
+            );
+        }
+        if let (Some(x), Some(d)) = (self.beside_drift(), self.drift) {
+            if x.within_noise() {
+                return format!("no change within noise beside the machine's drift ({}{pooled})", drift(d));
+            }
+        }
         let better = (c.ratio > 1.0) == self.a.higher_is_better;
+        let beside = match (self.beside_drift(), self.drift) {
+            (Some(x), Some(d)) => {
+                format!(
+                    "; beside the machine's drift ({}): {:+.1}% [{:+.1}%, {:+.1}%]",
+                    drift(d),
+                    pct(x.ratio),
+                    pct(x.lo),
+                    pct(x.hi)
+                )
+            }
+            _ => String::new(),
+        };
         format!(
-            "B {} by {:.1}% [{:+.1}%, {:+.1}%] ({})",
+            "B {} by {:.1}% [{:+.1}%, {:+.1}%] ({}{pooled}{beside})",
             if c.ratio > 1.0 { "higher" } else { "lower" },
             pct(c.ratio).abs(),
             pct(c.lo),
@@ -61,19 +102,66 @@ impl Compared<'_> {
     }
 }
 
-/// Every figure both folders hold, experiment by experiment.
+/// Every figure both folders hold, experiment by experiment. A figure
+/// with too few samples for its own interval is steadied by its round's
+/// effect (`drift`) and borrows the pooled spread of the repeated figures
+/// of its kind in the same experiment, both sides.
 pub fn changes<'a>(fa: &'a Folder, fb: &'a Folder) -> Vec<Compared<'a>> {
     let mut out = Vec::new();
     for ra in &fa.results {
         let Some(rb) = fb.get(ra.entry.name) else { continue };
-        for a in &ra.header.figures {
-            if let Some(b) = rb.header.figures.iter().find(|f| f.name == a.name) {
-                let change = Change::between(&a.samples, &b.samples);
-                out.push(Compared { experiment: ra.entry.name, a, b, change });
-            }
+        let (in_a, in_b) = (&ra.header.figures, &rb.header.figures);
+        let pairs: Vec<(&Figure, &Figure)> =
+            in_a.iter().filter_map(|a| Some((a, in_b.iter().find(|b| b.name == a.name)?))).collect();
+        let of_kind = |figures: &'a [Figure], kind| figures.iter().filter(move |f| kind_of(f) == kind);
+        for &(a, b) in &pairs {
+            let kind = kind_of(a);
+            let change = Change::between(&a.samples, &b.samples).map(|c| {
+                if c.told() {
+                    return c;
+                }
+                let spread =
+                    Spread::pooled(of_kind(in_a, kind).chain(of_kind(in_b, kind)).map(|f| f.samples.as_slice()));
+                let sa = steadied(a, &round_effects(of_kind(in_a, kind)));
+                let sb = steadied(b, &round_effects(of_kind(in_b, kind)));
+                spread.and_then(|s| Change::from_spread(&sa, &sb, s)).unwrap_or(c)
+            });
+            let drift = machine_drift(pairs.iter().copied().filter(|(x, _)| kind_of(x) == kind));
+            out.push(Compared { experiment: ra.entry.name, a, b, change, drift });
         }
     }
     out
+}
+
+/// What a figure measures, whatever the cell: its metric and unit
+/// ("p99 latency", "us").
+fn kind_of(f: &Figure) -> (&str, &str) {
+    (f.name.rsplit(": ").next().unwrap_or(&f.name), &f.unit)
+}
+
+/// The machine's drift, once per experiment and kind that has one.
+fn drift_rows(compared: &[Compared]) -> TableView {
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for c in compared {
+        let Some(d) = c.drift else { continue };
+        let (metric, unit) = kind_of(c.a);
+        let row = vec![
+            c.experiment.to_string(),
+            format!("{metric} ({unit})"),
+            format!("{:.3} [{:.3}, {:.3}]", d.median, d.lo, d.hi),
+            d.n.to_string(),
+        ];
+        if !rows.contains(&row) {
+            rows.push(row);
+        }
+    }
+    TableView {
+        caption: String::new(),
+        header: ["experiment", "figure", "B/A of the programs iomux did not write", "figures"]
+            .map(String::from)
+            .to_vec(),
+        rows,
+    }
 }
 
 /// "1.23 [1.20, 1.25]".
@@ -169,16 +257,23 @@ pub fn write(a: &Path, b: &Path, out: Option<&Path>) -> CliResult<Written> {
         None => b.join(format!("compare-{}.html", folder_name(a))),
     };
     let compared = changes(&fa, &fb);
-    let count = |keep: fn(&Change) -> bool| compared.iter().filter(|c| c.change.as_ref().is_some_and(keep)).count();
-    let same = count(|x| x.told() && x.within_noise());
-    let changed = count(|x| x.told() && !x.within_noise());
-    let untold = count(|x| !x.told());
+    let told = |c: &&Compared| c.change.is_some_and(|x| x.told());
+    let same = compared.iter().filter(|c| c.same() == Some(true)).count();
+    let changed = compared.iter().filter(|c| c.same() == Some(false)).count();
+    let untold = compared.iter().filter(|c| c.change.is_some() && !told(c)).count();
+    let beside_drift =
+        compared.iter().filter(|c| c.same() == Some(true) && c.change.is_some_and(|x| !x.within_noise())).count();
+    let pooled = compared.iter().filter(|c| c.change.is_some_and(|x| x.pooled)).count();
     let verdict_line = format!(
         "{} figures compared: {same} show no change within noise, {changed} changed, {untold} have too few samples \
-         on a side to tell ({} a side give a 95% interval).",
+         to tell. {beside_drift} of the unchanged moved only as far as the programs iomux did not write, measured \
+         beside them (the machine's drift). {pooled} of the figures had fewer than {} samples a side, too few for a \
+         rank interval of their own: theirs rests on the spread of the repeated figures of the same kind in the same \
+         experiment, each take steadied by its round's effect.",
         same + changed + untold,
         crate::lab::harness::stats::MIN_CHANGE_SAMPLES
     );
+    let drifts = drift_rows(&compared);
     let sections: Vec<ChangeSection> = fa
         .results
         .iter()
@@ -228,6 +323,7 @@ pub fn write(a: &Path, b: &Path, out: Option<&Path>) -> CliResult<Written> {
                 rows: verdicts.iter().map(|r| r.to_vec()).collect(),
             },
             noise_pct => NOISE_THRESHOLD * 100.0,
+            drifts => drifts.clone(),
             changes => sections,
         },
     )?;
@@ -239,9 +335,16 @@ pub fn write(a: &Path, b: &Path, out: Option<&Path>) -> CliResult<Written> {
         t.row(r.iter().cloned());
     }
     summary += &t.render();
+    if !drifts.rows.is_empty() {
+        let mut t = Table::new(drifts.header.clone());
+        for r in &drifts.rows {
+            t.row(r.iter().cloned());
+        }
+        summary +=
+            &format!("\nThe machine's drift from A to B, read from the programs iomux did not write:\n{}", t.render());
+    }
     summary += &format!("\n{verdict_line}\n");
-    let changed: Vec<&Compared> =
-        compared.iter().filter(|c| c.change.is_some_and(|x| x.told() && !x.within_noise())).collect();
+    let changed: Vec<&Compared> = compared.iter().filter(|c| c.same() == Some(false)).collect();
     if !changed.is_empty() {
         let mut t = Table::new(["changed figure", "A", "B", "change"]);
         for c in changed {
@@ -275,11 +378,76 @@ mod tests {
     }
 
     fn folder(name: &str, poll_at_100: f64) -> Dir {
+        folder_with_once(name, poll_at_100, None)
+    }
+
+    /// With `once`, poll at Z = 200 measured once (in the first round)
+    /// beside the repeated arms, as a quick run's first-round cells are.
+    fn folder_with_once(name: &str, poll_at_100: f64, once: Option<f64>) -> Dir {
         let dir = std::env::temp_dir().join(format!("iomux-compare-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let env = fixture(&[(Epoll, 0, 0.4), (Epoll, 100, 0.4), (Poll, 0, 0.4), (Poll, 100, poll_at_100)], 8);
+        let mut env = fixture(&[(Epoll, 0, 0.4), (Epoll, 100, 0.4), (Poll, 0, 0.4), (Poll, 100, poll_at_100)], 8);
+        if let Some(seconds) = once {
+            env.takes.push(crate::lab::experiments::idle::fixture_take(Poll, 200, seconds, 0));
+        }
         envelope::write(&dir, &env).unwrap();
         Dir(dir)
+    }
+
+    #[test]
+    fn a_figure_measured_once_is_judged_by_its_kinds_spread() {
+        let (a, b) = (folder_with_once("once-a", 0.5, Some(0.5)), folder_with_once("once-b", 0.5, Some(0.51)));
+        let w = write(&a.0, &b.0, None).unwrap();
+        assert!(w.summary.contains("show no change within noise, 0 changed, 0 have too few"), "{}", w.summary);
+        // Its seconds, server CPU and p99 latency.
+        assert!(w.summary.contains("3 of the figures had fewer than 4 samples a side"), "{}", w.summary);
+        let html = std::fs::read_to_string(&w.path).unwrap();
+        assert!(html.contains("no change within noise (interval from its kind&#x27;s spread)"), "{html}");
+        // The repeated figures vary by 0.2%: a 30% step on one take is a change.
+        let c = folder_with_once("once-c", 0.5, Some(0.65));
+        let w = write(&a.0, &c.0, None).unwrap();
+        assert!(w.summary.contains("2 changed"), "{}", w.summary);
+        assert!(w.summary.contains("poll, Z = 200: seconds"), "{}", w.summary);
+        assert!(w.summary.contains("B higher by 30.0% [+2"), "{}", w.summary);
+        assert!(w.summary.contains("(worse; interval from its kind's spread)"), "{}", w.summary);
+    }
+
+    fn figure(name: &str, samples: &[f64], reference: bool) -> Figure {
+        Figure {
+            name: name.into(),
+            unit: "1/s".into(),
+            higher_is_better: true,
+            estimate: crate::lab::harness::stats::Estimate::of(samples),
+            samples: samples.to_vec(),
+            rounds: (0..samples.len()).collect(),
+            reference,
+        }
+    }
+
+    #[test]
+    fn a_move_as_far_as_the_references_is_the_machines_drift() {
+        let base = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2];
+        let slower = |f: f64| base.map(|x| x * f);
+        let a = figure("iomux: requests/s", &base, false);
+        let drift = crate::lab::harness::stats::Estimate::of(&[0.87, 0.88, 0.9, 0.89, 0.86, 0.88]);
+        let compare = |b: &Figure| {
+            let change = Change::between(&a.samples, &b.samples);
+            let c = Compared { experiment: "http", a: &a, b, change, drift };
+            (c.same(), c.verdict())
+        };
+        // Everything 12% slower, the references too: the machine.
+        let (same, verdict) = compare(&figure("iomux: requests/s", &slower(0.88), false));
+        assert_eq!(same, Some(true), "{verdict}");
+        assert!(verdict.starts_with("no change within noise beside the machine's drift"), "{verdict}");
+        // 30% slower where the references lost 12%: a change, both given.
+        let (same, verdict) = compare(&figure("iomux: requests/s", &slower(0.7), false));
+        assert_eq!(same, Some(false), "{verdict}");
+        assert!(verdict.contains("B lower by 30.0%") && verdict.contains("beside the machine's drift"), "{verdict}");
+        // Without a drift, 12% is a change.
+        let b = figure("iomux: requests/s", &slower(0.88), false);
+        let c =
+            Compared { experiment: "idle", a: &a, b: &b, change: Change::between(&a.samples, &b.samples), drift: None };
+        assert_eq!(c.same(), Some(false), "{}", c.verdict());
     }
 
     #[test]

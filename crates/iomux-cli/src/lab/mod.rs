@@ -6,6 +6,7 @@ pub mod browser;
 mod cell;
 mod child;
 pub mod compare;
+mod drift;
 pub mod experiments;
 pub mod harness;
 mod kernel_memory;

@@ -141,28 +141,31 @@ pub fn tool_present(tool: &str) -> bool {
     ["/usr/sbin", "/sbin", "/usr/bin", "/bin"].iter().any(|d| std::path::Path::new(d).join(tool).exists())
 }
 
-/// Whether this kernel has netem: tried on the loopback of a throwaway
-/// namespace (`tc` says "Specified qdisc kind is unknown" without it).
-pub fn has_netem() -> bool {
-    probe(Command::new("tc").args(["qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"]))
+/// The fault emulators this kernel offers.
+#[derive(Debug, Clone, Copy)]
+pub struct Emulators {
+    /// netem (`tc` says "Specified qdisc kind is unknown" without it).
+    pub netem: bool,
+    /// iptables' NFQUEUE target (the delay line's feed).
+    pub nfqueue: bool,
 }
 
-/// Whether iptables' NFQUEUE target works here (the delay line's feed).
-pub fn has_nfqueue() -> bool {
-    tool_present("iptables") && probe(Command::new("iptables").args(["-A", "INPUT", "-j", "NFQUEUE"]))
-}
-
-/// Whether `cmd` succeeds inside a throwaway namespace.
-fn probe(cmd: &Command) -> bool {
+/// Tries each emulator on the loopback of one throwaway namespace.
+pub fn emulators() -> Emulators {
+    let none = Emulators { netem: false, nfqueue: false };
     let name = format!("{PREFIX}{}-probe", std::process::id());
     if run(Command::new("ip").args(["netns", "add", &name]), None).is_err() {
-        return false;
+        return none;
     }
-    let mut inside = Command::new("ip");
-    inside.args(["netns", "exec", &name]).arg(cmd.get_program()).args(cmd.get_args());
-    let ok = run(&mut inside, None).is_ok();
+    let works = |program: &str, args: &[&str]| {
+        run(Command::new("ip").args(["netns", "exec", &name, program]).args(args), None).is_ok()
+    };
+    let found = Emulators {
+        netem: works("tc", &["qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"]),
+        nfqueue: tool_present("iptables") && works("iptables", &["-A", "INPUT", "-j", "NFQUEUE"]),
+    };
     remove(&name);
-    ok
+    found
 }
 
 impl Net {
@@ -335,11 +338,9 @@ impl Net {
 }
 
 impl Net {
-    /// Packets the delay lines' queues dropped, both namespaces: the
-    /// kernel's (queue full) and the user side's (netq too slow), from
-    /// /proc/net/netfilter/nfnetlink_queue; 0 without a delay line. An
-    /// error if a delay line has died.
-    pub fn delay_line_drops(&self) -> CliResult<u64> {
+    /// An error if a delay line has died (its queue then drops every
+    /// packet: no --queue-bypass).
+    pub fn check_delay_lines(&self) -> CliResult<()> {
         for (side, child) in self.delay_lines.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter_mut() {
             if let Ok(Some(status)) = child.try_wait() {
                 return Err(
@@ -347,6 +348,13 @@ impl Net {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// Packets the delay lines' queues dropped, both namespaces: the
+    /// kernel's (queue full) and the user side's (netq too slow), from
+    /// /proc/net/netfilter/nfnetlink_queue; 0 without a delay line.
+    pub fn delay_line_drops(&self) -> CliResult<u64> {
         let mut drops = 0;
         for side in [Side::Server, Side::Client] {
             let out = Command::new("ip")

@@ -2,8 +2,8 @@
 //! the default run and its order, the report's order and labels, and CI's
 //! smoke run: adding an experiment is its file and one line here.
 
-use super::harness::envelope::Envelope;
-use super::harness::experiment::{execute, Entry, Experiment, View};
+use super::harness::envelope::{Envelope, Figure};
+use super::harness::experiment::{execute, figures, Entry, Experiment, View};
 use super::{Outcome, Settings};
 use crate::CliResult;
 
@@ -14,9 +14,11 @@ pub trait Registered {
     /// Checks the flags and the machine before anything runs.
     fn check(args: &Self::Args, settings: &Settings) -> CliResult<()>;
     fn run(args: &Self::Args, settings: &Settings) -> CliResult<Outcome>;
-    /// Its page from its JSON; None for results this version cannot draw
-    /// (written as schema 1).
-    fn view_json(text: &str) -> CliResult<Option<View>>;
+    /// Its page and figures from its JSON, the figures derived again from
+    /// the takes by this version (results written before a figure's field
+    /// existed get it); None for results this version cannot draw (written
+    /// as schema 1).
+    fn read_json(text: &str) -> CliResult<Option<(View, Vec<Figure>)>>;
 }
 
 impl<E: Experiment> Registered for E
@@ -31,9 +33,9 @@ where
     fn run(args: &E::Args, settings: &Settings) -> CliResult<Outcome> {
         execute::<E>(args, settings)
     }
-    fn view_json(text: &str) -> CliResult<Option<View>> {
+    fn read_json(text: &str) -> CliResult<Option<(View, Vec<Figure>)>> {
         let env: Envelope<E::Params, E::Arm, E::Sample> = serde_json::from_str(text)?;
-        E::view(&env).map(Some)
+        Ok(Some((E::view(&env)?, figures::<E>(&env))))
     }
 }
 
@@ -48,10 +50,10 @@ macro_rules! registry {
         /// Every experiment, in the order the bench runs and the report shows them.
         pub const ENTRIES: &[Entry] = &[ $( <$ty as Registered>::ENTRY, )* ];
 
-        /// Each experiment's page from its JSON.
+        /// Each experiment's page and figures from its JSON.
         #[allow(clippy::type_complexity)]
-        const VIEWS: &[(&str, fn(&str) -> CliResult<Option<View>>)] =
-            &[ $( (<$ty as Registered>::ENTRY.name, <$ty as Registered>::view_json), )* ];
+        const READERS: &[(&str, fn(&str) -> CliResult<Option<(View, Vec<Figure>)>>)] =
+            &[ $( (<$ty as Registered>::ENTRY.name, <$ty as Registered>::read_json), )* ];
 
         impl Which {
             /// Every experiment with its default flags.
@@ -107,10 +109,10 @@ registry! {
     Faults => super::experiments::faults::Faults,
 }
 
-/// The view of the experiment named `name` from its JSON text.
-pub fn view_json(name: &str, text: &str) -> CliResult<Option<View>> {
-    match VIEWS.iter().find(|(n, _)| *n == name) {
-        Some((_, view)) => view(text),
+/// The view and figures of the experiment named `name` from its JSON text.
+pub fn read_json(name: &str, text: &str) -> CliResult<Option<(View, Vec<Figure>)>> {
+    match READERS.iter().find(|(n, _)| *n == name) {
+        Some((_, read)) => read(text),
         None => Ok(None),
     }
 }

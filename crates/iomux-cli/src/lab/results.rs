@@ -37,7 +37,7 @@ impl Folder {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(format!("cannot read {}: {e}", path.display()).into()),
             };
-            let header = Header::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            let mut header = Header::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
             if header.experiment != entry.name {
                 return Err(
                     format!("{} holds results of {:?}, not {}", path.display(), header.experiment, entry.name).into()
@@ -48,7 +48,11 @@ impl Folder {
                 let svg = std::fs::read_to_string(dir.join(format!("{}.svg", entry.name))).ok();
                 Some(View { svg, ..View::default() })
             } else {
-                registry::view_json(entry.name, &text).map_err(|e| format!("{}: {e}", path.display()))?
+                let read = registry::read_json(entry.name, &text).map_err(|e| format!("{}: {e}", path.display()))?;
+                read.map(|(view, figures)| {
+                    header.figures = figures;
+                    view
+                })
             };
             results.push(Result { entry, header, view, older });
         }

@@ -14,7 +14,7 @@
 //! are dropped and it dies, and `iomux load --keepalive K` must.
 
 use crate::lab::cell;
-use crate::lab::child::ServerChild;
+use crate::lab::child::{children, ServerChild};
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
@@ -489,9 +489,9 @@ impl Experiment for Faults {
         let keepalive_s = args.keepalive.unwrap_or(KEEPALIVE_S);
         cell::require_loopback("E8", conns.max(vanishing))?;
         let unavailable = netns::unavailable();
-        let netem = unavailable.is_none() && netns::has_netem();
-        let nfqueue = unavailable.is_none() && netns::has_nfqueue();
-        let bound = Keepalive::after(Duration::from_secs(u64::from(keepalive_s))).reclaimed_within();
+        let found = unavailable.is_none().then(netns::emulators);
+        let (netem, nfqueue) = found.map_or((false, false), |e| (e.netem, e.nfqueue));
+        let bound = reclaimed_within(keepalive_s);
         Ok(Params {
             emulations: profiles.iter().map(|&p| mechanism(p, netem, nfqueue)).collect(),
             profiles,
@@ -925,8 +925,13 @@ fn sockets(pid: u32) -> usize {
             .filter(|t| t.to_string_lossy().starts_with("socket:"))
             .count()
     });
-    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-    own + children.split_whitespace().filter_map(|c| c.parse().ok()).map(sockets).sum::<usize>()
+    own + children(pid).into_iter().map(sockets).sum::<usize>()
+}
+
+/// How soon a server with `--keepalive k` has closed a connection whose
+/// peer vanished.
+fn reclaimed_within(k: u16) -> Duration {
+    Keepalive::after(Duration::from_secs(u64::from(k))).reclaimed_within()
 }
 
 /// Polls `count` until it is at most `target` or `limit` passes: the
@@ -967,10 +972,8 @@ fn echo_cell(net: &Net, p: &Params, arm: Arm) -> CliResult<Sample> {
     // the server would give up on connections TCP recovers (under 5%
     // loss, --keepalive 1's 4 s ended a connection in 2 of 36 cells).
     let bound = stall_bound_s(arm.profile, p, 0.0);
-    let keepalive = (p.keepalive_s..=600)
-        .find(|&k| Keepalive::after(Duration::from_secs(u64::from(k))).reclaimed_within().as_secs_f64() > bound)
-        .unwrap_or(600);
-    let reclaim_limit = Keepalive::after(Duration::from_secs(u64::from(keepalive))).reclaimed_within() * 3;
+    let keepalive = (p.keepalive_s..=600).find(|&k| reclaimed_within(k).as_secs_f64() > bound).unwrap_or(600);
+    let reclaim_limit = reclaimed_within(keepalive) * 3;
     let server = ServerChild::start_in(net, backend, "echo", &server_flags(keepalive))?;
     let own = sockets(server.pid);
     let mut args = server.load_args(cell::LOAD_BACKEND, cell::cpus().1);
@@ -991,6 +994,7 @@ fn echo_cell(net: &Net, p: &Params, arm: Arm) -> CliResult<Sample> {
     let retrans = retransmits(net)?.saturating_sub(before);
     let reclaim = wait_down(|| sockets(server.pid), own, reclaim_limit.max(Duration::from_secs(10)));
     let mut sample = echoed(&result);
+    net.check_delay_lines()?;
     sample.delay_line_drops = net.delay_line_drops()?;
     // The slowest ordinary echo: the 99th percentile, or under loss the
     // median (there, the 99th is a retransmission already).

@@ -285,6 +285,26 @@ fn run_once(backend: Backend, idle: usize) -> Measured<Sample> {
     }))
 }
 
+/// One kept take of (backend, Z) in `round`, for tests that add a cell
+/// measured once to a [`fixture`].
+#[cfg(test)]
+pub fn fixture_take(
+    backend: Backend,
+    idle: usize,
+    seconds: f64,
+    round: usize,
+) -> crate::lab::harness::trial::Take<Arm, Sample> {
+    crate::lab::harness::trial::Take {
+        arm: Arm { backend, idle },
+        round,
+        others: Some(0.0),
+        cross_cpu_ns: None,
+        apart: false,
+        kept: true,
+        value: Sample { seconds, p50_us: 80.0, p99_us: 200.0, server_cpu_s: seconds, syscalls_per_request: 2.1 },
+    }
+}
+
 /// An E2 result with `seconds` for each (backend, Z), `rounds` times (a
 /// little spread, so intervals have width), made as `execute` makes one:
 /// for tests of what reads results.

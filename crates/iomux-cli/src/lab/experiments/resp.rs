@@ -484,6 +484,10 @@ impl Experiment for Resp {
         trial.until_decided(claims, &mut measure)
     }
 
+    fn reference(arm: &Arm) -> bool {
+        !matches!(arm.server, Server::Iomux(_))
+    }
+
     fn view(env: &Envelope<Params, Arm, Run>) -> CliResult<View> {
         let p = &env.params;
         let mut view = View { intro: vec![intro(p)], ..View::default() };

@@ -509,6 +509,10 @@ impl Experiment for SyscallRate {
         trial.until_decided(claims, &mut measure)
     }
 
+    fn reference(arm: &Arm) -> bool {
+        !arm.subject.is_library()
+    }
+
     fn view(env: &Envelope<Params, Arm, Sample>) -> CliResult<View> {
         let p = &env.params;
         let book = |n: usize| p.book.iter().find(|b| b.fds == n);

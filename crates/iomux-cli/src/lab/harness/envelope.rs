@@ -25,6 +25,16 @@ pub struct Figure {
     pub estimate: Option<Estimate>,
     /// Every kept sample.
     pub samples: Vec<f64>,
+    /// The round of each sample, in the same order (empty in results
+    /// written before it): `report A B` reads from the repeated figures
+    /// how much faster or slower each round ran.
+    #[serde(default)]
+    pub rounds: Vec<usize>,
+    /// The arm runs a program iomux did not write (nginx, redis, tokio, a
+    /// bare syscall): `report A B` reads the machine's drift between two
+    /// runs from these.
+    #[serde(default)]
+    pub reference: bool,
 }
 
 /// How the samples fared against the noise guard.
@@ -315,6 +325,8 @@ mod tests {
                 higher_is_better: false,
                 estimate: Estimate::of(&[1.0]),
                 samples: vec![1.0],
+                rounds: vec![0],
+                reference: false,
             }],
             noise: NoiseSummary::of::<u8, f64>(1, &[], None),
             takes: Vec::<Take<u8, f64>>::new(),

@@ -129,6 +129,13 @@ pub trait Experiment {
         true
     }
 
+    /// Whether this arm runs a program iomux did not write (nginx, redis,
+    /// tokio, a bare syscall): `iomux report A B` reads the machine's
+    /// drift between two runs from such arms.
+    fn reference(_arm: &Self::Arm) -> bool {
+        false
+    }
+
     /// Tables and plot, from the envelope alone.
     fn view(env: &Envelope<Self::Params, Self::Arm, Self::Sample>) -> CliResult<View>;
 }
@@ -167,13 +174,17 @@ pub fn figures<E: Experiment>(env: &Envelope<E::Params, E::Arm, E::Sample>) -> V
     let mut out = Vec::new();
     for arm in arms(env).into_iter().filter(E::compared) {
         for m in E::metrics() {
-            let samples: Vec<f64> = env.kept(&arm).map(m.get).filter(|v| v.is_finite()).collect();
+            let kept = env.takes.iter().filter(|t| t.kept && t.arm == arm);
+            let (rounds, samples): (Vec<usize>, Vec<f64>) =
+                kept.map(|t| (t.round, (m.get)(&t.value))).filter(|(_, v)| v.is_finite()).unzip();
             out.push(Figure {
                 name: format!("{arm}: {}", m.name),
                 unit: m.unit.into(),
                 higher_is_better: m.higher_is_better,
                 estimate: Estimate::of(&samples),
                 samples,
+                rounds,
+                reference: E::reference(&arm),
             });
         }
     }

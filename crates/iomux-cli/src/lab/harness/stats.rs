@@ -11,8 +11,8 @@
 //! can be decided; the lab adds rounds until it has them.
 //!
 //! Changes between two runs (`iomux report A B`) are ratios of medians of
-//! independent samples, with a percentile bootstrap interval (the method
-//! criterion uses), from a fixed seed so a report is reproducible.
+//! independent samples, with a rank interval (below); figures with too
+//! few samples for one borrow their kind's spread (`pooled`).
 
 use serde::{Deserialize, Serialize};
 
@@ -173,6 +173,9 @@ pub struct Change {
     pub hi: f64,
     /// Finite samples on each side (A, B).
     pub samples: (usize, usize),
+    /// The interval rests on the spread of other figures of the same kind
+    /// (`pooled`), the samples being too few for a rank interval.
+    pub pooled: bool,
 }
 
 /// The fewest samples a side that give a 95% rank interval: with four and
@@ -208,7 +211,7 @@ impl Change {
             Some(k) => (shifts[k], shifts[shifts.len() - 1 - k]),
             None => (0.0, f64::INFINITY),
         };
-        Some(Change { ratio, lo, hi, samples: (a.len(), b.len()) })
+        Some(Change { ratio, lo, hi, samples: (a.len(), b.len()), pooled: false })
     }
 
     /// Whether the samples were enough for a 95% interval.
