@@ -343,7 +343,6 @@ impl Drop for ServerChild {
     }
 }
 
-/// A `kB` field of /proc/PID/status, in KiB (0 when unreadable).
 /// The processes `pid` started that are still alive (its main thread's
 /// children: the servers and loads fork from it); none when it has gone.
 pub fn children(pid: u32) -> Vec<u32> {
@@ -351,6 +350,7 @@ pub fn children(pid: u32) -> Vec<u32> {
     list.split_whitespace().filter_map(|p| p.parse().ok()).collect()
 }
 
+/// A `kB` field of /proc/PID/status, in KiB (0 when unreadable).
 fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     crate::os::kib_field(&status, field).unwrap_or(0)

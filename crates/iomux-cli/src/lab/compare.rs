@@ -3,12 +3,12 @@
 //! verdicts, and every figure's change B/A with its 95% interval, "no
 //! change within noise" where the interval says so.
 
-use super::drift::{machine_drift, round_effects, steadied};
+use super::drift::{Drift, RoundEffects};
 use super::harness::claim::{number, Claim};
 use super::harness::envelope::Figure;
 use super::harness::experiment::TableView;
 use super::harness::pooled::Spread;
-use super::harness::stats::{Change, Estimate, NOISE_THRESHOLD};
+use super::harness::stats::{median, Change, NOISE_THRESHOLD};
 use super::render::html::render;
 use super::results::Folder;
 use super::table::Table;
@@ -33,135 +33,198 @@ pub struct Compared<'a> {
     pub b: &'a Figure,
     /// None when either side has no sample.
     pub change: Option<Change>,
-    /// How the figures of programs iomux did not write, of this kind in
-    /// this experiment, moved from A to B (`drift`).
-    pub drift: Option<Estimate>,
+    /// How the reference programs' figures of this kind in this
+    /// experiment moved from A to B, this figure left out (`drift`).
+    pub drift: Option<Drift>,
 }
 
 impl Compared<'_> {
-    /// The change with the machine's drift taken out: B/A over the
-    /// drift's, the interval widened by the drift's own.
+    /// The change over the machine's drift, its interval widened by where
+    /// a figure that moved only with the machine falls (a 95% prediction
+    /// interval from the references' scatter, added in quadrature on the
+    /// logarithm). None without a drift, a 95% interval, or with a zero.
     pub fn beside_drift(&self) -> Option<Change> {
-        let (c, d) = (self.change?, self.drift?);
-        Some(Change { ratio: c.ratio / d.median, lo: c.lo / d.hi, hi: c.hi / d.lo, ..c })
+        let (c, d) = (self.change.filter(Change::told)?, self.drift?);
+        let positive = |f: &Figure| f.samples.iter().all(|&x| x > 0.0);
+        if !(positive(self.a) && positive(self.b)) {
+            return None;
+        }
+        let shift = c.ratio.ln() - d.ratio.ln();
+        let (below, above) = (c.ratio.ln() - c.lo.ln(), c.hi.ln() - c.ratio.ln());
+        let h = d.half_width();
+        Some(Change { ratio: shift.exp(), lo: (shift - below.hypot(h)).exp(), hi: (shift + above.hypot(h)).exp(), ..c })
     }
 
-    /// Some(true) for no change within noise, as measured or once the
-    /// machine's drift is out; None when there is too little to tell.
+    /// Some(true) for no change within noise (beside the machine's drift
+    /// where the experiment has one); None when there is too little to tell.
     pub fn same(&self) -> Option<bool> {
         let c = self.change.filter(Change::told)?;
-        Some(c.within_noise() || self.beside_drift().is_some_and(|x| x.within_noise()))
+        Some(self.beside_drift().unwrap_or(c).within_noise())
     }
 
-    /// "no change within noise", or "B higher by 12.0% [8.1%, 15.2%] (worse)".
+    /// "no change within noise", or "B higher by 12.0% [+8.1%, +15.2%] (worse)".
     pub fn verdict(&self) -> String {
         let Some(c) = self.change else { return "not comparable (no samples on one side)".into() };
         if !c.told() {
             return format!(
-                "too few samples to tell (A {}, B {}; {} a side needed)",
+                "too few samples to tell (A {}, B {}; {} on a side needed)",
                 c.samples.0,
                 c.samples.1,
                 crate::lab::harness::stats::MIN_CHANGE_SAMPLES
             );
         }
         let pooled = if c.pooled { "; interval from its kind's spread" } else { "" };
-        let pct = |r: f64| (r - 1.0) * 100.0;
-        let drift = |d: Estimate| format!("the programs iomux did not write moved {:+.1}%", pct(d.median));
-        if c.within_noise() {
-            return format!(
-                "no change within noise{}",
-                if c.pooled { " (interval from its kind's spread)" } else { "" }
-            );
-        }
-        if let (Some(x), Some(d)) = (self.beside_drift(), self.drift) {
-            if x.within_noise() {
-                return format!("no change within noise beside the machine's drift ({}{pooled})", drift(d));
-            }
-        }
         let better = (c.ratio > 1.0) == self.a.higher_is_better;
-        let beside = match (self.beside_drift(), self.drift) {
-            (Some(x), Some(d)) => {
-                format!(
-                    "; beside the machine's drift ({}): {:+.1}% [{:+.1}%, {:+.1}%]",
-                    drift(d),
-                    pct(x.ratio),
-                    pct(x.lo),
-                    pct(x.hi)
-                )
-            }
-            _ => String::new(),
+        let moved = |x: Change| {
+            format!(
+                "B {} by {:.1}% [{:+.1}%, {:+.1}%]",
+                if x.ratio > 1.0 { "higher" } else { "lower" },
+                pct(x.ratio).abs(),
+                pct(x.lo),
+                pct(x.hi)
+            )
         };
-        format!(
-            "B {} by {:.1}% [{:+.1}%, {:+.1}%] ({}{pooled}{beside})",
-            if c.ratio > 1.0 { "higher" } else { "lower" },
-            pct(c.ratio).abs(),
-            pct(c.lo),
-            pct(c.hi),
-            if better { "better" } else { "worse" }
-        )
+        let (Some(x), Some(d)) = (self.beside_drift(), self.drift) else {
+            if c.within_noise() {
+                return format!(
+                    "no change within noise{}",
+                    if c.pooled { " (interval from its kind's spread)" } else { "" }
+                );
+            }
+            return format!("{} ({}{pooled})", moved(c), if better { "better" } else { "worse" });
+        };
+        let references = format!("the reference programs moved {:+.1}%", pct(d.ratio));
+        match (x.within_noise(), c.within_noise()) {
+            (true, true) => format!("no change within noise ({references}{pooled})"),
+            (true, false) => {
+                format!("no change within noise beside the machine's drift: {}, {references}{pooled}", moved(c))
+            }
+            (false, _) => format!(
+                "{} beside the machine's drift ({}; measured: {}{pooled})",
+                moved(x),
+                if (x.ratio > 1.0) == self.a.higher_is_better { "better" } else { "worse" },
+                moved(c).replacen("B ", "", 1)
+            ),
+        }
+    }
+}
+
+fn pct(ratio: f64) -> f64 {
+    (ratio - 1.0) * 100.0
+}
+
+/// One kind of figure in one experiment, read from both sides once.
+struct Kind {
+    effects: (RoundEffects, RoundEffects),
+    spread: Option<Spread>,
+    /// Each reference figure's name and log ratio B/A (of steadied medians).
+    references: Vec<(String, f64)>,
+}
+
+impl Kind {
+    fn read(in_a: &[Figure], in_b: &[Figure], kind: (&str, &str)) -> Kind {
+        let of_kind = |figures: &[Figure]| figures.iter().filter(|f| kind_of(f) == kind).cloned().collect::<Vec<_>>();
+        let (a, b) = (of_kind(in_a), of_kind(in_b));
+        let effects = (RoundEffects::read(&a), RoundEffects::read(&b));
+        let steadied: Vec<Vec<f64>> =
+            a.iter().map(|f| effects.0.steady(f).values).chain(b.iter().map(|f| effects.1.steady(f).values)).collect();
+        let spread = Spread::pooled(steadied.iter().map(Vec::as_slice), effects.0.count() + effects.1.count());
+        let references = a
+            .iter()
+            .filter(|f| f.reference)
+            .filter_map(|fa| {
+                let fb = b.iter().find(|f| f.name == fa.name)?;
+                let ratio = median(&effects.1.steady(fb).values)? / median(&effects.0.steady(fa).values)?;
+                (ratio.is_finite() && ratio > 0.0).then(|| (fa.name.clone(), ratio.ln()))
+            })
+            .collect();
+        Kind { effects, spread, references }
+    }
+
+    /// The drift of every reference figure but `name`, where the machine
+    /// moved.
+    fn drift_without(&self, name: &str) -> Option<Drift> {
+        Drift::of(&self.references.iter().filter(|(n, _)| n != name).map(|(_, r)| *r).collect::<Vec<_>>())
+            .filter(Drift::moved)
     }
 }
 
 /// Every figure both folders hold, experiment by experiment. A figure
-/// with too few samples for its own interval is steadied by its round's
-/// effect (`drift`) and borrows the pooled spread of the repeated figures
-/// of its kind in the same experiment, both sides.
+/// with too few samples for its own interval is steadied by its rounds'
+/// effects and borrows the pooled spread of the repeated figures of its
+/// kind in the same experiment, both sides (`drift`, `harness::pooled`).
 pub fn changes<'a>(fa: &'a Folder, fb: &'a Folder) -> Vec<Compared<'a>> {
     let mut out = Vec::new();
     for ra in &fa.results {
         let Some(rb) = fb.get(ra.entry.name) else { continue };
         let (in_a, in_b) = (&ra.header.figures, &rb.header.figures);
-        let pairs: Vec<(&Figure, &Figure)> =
-            in_a.iter().filter_map(|a| Some((a, in_b.iter().find(|b| b.name == a.name)?))).collect();
-        let of_kind = |figures: &'a [Figure], kind| figures.iter().filter(move |f| kind_of(f) == kind);
-        for &(a, b) in &pairs {
+        let mut kinds: Vec<((&str, &str), Kind)> = Vec::new();
+        for a in in_a {
+            let Some(b) = in_b.iter().find(|b| b.name == a.name) else { continue };
             let kind = kind_of(a);
+            if !kinds.iter().any(|(k, _)| *k == kind) {
+                kinds.push((kind, Kind::read(in_a, in_b, kind)));
+            }
+            let Some((_, k)) = kinds.iter().find(|(x, _)| *x == kind) else { continue };
             let change = Change::between(&a.samples, &b.samples).map(|c| {
                 if c.told() {
                     return c;
                 }
-                let spread =
-                    Spread::pooled(of_kind(in_a, kind).chain(of_kind(in_b, kind)).map(|f| f.samples.as_slice()));
-                let sa = steadied(a, &round_effects(of_kind(in_a, kind)));
-                let sb = steadied(b, &round_effects(of_kind(in_b, kind)));
-                spread.and_then(|s| Change::from_spread(&sa, &sb, s)).unwrap_or(c)
+                let (sa, sb) = (k.effects.0.steady(a), k.effects.1.steady(b));
+                k.spread.and_then(|s| Change::from_spread(&sa, &sb, s)).unwrap_or(c)
             });
-            let drift = machine_drift(pairs.iter().copied().filter(|(x, _)| kind_of(x) == kind));
-            out.push(Compared { experiment: ra.entry.name, a, b, change, drift });
+            out.push(Compared { experiment: ra.entry.name, a, b, change, drift: k.drift_without(&a.name) });
         }
     }
     out
+}
+
+/// The machine's drift per experiment and kind that has one: every
+/// reference figure's.
+fn drift_rows(fa: &Folder, fb: &Folder) -> TableView {
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for ra in &fa.results {
+        let Some(rb) = fb.get(ra.entry.name) else { continue };
+        let mut seen: Vec<(&str, &str)> = Vec::new();
+        for f in ra.header.figures.iter().filter(|f| f.reference) {
+            let kind = kind_of(f);
+            if seen.contains(&kind) {
+                continue;
+            }
+            seen.push(kind);
+            let k = Kind::read(&ra.header.figures, &rb.header.figures, kind);
+            let Some(d) = Drift::of(&k.references.iter().map(|(_, r)| *r).collect::<Vec<_>>()) else { continue };
+            let h = d.half_width();
+            rows.push(vec![
+                ra.entry.name.to_string(),
+                format!("{} ({})", kind.0, kind.1),
+                format!("{:.3}", d.ratio),
+                format!("[{:.3}, {:.3}]", d.ratio * (-h).exp(), d.ratio * h.exp()),
+                d.n.to_string(),
+                if d.moved() { "yes" } else { "no: figures judged as measured" }.to_string(),
+            ]);
+        }
+    }
+    TableView {
+        caption: String::new(),
+        header: [
+            "experiment",
+            "figure",
+            "B/A of the reference programs",
+            "one more would fall in (95%)",
+            "figures",
+            "the machine moved",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows,
+    }
 }
 
 /// What a figure measures, whatever the cell: its metric and unit
 /// ("p99 latency", "us").
 fn kind_of(f: &Figure) -> (&str, &str) {
     (f.name.rsplit(": ").next().unwrap_or(&f.name), &f.unit)
-}
-
-/// The machine's drift, once per experiment and kind that has one.
-fn drift_rows(compared: &[Compared]) -> TableView {
-    let mut rows: Vec<Vec<String>> = Vec::new();
-    for c in compared {
-        let Some(d) = c.drift else { continue };
-        let (metric, unit) = kind_of(c.a);
-        let row = vec![
-            c.experiment.to_string(),
-            format!("{metric} ({unit})"),
-            format!("{:.3} [{:.3}, {:.3}]", d.median, d.lo, d.hi),
-            d.n.to_string(),
-        ];
-        if !rows.contains(&row) {
-            rows.push(row);
-        }
-    }
-    TableView {
-        caption: String::new(),
-        header: ["experiment", "figure", "B/A of the programs iomux did not write", "figures"]
-            .map(String::from)
-            .to_vec(),
-        rows,
-    }
 }
 
 /// "1.23 [1.20, 1.25]".
@@ -263,17 +326,22 @@ pub fn write(a: &Path, b: &Path, out: Option<&Path>) -> CliResult<Written> {
     let untold = compared.iter().filter(|c| c.change.is_some() && !told(c)).count();
     let beside_drift =
         compared.iter().filter(|c| c.same() == Some(true) && c.change.is_some_and(|x| !x.within_noise())).count();
+    let own: Vec<&Compared> = compared.iter().filter(|c| !c.a.reference && c.change.is_some()).collect();
+    let own_same = own.iter().filter(|c| c.same() == Some(true)).count();
     let pooled = compared.iter().filter(|c| c.change.is_some_and(|x| x.pooled)).count();
     let verdict_line = format!(
         "{} figures compared: {same} show no change within noise, {changed} changed, {untold} have too few samples \
-         to tell. {beside_drift} of the unchanged moved only as far as the programs iomux did not write, measured \
-         beside them (the machine's drift). {pooled} of the figures had fewer than {} samples a side, too few for a \
-         rank interval of their own: theirs rests on the spread of the repeated figures of the same kind in the same \
-         experiment, each take steadied by its round's effect.",
+         to tell; of iomux's own (the reference programs' left out), {own_same} of {} show no change. {beside_drift} \
+         of the unchanged moved more than {}% but no further than the reference programs measured beside them \
+         (the machine's drift). {pooled} figures had fewer than {} samples on a side: their interval rests on the \
+         spread of the repeated figures of the same kind in the same experiment, their takes steadied by their \
+         rounds' effects where these could be read.",
         same + changed + untold,
+        own.len(),
+        NOISE_THRESHOLD * 100.0,
         crate::lab::harness::stats::MIN_CHANGE_SAMPLES
     );
-    let drifts = drift_rows(&compared);
+    let drifts = drift_rows(&fa, &fb);
     let sections: Vec<ChangeSection> = fa
         .results
         .iter()
@@ -340,8 +408,7 @@ pub fn write(a: &Path, b: &Path, out: Option<&Path>) -> CliResult<Written> {
         for r in &drifts.rows {
             t.row(r.iter().cloned());
         }
-        summary +=
-            &format!("\nThe machine's drift from A to B, read from the programs iomux did not write:\n{}", t.render());
+        summary += &format!("\nThe machine's drift from A to B, read from the reference programs:\n{}", t.render());
     }
     summary += &format!("\n{verdict_line}\n");
     let changed: Vec<&Compared> = compared.iter().filter(|c| c.same() == Some(false)).collect();
@@ -366,6 +433,7 @@ fn folder_name(dir: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lab::drift::Drift;
     use crate::lab::experiments::idle::fixture;
     use crate::lab::harness::envelope;
     use iomux::Backend::{Epoll, Poll};
@@ -384,12 +452,18 @@ mod tests {
     /// With `once`, poll at Z = 200 measured once (in the first round)
     /// beside the repeated arms, as a quick run's first-round cells are.
     fn folder_with_once(name: &str, poll_at_100: f64, once: Option<f64>) -> Dir {
+        folder_with_slow_round(name, poll_at_100, once, 1.0)
+    }
+
+    /// And its first round `slow` times slower for every arm.
+    fn folder_with_slow_round(name: &str, poll_at_100: f64, once: Option<f64>, slow: f64) -> Dir {
         let dir = std::env::temp_dir().join(format!("iomux-compare-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut env = fixture(&[(Epoll, 0, 0.4), (Epoll, 100, 0.4), (Poll, 0, 0.4), (Poll, 100, poll_at_100)], 8);
         if let Some(seconds) = once {
             env.takes.push(crate::lab::experiments::idle::fixture_take(Poll, 200, seconds, 0));
         }
+        crate::lab::experiments::idle::slow_round(&mut env, 0, slow);
         envelope::write(&dir, &env).unwrap();
         Dir(dir)
     }
@@ -400,7 +474,7 @@ mod tests {
         let w = write(&a.0, &b.0, None).unwrap();
         assert!(w.summary.contains("show no change within noise, 0 changed, 0 have too few"), "{}", w.summary);
         // Its seconds, server CPU and p99 latency.
-        assert!(w.summary.contains("3 of the figures had fewer than 4 samples a side"), "{}", w.summary);
+        assert!(w.summary.contains("3 figures had fewer than 4 samples on a side"), "{}", w.summary);
         let html = std::fs::read_to_string(&w.path).unwrap();
         assert!(html.contains("no change within noise (interval from its kind&#x27;s spread)"), "{html}");
         // The repeated figures vary by 0.2%: a 30% step on one take is a change.
@@ -408,8 +482,22 @@ mod tests {
         let w = write(&a.0, &c.0, None).unwrap();
         assert!(w.summary.contains("2 changed"), "{}", w.summary);
         assert!(w.summary.contains("poll, Z = 200: seconds"), "{}", w.summary);
-        assert!(w.summary.contains("B higher by 30.0% [+2"), "{}", w.summary);
+        // The fixture's spread is all round effect: steadied, none is left.
+        assert!(w.summary.contains("B higher by 30.0% [+30.0%, +30.0%]"), "{}", w.summary);
         assert!(w.summary.contains("(worse; interval from its kind's spread)"), "{}", w.summary);
+    }
+
+    #[test]
+    fn a_take_in_a_round_slow_for_every_arm_is_steadied() {
+        let a = folder_with_once("steady-a", 0.5, Some(0.5));
+        // B's first round 10% slow for every arm, the one measured once too.
+        let b = folder_with_slow_round("steady-b", 0.5, Some(0.5), 1.1);
+        let w = write(&a.0, &b.0, None).unwrap();
+        assert!(w.summary.contains(" 0 changed"), "{}", w.summary);
+        // The same take 10% slow in a round no other arm found slow.
+        let c = folder_with_once("steady-c", 0.5, Some(0.55));
+        let w = write(&a.0, &c.0, None).unwrap();
+        assert!(w.summary.contains("2 changed") && w.summary.contains("B higher by 10.0%"), "{}", w.summary);
     }
 
     fn figure(name: &str, samples: &[f64], reference: bool) -> Figure {
@@ -427,27 +515,36 @@ mod tests {
     #[test]
     fn a_move_as_far_as_the_references_is_the_machines_drift() {
         let base = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2];
-        let slower = |f: f64| base.map(|x| x * f);
+        let scaled = |f: f64| base.map(|x| x * f);
         let a = figure("iomux: requests/s", &base, false);
-        let drift = crate::lab::harness::stats::Estimate::of(&[0.87, 0.88, 0.9, 0.89, 0.86, 0.88]);
-        let compare = |b: &Figure| {
-            let change = Change::between(&a.samples, &b.samples);
-            let c = Compared { experiment: "http", a: &a, b, change, drift };
+        let refs = |moves: &[f64]| Drift::of(&moves.iter().map(|m: &f64| m.ln()).collect::<Vec<_>>());
+        let compare = |b: &Figure, drift: Option<Drift>| {
+            let c = Compared { experiment: "http", a: &a, b, change: Change::between(&a.samples, &b.samples), drift };
             (c.same(), c.verdict())
         };
+        let machine = refs(&[0.87, 0.88, 0.9, 0.89, 0.86, 0.88]).filter(Drift::moved);
+        assert!(machine.is_some());
         // Everything 12% slower, the references too: the machine.
-        let (same, verdict) = compare(&figure("iomux: requests/s", &slower(0.88), false));
+        let (same, verdict) = compare(&figure("iomux: requests/s", &scaled(0.88), false), machine);
         assert_eq!(same, Some(true), "{verdict}");
-        assert!(verdict.starts_with("no change within noise beside the machine's drift"), "{verdict}");
-        // 30% slower where the references lost 12%: a change, both given.
-        let (same, verdict) = compare(&figure("iomux: requests/s", &slower(0.7), false));
+        assert!(
+            verdict.starts_with("no change within noise beside the machine's drift: B lower by 12.0%"),
+            "{verdict}"
+        );
+        // 30% slower where the references lost 12%: a change of ~20% beside them.
+        let (same, verdict) = compare(&figure("iomux: requests/s", &scaled(0.7), false), machine);
         assert_eq!(same, Some(false), "{verdict}");
-        assert!(verdict.contains("B lower by 30.0%") && verdict.contains("beside the machine's drift"), "{verdict}");
-        // Without a drift, 12% is a change.
-        let b = figure("iomux: requests/s", &slower(0.88), false);
-        let c =
-            Compared { experiment: "idle", a: &a, b: &b, change: Change::between(&a.samples, &b.samples), drift: None };
-        assert_eq!(c.same(), Some(false), "{}", c.verdict());
+        assert!(verdict.starts_with("B lower by 20.4% ["), "{verdict}");
+        assert!(verdict.contains("beside the machine's drift (worse; measured: lower by 30.0%"), "{verdict}");
+        // The machine 12% faster, iomux as it was: iomux fell behind.
+        let faster = refs(&[1.13, 1.12, 1.1, 1.11, 1.14, 1.12]).filter(Drift::moved);
+        let (same, verdict) = compare(&figure("iomux: requests/s", &scaled(1.0), false), faster);
+        assert_eq!(same, Some(false), "{verdict}");
+        // References scattered around 1: no drift to read, 33% is a change.
+        assert!(refs(&[0.62, 1.0, 1.1, 1.35]).filter(Drift::moved).is_none());
+        let (same, verdict) = compare(&figure("iomux: requests/s", &scaled(0.67), false), None);
+        assert_eq!(same, Some(false), "{verdict}");
+        assert!(verdict.starts_with("B lower by 33.0% ["), "{verdict}");
     }
 
     #[test]

@@ -305,6 +305,16 @@ pub fn fixture_take(
     }
 }
 
+/// Makes every take of `round` in `env` `factor` times slower, as a
+/// busy spell of the machine would.
+#[cfg(test)]
+pub fn slow_round(env: &mut Envelope<Params, Arm, Sample>, round: usize, factor: f64) {
+    for t in env.takes.iter_mut().filter(|t| t.round == round) {
+        t.value.seconds *= factor;
+        t.value.server_cpu_s *= factor;
+    }
+}
+
 /// An E2 result with `seconds` for each (backend, Z), `rounds` times (a
 /// little spread, so intervals have width), made as `execute` makes one:
 /// for tests of what reads results.

@@ -502,10 +502,6 @@ impl Experiment for Peers {
         !arm.perf
     }
 
-    fn reference(arm: &Arm) -> bool {
-        matches!(arm.server, Server::Peer(_))
-    }
-
     fn view(env: &Envelope<Params, Arm, Run>) -> CliResult<View> {
         let p = &env.params;
         let mut view = View { intro: vec![intro(p)], ..View::default() };

@@ -263,7 +263,15 @@ impl Experiment for UringFeatures {
     }
 
     fn metrics() -> Vec<Metric<Sample>> {
-        vec![Metric { name: "figure", unit: "", higher_is_better: false, get: |s| s.figure }]
+        vec![Metric { name: "cost", unit: "", higher_is_better: false, get: |s| s.figure }]
+    }
+
+    fn unit(arm: &Arm, _metric: &Metric<Sample>) -> &'static str {
+        match arm.workload {
+            Workload::Echo | Workload::Few => "us of server CPU per echo",
+            Workload::Sink | Workload::Bulk => "s of server CPU per GB",
+            Workload::Enter => "ns per call",
+        }
     }
 
     fn measure(

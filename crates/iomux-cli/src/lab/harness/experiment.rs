@@ -129,15 +129,22 @@ pub trait Experiment {
         true
     }
 
-    /// Whether this arm runs a program iomux did not write (nginx, redis,
-    /// tokio, a bare syscall): `iomux report A B` reads the machine's
-    /// drift between two runs from such arms.
+    /// Whether this arm's figures move only with the machine, whatever
+    /// iomux's code does (nginx or redis measured by their own clients, a
+    /// bare syscall; not E5's peers, which iomux's load drives): `iomux
+    /// report A B` reads the machine's drift between two runs from them.
     fn reference(_arm: &Self::Arm) -> bool {
         false
     }
 
     /// Tables and plot, from the envelope alone.
     fn view(env: &Envelope<Self::Params, Self::Arm, Self::Sample>) -> CliResult<View>;
+
+    /// The unit of `metric`'s figure for `arm`, where it depends on the
+    /// arm (the report pools the spread of figures of one unit).
+    fn unit(_arm: &Self::Arm, metric: &Metric<Self::Sample>) -> &'static str {
+        metric.unit
+    }
 }
 
 impl<P, K: PartialEq, S> Envelope<P, K, S> {
@@ -179,7 +186,7 @@ pub fn figures<E: Experiment>(env: &Envelope<E::Params, E::Arm, E::Sample>) -> V
                 kept.map(|t| (t.round, (m.get)(&t.value))).filter(|(_, v)| v.is_finite()).unzip();
             out.push(Figure {
                 name: format!("{arm}: {}", m.name),
-                unit: m.unit.into(),
+                unit: E::unit(&arm, &m).into(),
                 higher_is_better: m.higher_is_better,
                 estimate: Estimate::of(&samples),
                 samples,

@@ -20,40 +20,65 @@ pub const MIN_POOLED_DF: usize = 10;
 pub struct Spread {
     /// Standard deviation of the natural logarithm of one take.
     pub log_sd: f64,
-    /// Degrees of freedom: takes less one, summed over the figures.
+    /// Degrees of freedom: takes less one, summed over the figures, less
+    /// the round effects fitted to the same takes.
     pub df: usize,
+}
+
+/// One figure's takes on one side, as compared: each divided by its
+/// round's effect where one was read (`lab::drift`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Takes {
+    pub values: Vec<f64>,
+    /// Per take, the variance its round effect's own error adds, in units
+    /// of the spread's variance (0 where the take was left as measured).
+    pub extra_variance: Vec<f64>,
+}
+
+impl Takes {
+    /// Takes left as measured.
+    pub fn as_measured(values: &[f64]) -> Takes {
+        Takes { values: values.to_vec(), extra_variance: vec![0.0; values.len()] }
+    }
 }
 
 impl Spread {
     /// Pooled over `groups` (each the takes of one figure on one side); a
-    /// group counts when it has two or more takes, all positive. None
-    /// below [`MIN_POOLED_DF`].
-    pub fn pooled<'a>(groups: impl IntoIterator<Item = &'a [f64]>) -> Option<Spread> {
+    /// group counts when it has two or more takes, all positive. `fitted`
+    /// effects were estimated from the same takes, each costing a degree
+    /// of freedom. None below [`MIN_POOLED_DF`].
+    pub fn pooled<'a>(groups: impl IntoIterator<Item = &'a [f64]>, fitted: usize) -> Option<Spread> {
         let (mut squares, mut df) = (0.0, 0);
         for g in groups {
-            let logs: Option<Vec<f64>> = g.iter().map(|&x| (x.is_finite() && x > 0.0).then(|| x.ln())).collect();
-            let Some(logs) = logs.filter(|l| l.len() >= 2) else { continue };
+            let Some(logs) = logs(g).filter(|l| l.len() >= 2) else { continue };
             let mean = logs.iter().sum::<f64>() / logs.len() as f64;
             squares += logs.iter().map(|l| (l - mean).powi(2)).sum::<f64>();
             df += logs.len() - 1;
         }
+        let df = df.saturating_sub(fitted);
         (df >= MIN_POOLED_DF).then(|| Spread { log_sd: (squares / df as f64).sqrt(), df })
     }
 }
 
+/// Natural logarithms of `v`; None when a value is not positive and
+/// finite, or there is none.
+fn logs(v: &[f64]) -> Option<Vec<f64>> {
+    let l: Option<Vec<f64>> = v.iter().map(|&x| (x.is_finite() && x > 0.0).then(|| x.ln())).collect();
+    l.filter(|l| !l.is_empty())
+}
+
 impl Change {
     /// The change from `a` to `b` as the ratio of their geometric means,
-    /// with a 95% t interval whose spread is `spread`'s; None when a side
-    /// has no sample or a sample is not positive.
-    pub fn from_spread(a: &[f64], b: &[f64], spread: Spread) -> Option<Change> {
-        let logs = |v: &[f64]| -> Option<Vec<f64>> {
-            let l: Option<Vec<f64>> = v.iter().map(|&x| (x.is_finite() && x > 0.0).then(|| x.ln())).collect();
-            l.filter(|l| !l.is_empty())
-        };
-        let (la, lb) = (logs(a)?, logs(b)?);
+    /// with a 95% t interval whose spread is `spread`'s (each take's
+    /// variance raised by its round effect's error); None when a side has
+    /// no take or a take is not positive.
+    pub fn from_spread(a: &Takes, b: &Takes, spread: Spread) -> Option<Change> {
+        let (la, lb) = (logs(&a.values)?, logs(&b.values)?);
         let mean = |l: &[f64]| l.iter().sum::<f64>() / l.len() as f64;
         let shift = mean(&lb) - mean(&la);
-        let half = t_quantile(spread.df) * spread.log_sd * (1.0 / la.len() as f64 + 1.0 / lb.len() as f64).sqrt();
+        // Var(mean of n logs) = sigma^2 * sum(1 + extra_i) / n^2.
+        let units = |t: &Takes| t.extra_variance.iter().map(|e| 1.0 + e).sum::<f64>() / (t.values.len() as f64).powi(2);
+        let half = t_quantile(spread.df) * spread.log_sd * (units(a) + units(b)).sqrt();
         Some(Change {
             ratio: shift.exp(),
             lo: (shift - half).exp(),
@@ -65,19 +90,26 @@ impl Change {
 }
 
 /// The two-sided [`CONFIDENCE`] quantile of Student's t with `df` degrees
-/// of freedom, from the normal's by the Cornish-Fisher expansion (within
-/// 0.2% of the tables from 10 degrees of freedom on). Written out: no
-/// maintained crate offers it without a statistics library around it.
-fn t_quantile(df: usize) -> f64 {
+/// of freedom, from the normal's by the Cornish-Fisher expansion to its
+/// fourth term (within 0.15% of the tables from 3 degrees of freedom on).
+/// Written out: no maintained crate offers it without a statistics
+/// library around it.
+pub fn t_quantile(df: usize) -> f64 {
     let z = normal_quantile(1.0 - (1.0 - CONFIDENCE) / 2.0);
     let v = df as f64;
-    z + (z.powi(3) + z) / (4.0 * v) + (5.0 * z.powi(5) + 16.0 * z.powi(3) + 3.0 * z) / (96.0 * v * v)
+    z + (z.powi(3) + z) / (4.0 * v)
+        + (5.0 * z.powi(5) + 16.0 * z.powi(3) + 3.0 * z) / (96.0 * v.powi(2))
+        + (3.0 * z.powi(7) + 19.0 * z.powi(5) + 17.0 * z.powi(3) - 15.0 * z) / (384.0 * v.powi(3))
+        + (79.0 * z.powi(9) + 776.0 * z.powi(7) + 1482.0 * z.powi(5) - 1920.0 * z.powi(3) - 945.0 * z)
+            / (92160.0 * v.powi(4))
 }
 
 /// The standard normal's quantile at `p` (Acklam's rational
-/// approximation, relative error under 1.2e-9; only the upper tail is
-/// used here).
+/// approximation, relative error under 1.2e-9).
 fn normal_quantile(p: f64) -> f64 {
+    if p < 0.5 {
+        return -normal_quantile(1.0 - p);
+    }
     const A: [f64; 6] = [
         -3.969683028665376e1,
         2.209460984245205e2,
@@ -115,12 +147,13 @@ mod tests {
 
     #[test]
     fn t_quantiles_match_the_tables() {
-        // Student's t, 97.5th percentile: 10 df 2.228, 30 df 2.042, 120 df 1.980.
-        for (df, table) in [(10, 2.228), (30, 2.042), (120, 1.980)] {
+        // Student's t, 97.5th percentile.
+        for (df, table) in [(3, 3.182), (5, 2.571), (10, 2.228), (30, 2.042), (120, 1.980)] {
             let t = t_quantile(df);
             assert!((t - table).abs() / table < 0.002, "{df} df: {t} against {table}");
         }
         assert!((normal_quantile(0.975) - 1.959964).abs() < 1e-6);
+        assert!((normal_quantile(0.025) + 1.959964).abs() < 1e-6);
     }
 
     #[test]
@@ -128,30 +161,39 @@ mod tests {
         // Two figures of five takes each: 8 degrees of freedom, too few.
         let a = [1.0, 1.1, 0.9, 1.05, 0.95];
         let b = [2.0, 2.2, 1.8, 2.1, 1.9];
-        assert!(Spread::pooled([&a[..], &b[..]]).is_none());
+        assert!(Spread::pooled([&a[..], &b[..]], 0).is_none());
         // Three: 12; b is a scaled a, so every figure has a's spread.
         let c = [4.0, 4.4, 3.6, 4.2, 3.8];
-        let s = Spread::pooled([&a[..], &b[..], &c[..], &[7.0][..]]).unwrap();
+        let s = Spread::pooled([&a[..], &b[..], &c[..], &[7.0][..]], 0).unwrap();
         assert_eq!(s.df, 12);
         let logs: Vec<f64> = a.iter().map(|x: &f64| x.ln()).collect();
         let mean = logs.iter().sum::<f64>() / 5.0;
         let sd = (logs.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / 4.0).sqrt();
         assert!((s.log_sd - sd).abs() < 1e-12, "{s:?} against {sd}");
         // A group with a zero (a count) says nothing of relative spread.
-        assert_eq!(Spread::pooled([&a[..], &b[..], &c[..], &[0.0, 1.0][..]]).unwrap().df, 12);
+        assert_eq!(Spread::pooled([&a[..], &b[..], &c[..], &[0.0, 1.0][..]], 0).unwrap().df, 12);
+        // Round effects fitted to the same takes cost their degrees of freedom.
+        assert!(Spread::pooled([&a[..], &b[..], &c[..]], 3).is_none());
     }
 
     #[test]
     fn one_take_a_side_is_judged_by_the_pooled_spread() {
-        let spread = Spread { log_sd: 0.05, df: 40 };
-        // Half-width: t(40) 2.021 x 0.05 x sqrt(2) = 0.143 in logs.
-        let same = Change::from_spread(&[100.0], &[104.0], spread).unwrap();
-        assert!(same.pooled && same.told() && same.within_noise(), "{same:?}");
-        assert!(same.lo < 1.0 && same.hi > 1.0, "{same:?}");
-        let slower = Change::from_spread(&[100.0], &[130.0], spread).unwrap();
-        assert!((slower.ratio - 1.3).abs() < 1e-12 && slower.lo > 1.0, "{slower:?}");
-        assert!(!slower.within_noise(), "30% against a 14% half-width is a change: {slower:?}");
-        assert!(Change::from_spread(&[0.0], &[1.0], spread).is_none(), "a zero has no logarithm");
-        assert!(Change::from_spread(&[], &[1.0], spread).is_none());
+        let once = |x: f64| Takes::as_measured(&[x]);
+        // An 8% move: within a 5% spread's noise, a change against 0.5%.
+        let wide = Spread { log_sd: 0.05, df: 40 };
+        let c = Change::from_spread(&once(100.0), &once(108.0), wide).unwrap();
+        assert!(c.pooled && c.told() && c.within_noise() && c.lo < 1.0, "{c:?}");
+        let narrow = Spread { log_sd: 0.005, df: 40 };
+        let c = Change::from_spread(&once(100.0), &once(108.0), narrow).unwrap();
+        assert!((c.ratio - 1.08).abs() < 1e-12 && c.lo > 1.05 && !c.within_noise(), "{c:?}");
+        // Half-width t(40) 2.021 x 0.05 x sqrt(2) = 0.143 in logs, and
+        // with a round effect's error on one side, sqrt(2.5) instead.
+        let c = Change::from_spread(&once(100.0), &once(100.0), wide).unwrap();
+        assert!((c.hi.ln() - 2.021 * 0.05 * 2f64.sqrt()).abs() < 1e-3, "{c:?}");
+        let steadied = Takes { values: vec![100.0], extra_variance: vec![0.5] };
+        let c = Change::from_spread(&once(100.0), &steadied, wide).unwrap();
+        assert!((c.hi.ln() - 2.021 * 0.05 * 2.5f64.sqrt()).abs() < 1e-3, "{c:?}");
+        assert!(Change::from_spread(&once(0.0), &once(1.0), wide).is_none(), "a zero has no logarithm");
+        assert!(Change::from_spread(&Takes::default(), &once(1.0), wide).is_none());
     }
 }
