@@ -122,30 +122,46 @@ struct Kind {
 }
 
 impl Kind {
-    fn read(in_a: &[Figure], in_b: &[Figure], kind: (&str, &str)) -> Kind {
-        let of_kind = |figures: &[Figure]| figures.iter().filter(|f| kind_of(f) == kind).cloned().collect::<Vec<_>>();
+    /// Every kind of figure in A, in the order first met, each read once.
+    fn all<'f>(in_a: &'f [Figure], in_b: &'f [Figure]) -> Vec<((&'f str, &'f str), Kind)> {
+        let mut kinds: Vec<((&str, &str), Kind)> = Vec::new();
+        for f in in_a {
+            let kind = kind_of(f);
+            if !kinds.iter().any(|(k, _)| *k == kind) {
+                kinds.push((kind, Kind::read(in_a, in_b, kind)));
+            }
+        }
+        kinds
+    }
+
+    fn read<'f>(in_a: &'f [Figure], in_b: &'f [Figure], kind: (&str, &str)) -> Kind {
+        let of_kind = |figures: &'f [Figure]| figures.iter().filter(|f| kind_of(f) == kind).collect::<Vec<_>>();
         let (a, b) = (of_kind(in_a), of_kind(in_b));
-        let effects = (RoundEffects::read(&a), RoundEffects::read(&b));
-        let steadied: Vec<Vec<f64>> =
-            a.iter().map(|f| effects.0.steady(f).values).chain(b.iter().map(|f| effects.1.steady(f).values)).collect();
-        let spread = Spread::pooled(steadied.iter().map(Vec::as_slice), effects.0.count() + effects.1.count());
+        let effects = (RoundEffects::read(a.iter().copied()), RoundEffects::read(b.iter().copied()));
+        let steady = |figures: &[&Figure], e: &RoundEffects| -> Vec<Vec<f64>> {
+            figures.iter().map(|f| e.steady(f).values).collect()
+        };
+        let (steady_a, steady_b) = (steady(&a, &effects.0), steady(&b, &effects.1));
+        let spread =
+            Spread::pooled(steady_a.iter().chain(&steady_b).map(Vec::as_slice), effects.0.count() + effects.1.count());
         let references = a
             .iter()
-            .filter(|f| f.reference)
-            .filter_map(|fa| {
-                let fb = b.iter().find(|f| f.name == fa.name)?;
-                let ratio = median(&effects.1.steady(fb).values)? / median(&effects.0.steady(fa).values)?;
+            .zip(&steady_a)
+            .filter(|(f, _)| f.reference)
+            .filter_map(|(fa, va)| {
+                let vb = &steady_b[b.iter().position(|f| f.name == fa.name)?];
+                let ratio = median(vb)? / median(va)?;
                 (ratio.is_finite() && ratio > 0.0).then(|| (fa.name.clone(), ratio.ln()))
             })
             .collect();
         Kind { effects, spread, references }
     }
 
-    /// The drift of every reference figure but `name`, where the machine
-    /// moved.
-    fn drift_without(&self, name: &str) -> Option<Drift> {
-        Drift::of(&self.references.iter().filter(|(n, _)| n != name).map(|(_, r)| *r).collect::<Vec<_>>())
-            .filter(Drift::moved)
+    /// The drift of every reference figure but `except`.
+    fn drift(&self, except: Option<&str>) -> Option<Drift> {
+        Drift::of(
+            &self.references.iter().filter(|(n, _)| Some(n.as_str()) != except).map(|(_, r)| *r).collect::<Vec<_>>(),
+        )
     }
 }
 
@@ -158,14 +174,10 @@ pub fn changes<'a>(fa: &'a Folder, fb: &'a Folder) -> Vec<Compared<'a>> {
     for ra in &fa.results {
         let Some(rb) = fb.get(ra.entry.name) else { continue };
         let (in_a, in_b) = (&ra.header.figures, &rb.header.figures);
-        let mut kinds: Vec<((&str, &str), Kind)> = Vec::new();
+        let kinds = Kind::all(in_a, in_b);
         for a in in_a {
             let Some(b) = in_b.iter().find(|b| b.name == a.name) else { continue };
-            let kind = kind_of(a);
-            if !kinds.iter().any(|(k, _)| *k == kind) {
-                kinds.push((kind, Kind::read(in_a, in_b, kind)));
-            }
-            let Some((_, k)) = kinds.iter().find(|(x, _)| *x == kind) else { continue };
+            let Some((_, k)) = kinds.iter().find(|(x, _)| *x == kind_of(a)) else { continue };
             let change = Change::between(&a.samples, &b.samples).map(|c| {
                 if c.told() {
                     return c;
@@ -173,7 +185,9 @@ pub fn changes<'a>(fa: &'a Folder, fb: &'a Folder) -> Vec<Compared<'a>> {
                 let (sa, sb) = (k.effects.0.steady(a), k.effects.1.steady(b));
                 k.spread.and_then(|s| Change::from_spread(&sa, &sb, s)).unwrap_or(c)
             });
-            out.push(Compared { experiment: ra.entry.name, a, b, change, drift: k.drift_without(&a.name) });
+            // Only where the machine moved (`Drift::moved`).
+            let drift = k.drift(Some(&a.name)).filter(Drift::moved);
+            out.push(Compared { experiment: ra.entry.name, a, b, change, drift });
         }
     }
     out
@@ -185,19 +199,12 @@ fn drift_rows(fa: &Folder, fb: &Folder) -> TableView {
     let mut rows: Vec<Vec<String>> = Vec::new();
     for ra in &fa.results {
         let Some(rb) = fb.get(ra.entry.name) else { continue };
-        let mut seen: Vec<(&str, &str)> = Vec::new();
-        for f in ra.header.figures.iter().filter(|f| f.reference) {
-            let kind = kind_of(f);
-            if seen.contains(&kind) {
-                continue;
-            }
-            seen.push(kind);
-            let k = Kind::read(&ra.header.figures, &rb.header.figures, kind);
-            let Some(d) = Drift::of(&k.references.iter().map(|(_, r)| *r).collect::<Vec<_>>()) else { continue };
+        for ((metric, unit), k) in Kind::all(&ra.header.figures, &rb.header.figures) {
+            let Some(d) = k.drift(None) else { continue };
             let h = d.half_width();
             rows.push(vec![
                 ra.entry.name.to_string(),
-                format!("{} ({})", kind.0, kind.1),
+                format!("{metric} ({unit})"),
                 format!("{:.3}", d.ratio),
                 format!("[{:.3}, {:.3}]", d.ratio * (-h).exp(), d.ratio * h.exp()),
                 d.n.to_string(),
@@ -438,6 +445,13 @@ mod tests {
     use crate::lab::harness::envelope;
     use iomux::Backend::{Epoll, Poll};
 
+    /// Asserts that the summary holds every one of `parts`.
+    fn says(w: &Written, parts: &[&str]) {
+        for part in parts {
+            assert!(w.summary.contains(part), "{part:?} not in:\n{}", w.summary);
+        }
+    }
+
     struct Dir(PathBuf);
     impl Drop for Dir {
         fn drop(&mut self) {
@@ -480,11 +494,9 @@ mod tests {
         // The repeated figures vary by 0.2%: a 30% step on one take is a change.
         let c = folder_with_once("once-c", 0.5, Some(0.65));
         let w = write(&a.0, &c.0, None).unwrap();
-        assert!(w.summary.contains("2 changed"), "{}", w.summary);
-        assert!(w.summary.contains("poll, Z = 200: seconds"), "{}", w.summary);
+        says(&w, &["2 changed", "poll, Z = 200: seconds"]);
         // The fixture's spread is all round effect: steadied, none is left.
-        assert!(w.summary.contains("B higher by 30.0% [+30.0%, +30.0%]"), "{}", w.summary);
-        assert!(w.summary.contains("(worse; interval from its kind's spread)"), "{}", w.summary);
+        says(&w, &["B higher by 30.0% [+30.0%, +30.0%]", "(worse; interval from its kind's spread)"]);
     }
 
     #[test]
@@ -561,10 +573,7 @@ mod tests {
         let (a, b) = (folder("slow-a", 0.5), folder("slow-b", 0.65));
         let w = write(&a.0, &b.0, None).unwrap();
         // poll at Z = 100: seconds and server CPU, 30% higher (worse).
-        assert!(w.summary.contains("2 changed"), "{}", w.summary);
-        assert!(w.summary.contains("idle: poll, Z = 100: seconds"), "{}", w.summary);
-        assert!(w.summary.contains("B higher by 30.0% [+2"), "{}", w.summary);
-        assert!(w.summary.contains("(worse)"), "{}", w.summary);
+        says(&w, &["2 changed", "idle: poll, Z = 100: seconds", "B higher by 30.0% [+2", "(worse)"]);
     }
 
     #[test]
