@@ -120,29 +120,12 @@ fn remove_stale() {
     }
 }
 
-/// Why this machine cannot make the network, if it cannot: not root, or
-/// `ip`, `tc` or `nft` missing.
-pub fn unavailable() -> Option<String> {
-    if !rustix::process::geteuid().is_root() {
-        return Some("needs root (network namespaces, tc and nft)".into());
-    }
-    let missing: Vec<&str> = ["ip", "tc", "nft"].into_iter().filter(|t| !tool_present(t)).collect();
-    if !missing.is_empty() {
-        return Some(format!("{} not installed (scripts/install-net-tools brings them)", missing.join(", ")));
-    }
-    // Root without CAP_SYS_ADMIN (a container) cannot make namespaces.
-    let probe = format!("{PREFIX}{}-probe", std::process::id());
-    let made = run(Command::new("ip").args(["netns", "add", &probe]), None);
-    remove(&probe);
-    made.err().map(|e| format!("cannot make a network namespace here: {e}"))
-}
-
 pub fn tool_present(tool: &str) -> bool {
     ["/usr/sbin", "/sbin", "/usr/bin", "/bin"].iter().any(|d| std::path::Path::new(d).join(tool).exists())
 }
 
 /// The fault emulators this kernel offers.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Emulators {
     /// netem (`tc` says "Specified qdisc kind is unknown" without it).
     pub netem: bool,
@@ -150,22 +133,32 @@ pub struct Emulators {
     pub nfqueue: bool,
 }
 
-/// Tries each emulator on the loopback of one throwaway namespace.
-pub fn emulators() -> Emulators {
-    let none = Emulators { netem: false, nfqueue: false };
+/// Whether this machine can make the network, and with which emulators,
+/// tried on the loopback of one throwaway namespace. Err says why not:
+/// not root, `ip`, `tc` or `nft` missing, or no namespaces (root without
+/// CAP_SYS_ADMIN, in a container).
+pub fn probe() -> Result<Emulators, String> {
+    if !rustix::process::geteuid().is_root() {
+        return Err("needs root (network namespaces, tc and nft)".into());
+    }
+    let missing: Vec<&str> = ["ip", "tc", "nft"].into_iter().filter(|t| !tool_present(t)).collect();
+    if !missing.is_empty() {
+        return Err(format!("{} not installed (scripts/install-net-tools brings them)", missing.join(", ")));
+    }
     let name = format!("{PREFIX}{}-probe", std::process::id());
-    if run(Command::new("ip").args(["netns", "add", &name]), None).is_err() {
-        return none;
+    if let Err(e) = run(Command::new("ip").args(["netns", "add", &name]), None) {
+        remove(&name);
+        return Err(format!("cannot make a network namespace here: {e}"));
     }
     let works = |program: &str, args: &[&str]| {
         run(Command::new("ip").args(["netns", "exec", &name, program]).args(args), None).is_ok()
     };
     let found = Emulators {
         netem: works("tc", &["qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"]),
-        nfqueue: tool_present("iptables") && works("iptables", &["-A", "INPUT", "-j", "NFQUEUE"]),
+        nfqueue: works("iptables", &["-A", "INPUT", "-j", "NFQUEUE"]),
     };
     remove(&name);
-    found
+    Ok(found)
 }
 
 impl Net {
@@ -353,16 +346,16 @@ impl Net {
 
     /// Packets the delay lines' queues dropped, both namespaces: the
     /// kernel's (queue full) and the user side's (netq too slow), from
-    /// /proc/net/netfilter/nfnetlink_queue; 0 without a delay line.
+    /// /proc/net/netfilter/nfnetlink_queue as each netq sees it (`ip
+    /// netns exec` became netq, in its namespace); 0 without a delay line.
     pub fn delay_line_drops(&self) -> CliResult<u64> {
         let mut drops = 0;
-        for side in [Side::Server, Side::Client] {
-            let out = Command::new("ip")
-                .args(["netns", "exec", self.name(side), "cat", "/proc/net/netfilter/nfnetlink_queue"])
-                .output()
-                .map_err(|e| format!("reading nfnetlink_queue in {}: {e}", self.name(side)))?;
+        for (side, child) in self.delay_lines.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter() {
+            let path = format!("/proc/{}/net/netfilter/nfnetlink_queue", child.id());
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| format!("reading nfnetlink_queue in {} ({path}): {e}", self.name(*side)))?;
             // queue, portid, waiting, copy mode, copy range, queue_dropped, user_dropped, ...
-            for row in String::from_utf8_lossy(&out.stdout).lines() {
+            for row in text.lines() {
                 let fields: Vec<u64> = row.split_whitespace().filter_map(|f| f.parse().ok()).collect();
                 drops += fields.get(5).copied().unwrap_or(0) + fields.get(6).copied().unwrap_or(0);
             }

@@ -98,7 +98,7 @@ fn present(tool: &str) -> bool {
         "redis-server" => Tool::RedisServer.find().is_ok(),
         "redis-benchmark" => Tool::RedisBenchmark.find().is_ok(),
         "chromium" => super::browser::chromium_path().is_file(),
-        "nft" | "tc" | "ip" | "iptables" => super::netns::tool_present(tool),
+        t if NET.tools.contains(&t) => super::netns::tool_present(t),
         other => unreachable!("no kit brings {other}"),
     }
 }

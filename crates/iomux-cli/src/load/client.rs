@@ -806,9 +806,12 @@ impl Handler for Client {
             _ if replaced => {}
             CloseReason::ConnectFailed(e) => {
                 self.opening -= 1;
-                // A replacement that failed to connect: what it carried is lost.
-                self.in_flight -= c.outstanding.len();
-                self.report.unanswered += c.outstanding.len() as u64;
+                // A replacement that failed to connect: what it carried is
+                // lost (once finishing, `finish` counted it already).
+                if !self.finishing {
+                    self.in_flight -= c.outstanding.len();
+                    self.report.unanswered += c.outstanding.len() as u64;
+                }
                 self.connect_failed(e, !c.replacement);
                 self.maybe_start(io);
                 let no_active_left = self.plan.conns > 0 && self.open_active == 0;

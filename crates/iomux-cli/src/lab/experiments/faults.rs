@@ -261,7 +261,7 @@ fn cannot_hold(p: &Params, arm: Arm) -> Option<String> {
         Profile::Vanished | Profile::ServerVanished => return None,
         _ => p.conns,
     };
-    (arm.backend == Backend::Select && conns + 8 > iomux::poller::FD_SETSIZE)
+    past_fd_setsize(arm.backend, conns)
         .then(|| format!("select: {conns} connections need fd numbers past FD_SETSIZE ({})", iomux::poller::FD_SETSIZE))
 }
 
@@ -269,10 +269,16 @@ fn cannot_hold(p: &Params, arm: Arm) -> Option<String> {
 /// select past FD_SETSIZE, about 800 each (SO_REUSEPORT's share of a
 /// server's, `--procs`' of a load's: never near 1,024 in one).
 fn procs(backend: Backend, conns: usize) -> usize {
-    match backend == Backend::Select && conns + 8 > iomux::poller::FD_SETSIZE {
+    match past_fd_setsize(backend, conns) {
         true => conns.div_ceil(800),
         false => 1,
     }
+}
+
+/// Whether one process on `backend` cannot watch `conns` connections:
+/// select past FD_SETSIZE, its own few descriptors counted.
+fn past_fd_setsize(backend: Backend, conns: usize) -> bool {
+    backend == Backend::Select && conns + 8 > iomux::poller::FD_SETSIZE
 }
 
 fn vanishing(profile: Profile) -> bool {
@@ -461,7 +467,7 @@ impl Experiment for Faults {
             "--vanishing",
             "20",
         ],
-        needs: &["nft", "tc", "ip", "iptables"],
+        needs: crate::lab::tools::NET.tools,
     };
     /// The emulated links' work (tbf, nftables, veth, the delay line's
     /// NFQUEUE) runs in softirq, kernel threads and interrupts charged to
@@ -488,9 +494,10 @@ impl Experiment for Faults {
         }
         let keepalive_s = args.keepalive.unwrap_or(KEEPALIVE_S);
         cell::require_loopback("E8", conns.max(vanishing))?;
-        let unavailable = netns::unavailable();
-        let found = unavailable.is_none().then(netns::emulators);
-        let (netem, nfqueue) = found.map_or((false, false), |e| (e.netem, e.nfqueue));
+        let (unavailable, netns::Emulators { netem, nfqueue }) = match netns::probe() {
+            Ok(found) => (None, found),
+            Err(why) => (Some(why), netns::Emulators::default()),
+        };
         let bound = reclaimed_within(keepalive_s);
         Ok(Params {
             emulations: profiles.iter().map(|&p| mechanism(p, netem, nfqueue)).collect(),

@@ -101,7 +101,7 @@ impl Nginx {
     pub fn pids(&self) -> Vec<u32> {
         let master = self.child.id();
         let mut pids = vec![master];
-        pids.extend(children_of(master));
+        pids.extend(crate::lab::child::children(master));
         pids
     }
 
@@ -123,7 +123,7 @@ impl Drop for Nginx {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             // The workers end with their master (nginx's own design).
-            for pid in children_of(self.child.id()) {
+            for pid in crate::lab::child::children(self.child.id()) {
                 if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
                     let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
                 }
@@ -144,19 +144,6 @@ fn fresh_dir() -> CliResult<PathBuf> {
         std::env::temp_dir().join(format!("iomux-nginx-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
     std::fs::create_dir(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     Ok(dir)
-}
-
-/// Processes whose parent is `pid` (from /proc/*/stat).
-pub fn children_of(pid: u32) -> Vec<u32> {
-    let parent = pid.to_string();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|p| {
-            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
-            // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-            stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)) == Some(parent.as_str())
-        })
-        .collect()
 }
 
 #[cfg(test)]
