@@ -93,17 +93,38 @@ pub enum Error {
         /// The kernel's error.
         source: io::Error,
     },
+    /// A listener could not be made at the Unix socket `path`.
+    BindUnix {
+        /// The path.
+        path: std::path::PathBuf,
+        /// The kernel's error.
+        source: io::Error,
+    },
     /// A loop thread could not be started.
     Spawn(io::Error),
     /// A loop's handler panicked; the other loops were stopped.
     LoopPanicked,
     /// The loop is stopping: it opens no new connection.
     Stopping,
+    /// A message was sent to a loop that has ended
+    /// ([`Sender::send`](crate::runtime::Sender::send)); it was dropped.
+    LoopEnded {
+        /// The loop's index.
+        loop_index: usize,
+    },
 }
 
 impl Error {
     pub(crate) fn sys(backend: &'static str, syscall: Syscall, fd: Option<RawFd>, source: io::Error) -> Error {
         Error::Sys { backend, syscall, fd, source }
+    }
+
+    /// The call that failed, for a kernel error ([`Error::Sys`]).
+    pub fn syscall(&self) -> Option<Syscall> {
+        match self {
+            Error::Sys { syscall, .. } => Some(*syscall),
+            _ => None,
+        }
     }
 
     /// The OS error number behind this error, if there is one.
@@ -112,6 +133,7 @@ impl Error {
             Error::Sys { source, .. }
             | Error::UringUnavailable { source, .. }
             | Error::Bind { source, .. }
+            | Error::BindUnix { source, .. }
             | Error::Spawn(source) => source.raw_os_error(),
             // What the kernel answers for one.
             Error::BadFd { .. } => Some(libc::EBADF),
@@ -130,9 +152,10 @@ impl Error {
             Error::UringUnavailable { .. } => io::ErrorKind::Unsupported,
             Error::Sys { source, .. } => source.kind(),
             Error::UnknownBackend { .. } | Error::InvalidConfig { .. } => io::ErrorKind::InvalidInput,
-            Error::Bind { source, .. } | Error::Spawn(source) => source.kind(),
+            Error::Bind { source, .. } | Error::BindUnix { source, .. } | Error::Spawn(source) => source.kind(),
             Error::LoopPanicked => io::ErrorKind::Other,
             Error::Stopping => io::ErrorKind::NotConnected,
+            Error::LoopEnded { .. } => io::ErrorKind::BrokenPipe,
         }
     }
 }
@@ -173,9 +196,19 @@ impl fmt::Display for Error {
                 };
                 write!(f, "cannot listen on {addr}{why}")
             }
+            Error::BindUnix { path, source } => {
+                let why = match source.raw_os_error() {
+                    Some(libc::EADDRINUSE) => " (the path exists: remove a stale socket file first)",
+                    Some(libc::ENOENT) => " (its folder does not exist)",
+                    Some(libc::EACCES) => " (no permission to create it there)",
+                    _ => "",
+                };
+                write!(f, "cannot listen on unix:{}{why}", path.display())
+            }
             Error::Spawn(_) => f.write_str("cannot start a loop thread"),
             Error::LoopPanicked => f.write_str("a loop's handler panicked; the other loops were stopped"),
             Error::Stopping => f.write_str("the loop is stopping: no new connection"),
+            Error::LoopEnded { loop_index } => write!(f, "loop {loop_index} has ended: the message was dropped"),
         }
     }
 }
@@ -186,6 +219,7 @@ impl std::error::Error for Error {
             Error::Sys { source, .. }
             | Error::UringUnavailable { source, .. }
             | Error::Bind { source, .. }
+            | Error::BindUnix { source, .. }
             | Error::Spawn(source) => Some(source),
             _ => None,
         }

@@ -63,6 +63,36 @@
 //! example while it waits on another connection. Every backend behaves the
 //! same way (crates/iomux/tests/runtime.rs runs each case on all six).
 //!
+//! No `on_data` call is offered more than
+//! [`runtime::ConfigBuilder::read_buffer`] new bytes (64 KiB by default),
+//! on any backend, whatever the kernel delivered at once; a handler that
+//! consumes none of a slice is offered it again with more, so a request
+//! of any size still reaches it whole.
+//!
+//! # Two connections: relays, proxies, half-close
+//!
+//! A handler may open connections too ([`runtime::Io::connect`], or
+//! [`runtime::Io::connect_unix`] for a Unix stream socket; a failure, at
+//! once or later, or past [`runtime::ConfigBuilder::connect_timeout`],
+//! comes to `on_close`), and tie them together:
+//!
+//! - **half-close**: a peer's end of input is its own event
+//!   ([`runtime::Handler::on_read_closed`]); by default it shuts our side
+//!   down after the output ([`runtime::Io::shutdown_write`]), and a relay
+//!   passes it on to the other connection instead, so each direction
+//!   ends on its own;
+//! - **backpressure across connections**: pause the sender
+//!   ([`runtime::Io::pause_reading`]) while the receiver's queued output
+//!   is high, and resume it when [`runtime::Io::notify_below`] says it
+//!   fell to a low-water mark ([`runtime::Io::is_full`] tells whether a
+//!   connection is at its own bound);
+//! - **reset**: [`runtime::Io::abort`] drops the queued output and resets
+//!   the peer, to pass a reset on.
+//!
+//! `examples/proxy.rs` is a TCP proxy in a hundred lines, half-closing and
+//! bounded each way; a server may also listen on a Unix socket
+//! ([`runtime::Runtime::bind_unix`]).
+//!
 //! There are three ways to write: [`runtime::Io::write`] copies a slice;
 //! [`runtime::Io::write_with`] serializes straight into the output;
 //! [`runtime::Io::write_bytes`] queues a shared buffer
@@ -124,7 +154,8 @@
 //!
 //! More in `examples/`: `echo.rs`, `kv.rs` (a line protocol with
 //! per-connection state and idle timeouts), `chat.rs` (messages between
-//! loops) and `state_sharing.rs` (what a lock and a message cost).
+//! loops), `proxy.rs` (two connections relayed, TCP or Unix upstream) and
+//! `state_sharing.rs` (what a lock and a message cost).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

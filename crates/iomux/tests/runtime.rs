@@ -60,6 +60,7 @@ on_every_backend! {
     one_request_per_call,
     output_bound_holds_against_a_pipeline,
     paused_reading_resumes_with_the_input_left,
+    paused_reading_holds_a_fast_sender_back,
     stop_closes_idle_connections_at_once,
     addresses_of_a_connection,
     a_handler_that_is_not_send,
@@ -92,6 +93,8 @@ struct Probe {
     commands: AtomicUsize,
     /// on_drained calls.
     drained: AtomicUsize,
+    /// Bytes the `a`/`A` connections took and held back.
+    held: AtomicUsize,
 }
 
 /// A connection's state in [`Cmd`]: what it does, and a drop counter.
@@ -103,6 +106,9 @@ struct Tracked {
     pacing: Pacing,
     /// Deliveries so far: every other one echoes through a shared buffer.
     calls: u64,
+    /// `a`/`A`: the echo is held until the end of input (or the close).
+    at_end: bool,
+    held: Vec<u8>,
     probe: Arc<Probe>,
 }
 
@@ -120,7 +126,15 @@ struct Pacing {
 impl Tracked {
     fn new(probe: &Arc<Probe>) -> Tracked {
         probe.created.fetch_add(1, SeqCst);
-        Tracked { mode: Mode::Undecided, tag: None, pacing: Pacing::default(), calls: 0, probe: probe.clone() }
+        Tracked {
+            mode: Mode::Undecided,
+            tag: None,
+            pacing: Pacing::default(),
+            calls: 0,
+            at_end: false,
+            held: Vec::new(),
+            probe: probe.clone(),
+        }
     }
 }
 
@@ -163,6 +177,10 @@ enum Mode {
 ///   LE): as `n`, consuming at most `take` bytes a call (0: all), and
 ///   pausing reading after every `pause_every` bytes (0: never) until a
 ///   deadline 1 ms later resumes it.
+/// - `a`, `A`: as `n` and `p`, but the echo is held back until the
+///   client's end of input (then written, and our side shut down after
+///   it), or until N bytes came (then written, and the connection closed):
+///   a server that reads a request to its end before it answers.
 struct Cmd {
     /// The `f`, `r` and `d` reply (made once: a 16 MiB pattern takes a
     /// debug build long enough to skew the loop's clock).
@@ -217,12 +235,13 @@ impl Cmd {
     /// or None while the header is incomplete.
     fn command(&mut self, io: &mut Io<Tracked>, conn: ConnId, state: &mut Tracked, data: &[u8]) -> Option<usize> {
         let (mode, header) = match data[0] {
-            b'n' if data.len() < HEADER => return None,
-            b'p' if data.len() < PACED_HEADER => return None,
-            b'n' | b'p' => {
+            b'n' | b'a' if data.len() < HEADER => return None,
+            b'p' | b'A' if data.len() < PACED_HEADER => return None,
+            b'n' | b'p' | b'a' | b'A' => {
                 state.tag = Some(u32::from_le_bytes(data[1..5].try_into().unwrap()));
+                state.at_end = matches!(data[0], b'a' | b'A');
                 let mode = Mode::EchoThenClose(u64::from_le_bytes(data[5..HEADER].try_into().unwrap()));
-                if data[0] == b'n' {
+                if matches!(data[0], b'n' | b'a') {
                     (mode, HEADER)
                 } else {
                     let field = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().unwrap());
@@ -297,7 +316,7 @@ impl Handler for Cmd {
 
     fn on_start(&mut self, io: &mut Io<Tracked>) {
         for &addr in &self.connect_to {
-            io.connect(addr, None, Tracked::new(&self.probe)).expect("connect");
+            io.connect(addr, None, Tracked::new(&self.probe));
         }
     }
 
@@ -343,8 +362,16 @@ impl Handler for Cmd {
             Mode::Echo => echo(io, conn, rest, share),
             Mode::EchoThenClose(left) => {
                 let n = rest.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
-                echo(io, conn, &rest[..n], share);
                 *left -= n as u64;
+                if state.at_end {
+                    state.held.extend_from_slice(&rest[..n]);
+                    self.probe.held.fetch_add(n, SeqCst);
+                    if *left == 0 {
+                        echo(io, conn, &std::mem::take(&mut state.held), share);
+                    }
+                } else {
+                    echo(io, conn, &rest[..n], share);
+                }
                 if *left == 0 {
                     io.close(conn);
                     state.mode = Mode::Closed;
@@ -354,6 +381,14 @@ impl Handler for Cmd {
             Mode::Closed | Mode::Undecided => {}
         }
         consumed
+    }
+
+    fn on_read_closed(&mut self, io: &mut Io<Tracked>, conn: ConnId, state: &mut Tracked) {
+        assert!(!state.pacing.paused, "the end of input is told only while reading");
+        if state.at_end {
+            echo(io, conn, &std::mem::take(&mut state.held), true);
+        }
+        io.shutdown_write(conn);
     }
 
     fn on_deadline(&mut self, io: &mut Io<Tracked>, conn: ConnId, state: &mut Tracked) {
@@ -814,7 +849,7 @@ impl Handler for Outbound {
     type Message = ();
 
     fn on_start(&mut self, io: &mut Io<Vec<u8>>) {
-        let id = io.connect(self.target, None, self.initial.clone()).expect("connect");
+        let id = io.connect(self.target, None, self.initial.clone());
         self.id = Some(id);
         if !self.early.is_empty() {
             self.early_written = Some(io.write(id, &self.early));
@@ -1375,6 +1410,9 @@ struct Plan {
     /// reading for 1 ms after every so many bytes (`p` command); None:
     /// all at once, never paused (`n`).
     pacing: Option<(u32, u32)>,
+    /// The server holds its echo until the client's end of input or its
+    /// own close (`a`, `A`).
+    at_end: bool,
 }
 
 /// What a connection looked like from outside; the same on every backend.
@@ -1397,6 +1435,16 @@ impl Plan {
         self.steps.iter().map(|s| if let Step::Send(n) = s { *n } else { 0 }).sum()
     }
 
+    /// What the client gets back before the stop, on a connection the
+    /// stop ends.
+    fn echoed_before_stop(&self) -> usize {
+        if self.at_end {
+            0
+        } else {
+            self.sent()
+        }
+    }
+
     /// Where the server closes, if the client sends that much.
     fn server_closes_at(&self) -> Option<usize> {
         self.close_after.map(|n| n as usize).filter(|&n| n <= self.sent())
@@ -1415,12 +1463,15 @@ impl Plan {
     ///   with a reset, so its sends all succeed); the reason is Local;
     /// - else the client gets its every byte back, then EOF: after its own
     ///   shutdown (the server flushes, then closes: PeerClosed), or after
-    ///   the server's stop (an idle connection: Shutdown).
+    ///   the server's stop (an idle connection: Shutdown);
+    /// - a server that holds its echo to the end of input answers the
+    ///   same, all at the end; without an end of input or a close of its
+    ///   own, the stop comes first, and it answers nothing.
     fn expected(&self) -> Outcome {
         let (received, reason) = match self.server_closes_at() {
             Some(n) => (n, Reason::Local),
             None if self.shutdown => (self.sent(), Reason::PeerClosed),
-            None => (self.sent(), Reason::Shutdown),
+            None => (self.echoed_before_stop(), Reason::Shutdown),
         };
         Outcome { received, intact: true, end: End::Eof, sends_ok: true, reason }
     }
@@ -1431,9 +1482,9 @@ fn plan() -> impl Strategy<Value = Plan> {
     // A take of a few hundred bytes and a pause every few dozen KiB: a
     // few thousand calls and a few dozen pauses at most.
     let pacing = prop_oneof![Just(None), (prop_oneof![Just(0u32), 256u32..5000], 16_384u32..100_000).prop_map(Some)];
-    (proptest::collection::vec(step, 1..6), any::<bool>(), any::<bool>(), pacing)
-        .prop_flat_map(|(steps, shutdown, slow_reader, pacing)| {
-            let plan = Plan { close_after: None, steps, shutdown, slow_reader, pacing };
+    (proptest::collection::vec(step, 1..6), any::<bool>(), any::<bool>(), pacing, any::<bool>())
+        .prop_flat_map(|(steps, shutdown, slow_reader, pacing, at_end)| {
+            let plan = Plan { close_after: None, steps, shutdown, slow_reader, pacing, at_end };
             let sent = plan.sent() as u64;
             // Often within the traffic (0 closes at the header), sometimes
             // exactly at its end, sometimes past it.
@@ -1470,7 +1521,13 @@ fn read_paced(s: &mut std::net::TcpStream, n: usize, slow: bool) -> (Vec<u8>, Op
 fn drive(addr: SocketAddr, tag: u32, plan: Plan, through: Arc<AtomicUsize>, go: mpsc::Receiver<()>) -> (Outcome, u32) {
     let mut s = connect(addr);
     let base = tag as usize * 1_000_003; // a stream of its own
-    let mut header = vec![if plan.pacing.is_some() { b'p' } else { b'n' }];
+    let command = match (plan.pacing.is_some(), plan.at_end) {
+        (false, false) => b'n',
+        (true, false) => b'p',
+        (false, true) => b'a',
+        (true, true) => b'A',
+    };
+    let mut header = vec![command];
     header.extend(tag.to_le_bytes());
     header.extend(plan.close_after.unwrap_or(u64::MAX).to_le_bytes());
     if let Some((take, pause_every)) = plan.pacing {
@@ -1499,7 +1556,7 @@ fn drive(addr: SocketAddr, tag: u32, plan: Plan, through: Arc<AtomicUsize>, go: 
     let (received, end) = if plan.ends_before_stop() {
         read_paced(&mut s, usize::MAX, plan.slow_reader)
     } else {
-        let (mut got, early) = read_paced(&mut s, plan.sent(), plan.slow_reader);
+        let (mut got, early) = read_paced(&mut s, plan.echoed_before_stop(), plan.slow_reader);
         through.fetch_add(1, SeqCst);
         let _ = go.recv_timeout(LIMIT);
         let end = early.or_else(|| {
@@ -1569,6 +1626,11 @@ fn run_plans(
     wait_count("headers", &probe.commands, plans.len());
     let before_stop = plans.iter().filter(|p| p.ends_before_stop()).count();
     wait_count("closes before the stop", &probe.closed, before_stop);
+    // A server holding its echo has answered nothing yet: the stop must
+    // not come before it has taken every byte (a stop closes a connection
+    // with nothing to send at once, resetting a client still sending).
+    let held: usize = plans.iter().filter(|p| p.at_end).map(|p| p.server_closes_at().unwrap_or(p.sent())).sum();
+    wait_count("bytes held to the end of input", &probe.held, held);
     server.control.stop();
     for tx in go {
         let _ = tx.send(());
@@ -1756,6 +1818,56 @@ fn paused_reading_resumes_with_the_input_left(backend: Backend) {
     assert_bytes(&read_exact(&mut c, 4), b"x\ny\n", "the lines behind it, after the resume");
     assert!(start.elapsed() >= Duration::from_millis(50), "{backend}: answered before the handler resumed reading");
     drop(c);
+    server.stop();
+}
+
+/// Takes 1 KiB per call, then pauses reading until a timer 1 ms later
+/// resumes it: a handler slower than its peer.
+struct Sipper {
+    taken: Arc<AtomicUsize>,
+    closes: Arc<Mutex<Vec<Reason>>>,
+}
+
+impl Handler for Sipper {
+    type Conn = ();
+    type Message = ConnId;
+    fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
+    fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut (), data: &[u8]) -> usize {
+        let n = data.len().min(1024);
+        self.taken.fetch_add(n, SeqCst);
+        io.pause_reading(conn);
+        io.set_timer(io.now() + Duration::from_millis(1), conn.as_u64());
+        n
+    }
+    fn on_timer(&mut self, io: &mut Io<()>, _timer: TimerId, token: u64) {
+        io.resume_reading(ConnId::from_u64(token));
+    }
+    fn on_close(&mut self, _io: &mut Io<()>, _conn: ConnId, _: (), reason: &CloseReason) {
+        self.closes.lock().unwrap().push(reason.into());
+    }
+}
+
+/// A peer sends 32 MiB to a handler that takes 1 KiB a call and pauses
+/// after each for 1 ms: for 3 s the connection stays open, the input the
+/// loop holds stays under a 256 KiB `max_input` (TCP holds the sender
+/// back, on io_uring too: no receive runs while input waits unoffered),
+/// and the sender is blocked, not refused.
+fn paused_reading_holds_a_fast_sender_back(backend: Backend) {
+    let (taken, closes) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(Vec::new())));
+    let (t2, c2) = (taken.clone(), closes.clone());
+    let config = config(backend).max_input(256 << 10).build().unwrap();
+    let server = serve(config, 1, move |_| Sipper { taken: t2.clone(), closes: c2.clone() });
+    let c = connect(server.addr);
+    c.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+    let writer = send_in_background(&c, pattern(0, 32 << 20), 1 << 20, false);
+    thread::sleep(Duration::from_secs(3));
+    assert_eq!(*closes.lock().unwrap(), [], "{backend}: closed while pausing");
+    let took = taken.load(SeqCst);
+    assert!(took >= 64 << 10, "{backend}: only {took} bytes taken in 3 s");
+    assert!(!writer.is_finished(), "{backend}: the sender was not held back (or failed)");
+    // Both directions of every handle: the writer's blocked write fails.
+    c.shutdown(Shutdown::Both).unwrap();
+    let _ = writer.join();
     server.stop();
 }
 
@@ -2060,7 +2172,8 @@ fn messages_cross_loops_in_order(backend: Backend) {
     sent.join().unwrap();
     let finished = server.stop();
     assert_eq!(finished.stats.messages, 1002, "{backend}");
-    assert_eq!(loops[0].send(b"late".to_vec()).map_err(|e| e.0), Err(b"late".to_vec()), "{backend}");
+    let late = loops[0].send(b"late".to_vec());
+    assert!(matches!(late, Err(iomux::Error::LoopEnded { loop_index: 0 })), "{backend}: {late:?}");
 }
 
 /// Senders made for one message type cannot feed a handler of another.

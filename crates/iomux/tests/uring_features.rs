@@ -11,7 +11,7 @@
 
 mod runtime_support;
 
-use iomux::runtime::{CloseReason, Config, ConnId, Handler, Io, LoopStats};
+use iomux::runtime::{Config, LoopStats};
 use iomux::Backend;
 use runtime_support::*;
 use std::io::Write;
@@ -19,27 +19,6 @@ use std::net::Shutdown;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
-
-/// Echoes everything; records each connection's close reason.
-struct Echo {
-    closes: Arc<Mutex<Vec<Reason>>>,
-}
-
-impl Handler for Echo {
-    type Conn = ();
-    type Message = ();
-
-    fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
-
-    fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut (), data: &[u8]) -> usize {
-        let _ = io.write(conn, data);
-        data.len()
-    }
-
-    fn on_close(&mut self, _io: &mut Io<()>, _conn: ConnId, _: (), reason: &CloseReason) {
-        self.closes.lock().unwrap().push(reason.into());
-    }
-}
 
 /// Which features a run turns on (the rest off).
 #[derive(Clone, Copy, Debug)]

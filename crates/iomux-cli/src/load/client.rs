@@ -275,7 +275,7 @@ fn process_cpu() -> Option<Duration> {
     crate::os::usage().ok().map(|u| u.user + u.system)
 }
 
-fn errno_name(e: &std::io::Error) -> String {
+fn errno_name(e: &iomux::Error) -> String {
     match e.raw_os_error() {
         Some(libc::ECONNREFUSED) => "ECONNREFUSED".into(),
         Some(libc::ETIMEDOUT) => "ETIMEDOUT".into(),
@@ -355,22 +355,14 @@ impl Client {
                 reconnects_left: self.plan.reconnect,
                 replacement: false,
             };
-            match io.connect(self.plan.addr, source, conn) {
-                Ok(id) => {
-                    self.opening += 1;
-                    self.open += 1;
-                    self.ids.push(id);
-                    if active {
-                        self.open_active += 1;
-                        self.active.push(id);
-                    }
-                }
-                Err(e) => {
-                    self.connect_failed(&e.into(), true);
-                    if active {
-                        self.give_up_quota(0);
-                    }
-                }
+            // A connect that fails, at once or later, comes to on_close.
+            let id = io.connect(self.plan.addr, source, conn);
+            self.opening += 1;
+            self.open += 1;
+            self.ids.push(id);
+            if active {
+                self.open_active += 1;
+                self.active.push(id);
             }
         }
         self.maybe_start(io);
@@ -394,7 +386,7 @@ impl Client {
         // The server's doing, not ours (a mismatch, a timeout of our own).
         let by_server = matches!(
             reason,
-            CloseReason::PeerClosed | CloseReason::Reset | CloseReason::PeerVanished | CloseReason::Error { .. }
+            CloseReason::PeerClosed | CloseReason::Reset | CloseReason::PeerVanished | CloseReason::Error(_)
         );
         let to_send = self.sending && self.plan.per_conn.is_none_or(|k| c.next_seq < k);
         let more = to_send || !c.outstanding.is_empty();
@@ -412,33 +404,27 @@ impl Client {
             reconnects_left: c.reconnects_left - 1,
             replacement: true,
         };
-        match io.connect(self.plan.addr, source, next) {
-            Ok(id) => {
-                // The messages it left unanswered go again first (written
-                // now, sent once connected, ahead of anything the open
-                // loop's schedule stages meanwhile), with the times they
-                // were first sent.
-                for (seq, _) in std::mem::take(&mut c.outstanding) {
-                    self.pattern.fill(&mut self.message, c.number, seq);
-                    let _ = io.write(id, &self.message);
-                }
-                self.report.reconnects += 1;
-                self.opening += 1;
-                self.open += 1;
-                self.open_active += 1;
-                self.ids.push(id);
-                // Its turn in the open loop's schedule is the old one's.
-                match self.active.iter_mut().find(|a| **a == old) {
-                    Some(slot) => *slot = id,
-                    None => self.active.push(id),
-                }
-                true
-            }
-            Err(e) => {
-                self.connect_failed(&e.into(), false);
-                false
-            }
+        // A connect that fails, at once or later, comes to on_close,
+        // which counts what the replacement carried as unanswered.
+        let id = io.connect(self.plan.addr, source, next);
+        // The messages it left unanswered go again first (written now,
+        // sent once connected, ahead of anything the open loop's schedule
+        // stages meanwhile), with the times they were first sent.
+        for (seq, _) in std::mem::take(&mut c.outstanding) {
+            self.pattern.fill(&mut self.message, c.number, seq);
+            let _ = io.write(id, &self.message);
         }
+        self.report.reconnects += 1;
+        self.opening += 1;
+        self.open += 1;
+        self.open_active += 1;
+        self.ids.push(id);
+        // Its turn in the open loop's schedule is the old one's.
+        match self.active.iter_mut().find(|a| **a == old) {
+            Some(slot) => *slot = id,
+            None => self.active.push(id),
+        }
+        true
     }
 
     /// A connection is established or has failed: the setup lasts until the last one.
@@ -450,7 +436,7 @@ impl Client {
 
     /// A failed connect, counted by errno; `setup`: one of the run's first
     /// connections (a replacement's failure does not stretch the setup).
-    fn connect_failed(&mut self, e: &std::io::Error, setup: bool) {
+    fn connect_failed(&mut self, e: &iomux::Error, setup: bool) {
         let kind = errno_name(e);
         self.plan.progress.error(&kind);
         *self.report.connect_errors.entry(kind).or_default() += 1;
@@ -458,7 +444,7 @@ impl Client {
             self.connection_settled();
         }
         if self.report.first_error.is_none() {
-            self.report.first_error = Some(format!("connect to {}: {e}", self.plan.addr));
+            self.report.first_error = Some(format!("connect to {}: {}", self.plan.addr, crate::chain(e)));
         }
     }
 
@@ -794,7 +780,7 @@ impl Handler for Client {
             self.report.resets += u64::from(matches!(reason, CloseReason::Reset));
             self.plan.progress.error("closed early");
             if self.report.first_error.is_none() {
-                self.report.first_error = Some(format!("connection {} closed by the server: {reason:?}", c.number));
+                self.report.first_error = Some(format!("connection {} closed by the server: {reason}", c.number));
             }
         }
         // A replacement takes its quota and its unanswered messages along.

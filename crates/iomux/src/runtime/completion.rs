@@ -4,12 +4,17 @@
 //!   a connection limit, one single-shot accept at a time, so the limit holds.
 //! - One multishot receive per connection into a provided-buffer ring, so
 //!   no connection owns a receive buffer and no read is a syscall; when
-//!   the core stops reading a connection, its receive is cancelled at once.
+//!   the core stops reading a connection, its receive is cancelled at once
+//!   (what it received meanwhile waits in the core, offered on resume,
+//!   and no receive is armed again until all of it was).
 //!   Optionally (see [`Config`](super::Config)) buffers are consumed
 //!   incrementally and receives fill bundles of them.
 //! - Under SQPOLL, one-shot receives instead: the kernel's multishot
 //!   receive can stall for good at a TCP urgent mark in the SQPOLL thread
-//!   (docs/notes/sqpoll-urgent.md).
+//!   (docs/notes/sqpoll-urgent.md). One-shot too for a connection once
+//!   its reading was paused: a multishot receive fills the ring until its
+//!   cancel lands, where a one-shot one takes one buffer, so TCP holds a
+//!   paused peer back as on the readiness backends.
 //! - One send in flight per connection, so sends stay in order; a short
 //!   send resubmits the rest. Large writes may go out zero-copy.
 //! - Each loop turn makes at most one `io_uring_enter`, which submits
@@ -17,19 +22,18 @@
 //!   SQPOLL, often none at all); with a minimum wait, for a batch of them.
 
 use super::core::{Core, Driver, Setup};
-use super::io::{io_reason, Accept, Io};
+use super::io::{Accept, Io};
 use super::slab::Slab;
 use super::stats::LoopStats;
 use super::uring_features::{self, Active};
 use super::{CloseReason, ConnId, Handler};
 use crate::error::{Error, Result};
 use crate::poller::{Backend, UringPoller, Waker};
-use crate::sys::net::Fd;
+use crate::sys::net::{AnyAddr, Fd};
 use crate::sys::payload::Payload;
 use crate::sys::uring::{Completion, Ring};
 use crate::Syscall;
 use std::io;
-use std::net::SocketAddr;
 
 const NAME: &str = "uring";
 const RING_ENTRIES: u32 = 4096;
@@ -58,6 +62,10 @@ const RECV_ARMED: u16 = 1;
 const CANCELLING: u16 = 2; // the receive's cancel is in flight
 const CONNECT_IN_FLIGHT: u16 = 4;
 const SEND_IN_FLIGHT: u16 = 8;
+/// Reading this connection was paused once: from then on it receives
+/// one-shot, so a pause stops it within one buffer (a multishot receive
+/// goes on filling the ring until its cancel lands).
+const RECV_ONCE: u16 = 16;
 
 struct Uring {
     ring: Ring,
@@ -245,7 +253,7 @@ impl Uring {
             }
             let reason = match c.result {
                 0 => CloseReason::Reset, // a send that took nothing
-                e => io_reason(Syscall::Sendto, io::Error::from_raw_os_error(-e)),
+                e => io.reason(id, Syscall::Sendto, io::Error::from_raw_os_error(-e)),
             };
             return io.send_aborted(id, reason);
         }
@@ -279,7 +287,10 @@ impl Uring {
         let zero_copy = zc > 0 && matches!(payload, Payload::One(_)) && payload.len().saturating_sub(offset) >= zc;
         match self.ring.push_send(fd, payload, offset, ud(SEND, id), zero_copy) {
             Ok(()) => set_bit(io, id, SEND_IN_FLIGHT),
-            Err(e) => io.send_aborted(id, io_reason(Syscall::Sendto, e)),
+            Err(e) => {
+                let reason = io.reason(id, Syscall::Sendto, e);
+                io.send_aborted(id, reason)
+            }
         }
     }
 
@@ -289,7 +300,7 @@ impl Uring {
         }
         match c.result {
             0.. => core.connected(id),
-            e => core.io.doom(id, CloseReason::ConnectFailed(io::Error::from_raw_os_error(-e))),
+            e => core.io.connect_failed(id, io::Error::from_raw_os_error(-e)),
         }
     }
 
@@ -305,7 +316,7 @@ impl Driver for Uring {
         let Some(c) = io.conn_mut(id) else { return };
         let fd = c.fd.raw();
         if c.reading() && c.driver & RECV_ARMED == 0 {
-            let armed = if self.recv_one_shot {
+            let armed = if self.recv_one_shot || c.driver & RECV_ONCE != 0 {
                 self.ring.push_recv_once(fd, ud(RECV, id), self.features.bundle)
             } else {
                 self.ring.push_recv_multi(fd, ud(RECV, id), self.features.bundle)
@@ -315,7 +326,7 @@ impl Driver for Uring {
             }
             c.driver |= RECV_ARMED;
         } else if !c.reading() && c.driver & (RECV_ARMED | CANCELLING) == RECV_ARMED {
-            c.driver |= CANCELLING;
+            c.driver |= CANCELLING | RECV_ONCE;
             self.cancel(ud(RECV, id));
             self.cancelled = true;
         }
@@ -328,11 +339,11 @@ impl Driver for Uring {
         Ok(()) // its receive is armed when the core first syncs it
     }
 
-    fn connect<S>(&mut self, io: &mut Io<S>, id: ConnId, addr: SocketAddr) {
+    fn connect<S>(&mut self, io: &mut Io<S>, id: ConnId, addr: &AnyAddr) {
         let Some(c) = io.conn_mut(id) else { return };
-        match self.ring.push_connect(c.fd.raw(), &addr, ud(CONNECT, id)) {
+        match self.ring.push_connect(c.fd.raw(), addr, ud(CONNECT, id)) {
             Ok(()) => c.driver |= CONNECT_IN_FLIGHT,
-            Err(e) => io.doom(id, CloseReason::ConnectFailed(e)),
+            Err(e) => io.connect_failed(id, e),
         }
     }
 
@@ -382,6 +393,9 @@ impl Driver for Uring {
             // socket open (and its buffer) for ever: cancel it. The buffer
             // stays in the ring until its completion hands it back.
             self.cancel(ud(SEND, id));
+        }
+        if fd.is_none() {
+            return; // a connect that failed before it had a socket
         }
         // Close through the ring too (IORING_OP_CLOSE): no syscall.
         if let Err((fd, _)) = self.ring.push_close(fd, IGNORE << KIND_SHIFT) {

@@ -42,6 +42,7 @@ pub struct Config {
     pub(crate) nodelay: bool,
     pub(crate) keepalive: Option<Keepalive>,
     pub(crate) user_timeout: Option<Duration>,
+    pub(crate) connect_timeout: Option<Duration>,
 }
 
 /// TCP keepalive: after `idle` without traffic the kernel probes the peer
@@ -113,6 +114,7 @@ impl Default for Config {
             nodelay: true,
             keepalive: None,
             user_timeout: None,
+            connect_timeout: None,
         }
     }
 }
@@ -141,6 +143,11 @@ impl Config {
     /// TCP_USER_TIMEOUT on every connection, if set.
     pub fn user_timeout(&self) -> Option<Duration> {
         self.user_timeout
+    }
+
+    /// How long an outbound connect may take, if limited.
+    pub fn connect_timeout(&self) -> Option<Duration> {
+        self.connect_timeout
     }
 
     /// Sets keepalive and the user timeout on a socket (a listener passes
@@ -212,7 +219,15 @@ impl ConfigBuilder {
         self.config.read_budget = reads;
         self
     }
-    /// select/poll/epoll: the loop's one read buffer (default 64 KiB).
+    /// The most new bytes one [`Handler::on_data`](super::Handler::on_data)
+    /// call is offered, on every backend (default 64 KiB); and on
+    /// select/poll/epoll the size of the loop's one read buffer. Input the
+    /// backend received at once (io_uring after a pause, say) is offered
+    /// in slices of this size, so a relay that pauses once the other
+    /// side's output passes its bound queues at most one slice more. A
+    /// handler that consumes nothing of a slice is offered it again with
+    /// up to this many bytes more, so a request of any size reaches it
+    /// whole.
     pub fn read_buffer(mut self, bytes: usize) -> Self {
         self.config.read_buffer = bytes;
         self
@@ -325,6 +340,26 @@ impl ConfigBuilder {
         self
     }
 
+    /// How long an outbound connect ([`Io::connect`](super::Io::connect))
+    /// may take before the connection closes with
+    /// [`CloseReason::ConnectTimeout`](super::CloseReason::ConnectTimeout)
+    /// (default: none, the kernel's SYN retries: about 2 minutes for a
+    /// peer that drops them).
+    ///
+    /// ```
+    /// use iomux::runtime::Config;
+    /// use std::time::Duration;
+    ///
+    /// let config = Config::builder().connect_timeout(Some(Duration::from_secs(3))).build()?;
+    /// assert_eq!(config.connect_timeout(), Some(Duration::from_secs(3)));
+    /// assert!(Config::builder().connect_timeout(Some(Duration::ZERO)).build().is_err());
+    /// # Ok::<(), iomux::Error>(())
+    /// ```
+    pub fn connect_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.config.connect_timeout = timeout;
+        self
+    }
+
     /// Checks every value.
     pub fn build(self) -> Result<Config> {
         let c = &self.config;
@@ -364,6 +399,9 @@ impl ConfigBuilder {
         }
         if let Some(t) = c.user_timeout.filter(|t| t.is_zero() || t.as_millis() > i32::MAX as u128) {
             return invalid("user_timeout", format!("{t:?} is not between 1 ms and 2^31-1 ms"));
+        }
+        if c.connect_timeout.is_some_and(|t| t.is_zero()) {
+            return invalid("connect_timeout", "must be longer than zero (None waits for the kernel)".into());
         }
         if c.uring_min_wait > Duration::from_secs(1) {
             return invalid(

@@ -13,8 +13,11 @@ use super::timers::timeout_until;
 use super::{CloseReason, Config, ConnId, Control, Handler};
 use crate::error::Error;
 use crate::poller::Waker;
-use crate::sys::{self, net::Fd, SyscallCounts};
-use std::net::SocketAddr;
+use crate::sys::{
+    self,
+    net::{AnyAddr, Fd},
+    SyscallCounts,
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,7 +29,7 @@ pub(crate) trait Driver {
     /// Watches a connection just accepted; an error refuses it.
     fn adopt<S>(&mut self, io: &mut Io<S>, id: ConnId) -> Result<(), Error>;
     /// Starts an outbound connect.
-    fn connect<S>(&mut self, io: &mut Io<S>, id: ConnId, addr: SocketAddr);
+    fn connect<S>(&mut self, io: &mut Io<S>, id: ConnId, addr: &AnyAddr);
     /// Accepting may now do `accept` (called after every settle).
     fn accept<S>(&mut self, io: &mut Io<S>, accept: Accept);
     /// The connection left the core: forget it, then close `fd`.
@@ -110,6 +113,7 @@ impl<'h, H: Handler> Core<'h, H> {
             io.drain_deadline,
             io.lingering.next_deadline(),
             io.closing.next_deadline(),
+            io.connect_deadlines.next_deadline(),
         ];
         timeout_until(deadlines, Instant::now)
     }
@@ -120,6 +124,7 @@ impl<'h, H: Handler> Core<'h, H> {
             || !io.drained_later.is_empty()
             || !io.doomed.is_empty()
             || !io.reoffer.is_empty()
+            || !io.read_closed.is_empty()
             || io.stop_requested
     }
 
@@ -171,6 +176,9 @@ impl<'h, H: Handler> Core<'h, H> {
         }
         while let Some(id) = self.io.closing.pop_due(self.io.now) {
             self.io.close_deadline(id);
+        }
+        while let Some(id) = self.io.connect_deadlines.pop_due(self.io.now) {
+            self.io.connect_deadline(id);
         }
         if self.io.accept_resume_at.is_some_and(|t| t <= self.io.now) {
             self.io.accept_resume_at = None;
@@ -239,39 +247,56 @@ impl<'h, H: Handler> Core<'h, H> {
         let Some((mut pending, mut state)) = self.io.take_for_callback(id) else { return };
         if pending.is_empty() {
             // Nothing held back: no copy.
-            let consumed = self.offer(id, &mut state, data);
+            let consumed = self.offer(id, &mut state, data, 0);
             pending.extend_from_slice(&data[consumed..]);
         } else {
+            // What is left was offered whole and declined, unless reading
+            // was paused (then none of it was).
+            let declined = if self.io.held_back(id) { 0 } else { pending.len() };
             pending.extend_from_slice(data);
-            let consumed = self.offer(id, &mut state, &pending);
+            let consumed = self.offer(id, &mut state, &pending, declined);
             pending.drain(..consumed);
         }
         self.put_back_offered(id, pending, state);
     }
 
-    /// Offers `input` to the handler, again after each call that consumed
-    /// some of it (a handler may take one request per call), until it
-    /// consumes nothing, all is consumed, or reading pauses (the output
-    /// passed its bound, or the handler paused it). Returns the bytes
-    /// consumed.
-    fn offer(&mut self, id: ConnId, state: &mut H::Conn, input: &[u8]) -> usize {
+    /// Offers `input` to the handler in slices of at most `read_buffer`
+    /// new bytes, again after each call that consumed some of it (a
+    /// handler may take one request per call), until all is consumed,
+    /// reading pauses (the output passed its bound, or the handler paused
+    /// it), or the handler consumes nothing of all of it. A slice it
+    /// consumed nothing of is offered again with up to `read_buffer` bytes
+    /// more, so a request of any size reaches it whole; `declined` is how
+    /// much of `input`'s start it already consumed nothing of. Returns the
+    /// bytes consumed.
+    fn offer(&mut self, id: ConnId, state: &mut H::Conn, input: &[u8], mut declined: usize) -> usize {
+        let read = self.io.cfg.read_buffer;
         let mut consumed = 0;
         while consumed < input.len() && self.io.takes_input(id) {
-            let n = self.handler.on_data(&mut self.io, id, state, &input[consumed..]).min(input.len() - consumed);
+            let end = input.len().min(consumed + declined + read);
+            let n = self.handler.on_data(&mut self.io, id, state, &input[consumed..end]).min(end - consumed);
             if n == 0 {
-                break;
+                if end == input.len() {
+                    break;
+                }
+                declined = end - consumed;
+                continue;
             }
+            declined = 0;
             consumed += n;
         }
         consumed
     }
 
     /// Puts the unconsumed input back: input not offered because reading
-    /// is paused waits for it to resume; more than `max_input` closes.
+    /// is paused waits for it to resume; more than `max_input` offered and
+    /// left unconsumed closes. (Input the loop read before a pause took
+    /// effect is not the handler's doing: bounded by one receive on every
+    /// backend, it does not count until offered.)
     fn put_back_offered(&mut self, id: ConnId, pending: Vec<u8>, state: H::Conn) {
         let io = &mut self.io;
-        let overflow = pending.len() > io.cfg.max_input;
         let unoffered = !pending.is_empty() && io.delivers(id) && !io.takes_input(id);
+        let overflow = pending.len() > io.cfg.max_input && !unoffered;
         io.put_back(id, pending, state);
         io.set_unoffered(id, unoffered);
         if overflow {
@@ -285,9 +310,22 @@ impl<'h, H: Handler> Core<'h, H> {
             return;
         }
         let Some((mut pending, mut state)) = self.io.take_for_callback(id) else { return };
-        let consumed = self.offer(id, &mut state, &pending);
+        let consumed = self.offer(id, &mut state, &pending, 0);
         pending.drain(..consumed);
         self.put_back_offered(id, pending, state);
+    }
+
+    /// The peer's input ended: the handler hears of it (by default it
+    /// shuts our side down after the output).
+    fn read_closed(&mut self, id: ConnId) {
+        if !self.io.tells_eof(id) {
+            return;
+        }
+        if let Some((pending, mut state)) = self.io.take_for_callback(id) {
+            self.handler.on_read_closed(&mut self.io, id, &mut state);
+            self.io.put_back(id, pending, state);
+        }
+        self.io.close_if_both_ended(id);
     }
 
     /// Carries out what callbacks asked for, closes doomed connections and
@@ -295,13 +333,15 @@ impl<'h, H: Handler> Core<'h, H> {
     pub(crate) fn settle<D: Driver>(&mut self, d: &mut D) {
         loop {
             if let Some((id, addr)) = self.io.connecting.pop_front() {
-                d.connect(&mut self.io, id, addr);
+                d.connect(&mut self.io, id, &addr);
             } else if let Some(id) = self.io.pop_dirty() {
                 d.sync(&mut self.io, id);
             } else if let Some((id, reason)) = self.io.doomed.pop_front() {
                 self.finalize(d, id, reason);
             } else if let Some(id) = self.io.reoffer.pop_front() {
                 self.reoffered(id);
+            } else if let Some(id) = self.io.read_closed.pop_front() {
+                self.read_closed(id);
             } else if let Some(id) = self.io.drained.pop() {
                 if let Some((pending, mut state)) = self.io.take_for_callback(id) {
                     self.handler.on_drained(&mut self.io, id, &mut state);

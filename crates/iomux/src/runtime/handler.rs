@@ -55,7 +55,11 @@ pub trait Handler {
     /// Bytes arrived. Returns how many were consumed. After a call that
     /// consumed some, the rest is offered again at once (a handler may take
     /// one request per call); after one that consumed none, it is handed
-    /// back with what arrives next. While reading is paused (the output is
+    /// back with what arrives next. A call is offered at most
+    /// [`ConfigBuilder::read_buffer`](super::ConfigBuilder::read_buffer)
+    /// new bytes (64 KiB by default) on every backend; after one that
+    /// consumed none of its slice, the next has that slice and up to as
+    /// many bytes more. While reading is paused (the output is
     /// over [`ConfigBuilder::max_output`](super::ConfigBuilder::max_output),
     /// or [`Io::pause_reading`]) nothing is offered; the rest is offered
     /// when reading resumes, without waiting for new bytes. After
@@ -65,7 +69,25 @@ pub trait Handler {
     /// [`CloseReason::InputLimit`].
     fn on_data(&mut self, io: &mut Io<Self::Conn>, conn: ConnId, state: &mut Self::Conn, data: &[u8]) -> usize;
 
-    /// The output became empty after [`Io::notify_drained`].
+    /// The peer's input ended (it shut its write side down, or closed):
+    /// called once, after every byte before it was offered to
+    /// [`on_data`](Handler::on_data), and not while reading is paused (it
+    /// waits for the resume, as input does). Input the handler left
+    /// unconsumed stays in place, never offered again.
+    ///
+    /// By default our side is shut down once the output queued is sent
+    /// ([`Io::shutdown_write`]), and the connection closes with
+    /// [`CloseReason::PeerClosed`]: a request/response protocol answers
+    /// what it was asked, then closes. A handler that still has to answer
+    /// (it reads to the end before it replies, or relays the other way)
+    /// writes first, or calls `shutdown_write` later.
+    fn on_read_closed(&mut self, io: &mut Io<Self::Conn>, conn: ConnId, _state: &mut Self::Conn) {
+        io.shutdown_write(conn);
+    }
+
+    /// The output fell to the mark asked for: empty after
+    /// [`Io::notify_drained`], or at most the bytes given to
+    /// [`Io::notify_below`]. Once per call of either.
     fn on_drained(&mut self, _io: &mut Io<Self::Conn>, _conn: ConnId, _state: &mut Self::Conn) {}
 
     /// The connection is closed and its id is dead; its state comes back.

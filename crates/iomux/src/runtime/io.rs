@@ -12,7 +12,7 @@ use super::stats::LoopStats;
 use super::timers::{ConnDeadlines, Deadlines, TimerId, Timers};
 use super::{CloseReason, Config, ConnId};
 use crate::error::{Error, Result};
-use crate::sys::net::{self, Fd};
+use crate::sys::net::{self, AnyAddr, Fd};
 use crate::sys::payload::{Chunk, Payload};
 use crate::Syscall;
 use bytes::Bytes;
@@ -20,20 +20,24 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 // Connection state bits (the core's; drivers keep theirs in `Conn::driver`).
-pub(crate) const READ_CLOSED: u16 = 1; // the peer sent EOF
-pub(crate) const CLOSING: u16 = 2; // close once the output is sent; deliver nothing more
-pub(crate) const CONNECTING: u16 = 4; // outbound connect not finished
-const PAUSED: u16 = 8; // output over its bound: not reading
-const NOTIFY_DRAINED: u16 = 16;
-const DOOMED: u16 = 32; // queued for close
-const LINGER: u16 = 64; // FIN sent; reading and discarding until the peer's EOF
-const DIRTY: u16 = 128; // in the dirty list
-const HELD: u16 = 256; // the handler paused reading (Io::pause_reading)
-const UNOFFERED: u16 = 512; // input held back while paused, to offer on resume
-const IDLE: u16 = 1024; // closing as idle (Io::close_idle)
+pub(crate) const READ_CLOSED: u32 = 1; // the peer sent EOF
+pub(crate) const CLOSING: u32 = 2; // close once the output is sent; deliver nothing more
+pub(crate) const CONNECTING: u32 = 4; // outbound connect not finished
+const PAUSED: u32 = 8; // output over its bound: not reading
+const NOTIFY_DRAINED: u32 = 16; // on_drained once the output is at most `low_water`
+const DOOMED: u32 = 32; // queued for close
+const LINGER: u32 = 64; // FIN sent; reading and discarding until the peer's EOF
+const DIRTY: u32 = 128; // in the dirty list
+const HELD: u32 = 256; // the handler paused reading (Io::pause_reading)
+const UNOFFERED: u32 = 512; // input held back while paused, to offer on resume
+const IDLE: u32 = 1024; // closing as idle (Io::close_idle)
+const WRITE_SHUT: u32 = 2048; // Io::shutdown_write: FIN once the output is out; no more writes
+const WRITE_CLOSED: u32 = 4096; // our FIN is sent
+const EOF_UNTOLD: u32 = 8192; // the peer's EOF came; on_read_closed not called yet
 
 /// Output buffers kept for reuse, so a write costs no allocation and an
 /// idle connection owns no buffer.
@@ -64,7 +68,9 @@ pub(crate) struct Conn<S> {
     /// Bytes handed to the kernel in a send that has not completed.
     in_flight: usize,
     pending_in: Vec<u8>,
-    flags: u16,
+    flags: u32,
+    /// With NOTIFY_DRAINED: on_drained once `buffered()` is at most this.
+    low_water: usize,
     /// The driver's own bits (registered interest, receive armed, ...).
     pub(crate) driver: u16,
     /// The handler's state; taken out while a callback borrows it.
@@ -80,15 +86,24 @@ impl<S> Conn<S> {
     fn buffered(&self) -> usize {
         self.sealed_len + self.out.len() - self.out_pos + self.in_flight
     }
-    pub(crate) fn has(&self, flag: u16) -> bool {
+    pub(crate) fn has(&self, flag: u32) -> bool {
         self.flags & flag != 0
     }
-    /// Whether the driver should read: to deliver, or (lingering) to discard.
+    /// Whether the handler may still queue output: not after
+    /// [`Io::close`], [`Io::shutdown_write`] or a stop.
+    fn takes_output(&self) -> bool {
+        self.flags & (DOOMED | CLOSING | WRITE_SHUT) == 0
+    }
+    /// Whether the driver should read: to deliver, or (lingering) to
+    /// discard. Not while input read before is held back unoffered: that
+    /// goes first, so what the loop holds stays bounded and the kernel's
+    /// socket buffer (so TCP) holds the peer back, on io_uring too, whose
+    /// receive would otherwise run on while the held input waits.
     pub(crate) fn reading(&self) -> bool {
         if self.flags & (READ_CLOSED | CONNECTING | DOOMED) != 0 {
             return false;
         }
-        self.has(LINGER) || self.flags & (CLOSING | PAUSED | HELD) == 0
+        self.has(LINGER) || self.flags & (CLOSING | PAUSED | HELD | UNOFFERED) == 0
     }
     /// Whether some output is not handed to the kernel yet.
     pub(crate) fn has_unsent(&self) -> bool {
@@ -137,6 +152,9 @@ pub struct Io<S> {
     /// Connections whose held-back input is offered again (reading
     /// resumed), in the order they resumed.
     pub(crate) reoffer: VecDeque<ConnId>,
+    /// Connections whose end of input the handler is to hear of
+    /// ([`Handler::on_read_closed`](super::Handler::on_read_closed)).
+    pub(crate) read_closed: VecDeque<ConnId>,
     pub(crate) lingering: Deadlines,
     /// Connections closing with output still to send, by close deadline.
     pub(crate) closing: Deadlines,
@@ -151,7 +169,9 @@ pub struct Io<S> {
     accept_backoff: Duration,
     pub(crate) drain_deadline: Option<Instant>,
     /// Outbound connects the driver has not started yet.
-    pub(crate) connecting: VecDeque<(ConnId, SocketAddr)>,
+    pub(crate) connecting: VecDeque<(ConnId, AnyAddr)>,
+    /// Outbound connects by their [`ConfigBuilder::connect_timeout`](super::ConfigBuilder::connect_timeout).
+    pub(crate) connect_deadlines: Deadlines,
 }
 
 impl<S> Io<S> {
@@ -168,6 +188,7 @@ impl<S> Io<S> {
             drained: Vec::new(),
             drained_later: Vec::new(),
             reoffer: VecDeque::new(),
+            read_closed: VecDeque::new(),
             lingering: Deadlines::default(),
             closing: Deadlines::default(),
             pool: Vec::new(),
@@ -178,6 +199,7 @@ impl<S> Io<S> {
             accept_backoff: cfg.accept_backoff,
             drain_deadline: None,
             connecting: VecDeque::new(),
+            connect_deadlines: Deadlines::default(),
         }
     }
 
@@ -192,12 +214,17 @@ impl<S> Io<S> {
     /// bytes: the output may pass its bound by one write, and then the loop
     /// stops reading that connection, and offering it input, until it
     /// drains to half the bound; then the input left is offered again.
-    /// Returns false if the connection is gone or closing.
+    /// Returns false if the connection is gone or closing, or its write
+    /// side was shut down ([`Io::shutdown_write`]).
+    ///
+    /// Writes to an outbound connection that is still connecting are
+    /// queued, and go out, in order, once it is established (before
+    /// anything written in [`Handler::on_connect`](super::Handler::on_connect)).
     #[must_use = "a write to a closed or closing connection is refused"]
     pub fn write(&mut self, conn: ConnId, data: &[u8]) -> bool {
         let Some(c) = self.conns.get_mut(conn) else { return false };
-        if c.has(DOOMED) || c.has(CLOSING) {
-            return false; // after close (or a stop), nothing more goes out
+        if !c.takes_output() {
+            return false; // after close, shutdown_write or a stop, nothing more goes out
         }
         if data.is_empty() {
             return true;
@@ -245,7 +272,7 @@ impl<S> Io<S> {
             return self.write(conn, &data);
         }
         let Some(c) = self.conns.get_mut(conn) else { return false };
-        if c.has(DOOMED) || c.has(CLOSING) {
+        if !c.takes_output() {
             return false;
         }
         if c.out.len() > c.out_pos {
@@ -278,8 +305,8 @@ impl<S> Io<S> {
     /// bytes to send to an empty buffer, which becomes the output without
     /// a copy when nothing else is queued (appended once otherwise).
     /// Returns what `f` returned, or None (and `f` is not called) if the
-    /// connection is gone or closing. Output is bounded as for
-    /// [`Io::write`].
+    /// connection is gone or closing, as [`Io::write`] refuses. Output is
+    /// bounded as for [`Io::write`].
     ///
     /// ```
     /// use iomux::runtime::{ConnId, Handler, Io};
@@ -299,10 +326,11 @@ impl<S> Io<S> {
     ///     }
     /// }
     /// ```
+    #[must_use = "a write to a closed or closing connection is refused"]
     pub fn write_with<R>(&mut self, conn: ConnId, f: impl FnOnce(&mut Vec<u8>) -> R) -> Option<R> {
         let c = self.conns.get_mut(conn)?;
-        if c.has(DOOMED) || c.has(CLOSING) {
-            return None; // after close (or a stop), nothing more goes out
+        if !c.takes_output() {
+            return None; // after close, shutdown_write or a stop, nothing more goes out
         }
         // The closure gets a buffer of its own, so it cannot disturb bytes
         // already queued, whatever it does with the Vec.
@@ -361,15 +389,196 @@ impl<S> Io<S> {
 
     /// Calls [`Handler::on_drained`](super::Handler::on_drained) once, when
     /// the output is next empty (on the next turn if it is empty now).
+    /// The same as [`Io::notify_below`] with 0. May be called before an
+    /// outbound connection is established: it then waits for that too.
     pub fn notify_drained(&mut self, conn: ConnId) {
+        self.notify_below(conn, 0);
+    }
+
+    /// Calls [`Handler::on_drained`](super::Handler::on_drained) once, when
+    /// the connection's queued output ([`Io::buffered`]) is at most
+    /// `bytes`: a low-water mark (on the next turn if it is already). One
+    /// notice per call; a later call replaces the mark.
+    ///
+    /// With [`Io::pause_reading`] it ties reading one connection to the
+    /// output of another, as a relay must: pause the sender while the
+    /// receiver's output is over a high mark, resume it from the
+    /// receiver's `on_drained` at the low one.
+    ///
+    /// ```
+    /// use iomux::runtime::{CloseReason, ConnId, Handler, Io};
+    ///
+    /// /// Relays each connection to its partner (the state), pausing a
+    /// /// sender while its partner holds more than 256 KiB unsent.
+    /// struct Relay;
+    ///
+    /// const HIGH: usize = 256 << 10;
+    ///
+    /// impl Handler for Relay {
+    ///     type Conn = Option<ConnId>; // the partner, once paired
+    ///     type Message = ();
+    ///     fn on_accept(&mut self, _io: &mut Io<Self::Conn>, _conn: ConnId) -> Self::Conn {
+    ///         None
+    ///     }
+    ///     fn on_data(&mut self, io: &mut Io<Self::Conn>, conn: ConnId, to: &mut Self::Conn, data: &[u8]) -> usize {
+    ///         let Some(to) = *to else { return 0 };
+    ///         if !io.write(to, data) {
+    ///             io.close(conn);
+    ///         } else if io.buffered(to) > HIGH {
+    ///             io.pause_reading(conn);
+    ///             io.notify_below(to, HIGH / 2);
+    ///         }
+    ///         data.len()
+    ///     }
+    ///     fn on_drained(&mut self, io: &mut Io<Self::Conn>, _conn: ConnId, from: &mut Self::Conn) {
+    ///         if let Some(from) = *from {
+    ///             io.resume_reading(from);
+    ///         }
+    ///     }
+    /// }
+    /// ```
+    pub fn notify_below(&mut self, conn: ConnId, bytes: usize) {
         let Some(c) = self.conns.get_mut(conn) else { return };
-        if c.buffered() == 0 && !c.has(CONNECTING) {
+        if c.buffered() <= bytes && !c.has(CONNECTING) {
             // Next turn, after events and timers, so a handler that writes
             // from on_drained cannot starve them.
+            c.flags &= !NOTIFY_DRAINED;
             self.drained_later.push(conn);
         } else {
             c.flags |= NOTIFY_DRAINED;
+            c.low_water = bytes;
         }
+    }
+
+    /// The output bound, [`ConfigBuilder::max_output`](super::ConfigBuilder::max_output).
+    pub fn max_output(&self) -> usize {
+        self.cfg.max_output
+    }
+
+    /// Whether the connection's queued output is at or over its bound
+    /// ([`Io::max_output`]): the loop has stopped reading it. A handler
+    /// that produces output for it from elsewhere (another connection, a
+    /// timer) stops producing until [`Io::notify_below`] says it drained.
+    /// False for a closed connection.
+    ///
+    /// ```
+    /// use iomux::runtime::{ConnId, Handler, Io, TimerId};
+    /// use std::time::Duration;
+    ///
+    /// /// Streams a tick to one subscriber every millisecond, skipping
+    /// /// ticks while its output is full instead of queueing them.
+    /// struct Ticker {
+    ///     subscriber: Option<ConnId>,
+    ///     skipped: u64,
+    /// }
+    ///
+    /// impl Handler for Ticker {
+    ///     type Conn = ();
+    ///     type Message = ();
+    ///     fn on_accept(&mut self, io: &mut Io<()>, conn: ConnId) {
+    ///         self.subscriber = Some(conn);
+    ///         io.set_timer(io.now() + Duration::from_millis(1), 0);
+    ///     }
+    ///     fn on_data(&mut self, _io: &mut Io<()>, _conn: ConnId, _: &mut (), data: &[u8]) -> usize {
+    ///         data.len()
+    ///     }
+    ///     fn on_timer(&mut self, io: &mut Io<()>, _timer: TimerId, _token: u64) {
+    ///         let Some(conn) = self.subscriber else { return };
+    ///         if io.is_full(conn) {
+    ///             self.skipped += 1;
+    ///         } else if !io.write(conn, b"tick\n") {
+    ///             return; // closed: no more ticks
+    ///         }
+    ///         io.set_timer(io.now() + Duration::from_millis(1), 0);
+    ///     }
+    /// }
+    /// ```
+    pub fn is_full(&self, conn: ConnId) -> bool {
+        self.conns.get(conn).is_some_and(|c| c.buffered() >= self.cfg.max_output)
+    }
+
+    /// Shuts down the connection's write side: once the output queued so
+    /// far is sent, the peer gets FIN (its end of input), and nothing more
+    /// may be written. Reading goes on: the peer may still send, and its
+    /// bytes are delivered as before, until its own end of input
+    /// ([`Handler::on_read_closed`](super::Handler::on_read_closed)). With
+    /// both directions ended the connection closes with
+    /// [`CloseReason::PeerClosed`]. A relay calls it when the other side's
+    /// input ends, so each direction half-closes on its own.
+    ///
+    /// ```
+    /// use iomux::runtime::{ConnId, Handler, Io};
+    ///
+    /// /// Reads the whole request, to the client's end of input, then
+    /// /// answers with its length and closes (as `nc -N` expects).
+    /// struct CountToEnd;
+    ///
+    /// impl Handler for CountToEnd {
+    ///     type Conn = u64;
+    ///     type Message = ();
+    ///     fn on_accept(&mut self, _io: &mut Io<u64>, _conn: ConnId) -> u64 {
+    ///         0
+    ///     }
+    ///     fn on_data(&mut self, _io: &mut Io<u64>, _conn: ConnId, n: &mut u64, data: &[u8]) -> usize {
+    ///         *n += data.len() as u64;
+    ///         data.len()
+    ///     }
+    ///     fn on_read_closed(&mut self, io: &mut Io<u64>, conn: ConnId, n: &mut u64) {
+    ///         let _ = io.write(conn, format!("{n}\n").as_bytes());
+    ///         io.shutdown_write(conn);
+    ///     }
+    /// }
+    /// ```
+    pub fn shutdown_write(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.get_mut(conn) else { return };
+        if c.flags & (WRITE_SHUT | CLOSING | DOOMED) != 0 {
+            return;
+        }
+        c.flags |= WRITE_SHUT;
+        self.fin_if_sent(conn);
+        self.mark_dirty(conn);
+    }
+
+    /// Resets the connection at once: the output still queued is dropped,
+    /// the peer gets a reset (SO_LINGER 0: RST, not FIN), and the
+    /// connection closes with [`CloseReason::Aborted`]. For a relay whose
+    /// other side was reset, or a subscriber too slow to keep: unlike
+    /// [`Io::close`], nothing waits for the peer.
+    ///
+    /// ```
+    /// use iomux::runtime::{ConnId, Handler, Io};
+    ///
+    /// /// Echoes lines; a line over 1 KiB resets the connection.
+    /// struct StrictEcho;
+    ///
+    /// impl Handler for StrictEcho {
+    ///     type Conn = ();
+    ///     type Message = ();
+    ///     fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
+    ///     fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut (), data: &[u8]) -> usize {
+    ///         match data.iter().position(|&b| b == b'\n') {
+    ///             Some(end) if end < 1024 => {
+    ///                 let _ = io.write(conn, &data[..=end]);
+    ///                 end + 1
+    ///             }
+    ///             None if data.len() < 1024 => 0, // more to come
+    ///             _ => {
+    ///                 io.abort(conn); // on_close hears CloseReason::Aborted
+    ///                 data.len()
+    ///             }
+    ///         }
+    ///     }
+    /// }
+    /// ```
+    pub fn abort(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.get(conn) else { return };
+        if c.has(DOOMED) {
+            return;
+        }
+        // A socket without the option (a Unix one, or one never
+        // connected) closes without a reset; it closes either way.
+        let _ = net::set_linger_zero(c.fd.raw());
+        self.doom(conn, CloseReason::Aborted);
     }
 
     /// Closes the connection once its queued output is sent. From now on
@@ -394,7 +603,7 @@ impl<S> Io<S> {
         self.close_flagged(conn, IDLE);
     }
 
-    fn close_flagged(&mut self, conn: ConnId, flag: u16) {
+    fn close_flagged(&mut self, conn: ConnId, flag: u32) {
         let until = Instant::now() + self.cfg.close_timeout;
         let Some(c) = self.conns.get_mut(conn) else { return };
         if c.has(CLOSING) {
@@ -410,33 +619,106 @@ impl<S> Io<S> {
         self.mark_dirty(conn);
     }
 
-    /// Opens an outbound TCP connection that owns `state` (refused with
-    /// [`Error::Stopping`] once the loop is stopping).
-    /// [`Handler::on_connect`](super::Handler::on_connect) follows, or
-    /// [`Handler::on_close`](super::Handler::on_close) with
-    /// [`CloseReason::ConnectFailed`]. `source` binds a local address first
-    /// (IP_BIND_ADDRESS_NO_PORT: the port is chosen at connect time, so
-    /// several source addresses multiply the usable ports).
-    pub fn connect(&mut self, addr: SocketAddr, source: Option<IpAddr>, state: S) -> Result<ConnId> {
+    /// Opens an outbound TCP connection that owns `state`.
+    /// [`Handler::on_connect`](super::Handler::on_connect) follows once it
+    /// is established, or [`Handler::on_close`](super::Handler::on_close)
+    /// with [`CloseReason::ConnectFailed`] (or
+    /// [`CloseReason::ConnectTimeout`]): a connect that fails at once (no
+    /// socket, the loop stopping) is reported the same way as one that
+    /// fails later, never here, so the id is always the connection's.
+    /// Writes and [`Io::notify_drained`] may be called at once; the writes
+    /// go out when it is established. `source` binds a local address
+    /// first (IP_BIND_ADDRESS_NO_PORT: the port is chosen at connect time,
+    /// so several source addresses multiply the usable ports).
+    ///
+    /// ```
+    /// use iomux::runtime::{CloseReason, ConnId, Handler, Io};
+    /// use std::net::SocketAddr;
+    ///
+    /// /// Forwards each accepted connection's first line to `upstream`.
+    /// struct Forward {
+    ///     upstream: SocketAddr,
+    /// }
+    ///
+    /// impl Handler for Forward {
+    ///     type Conn = Option<ConnId>; // the upstream, on an accepted connection
+    ///     type Message = ();
+    ///     fn on_accept(&mut self, io: &mut Io<Self::Conn>, _conn: ConnId) -> Self::Conn {
+    ///         Some(io.connect(self.upstream, None, None)) // no Result: failures come to on_close
+    ///     }
+    ///     fn on_data(&mut self, io: &mut Io<Self::Conn>, conn: ConnId, up: &mut Self::Conn, data: &[u8]) -> usize {
+    ///         let Some(end) = data.iter().position(|&b| b == b'\n') else { return 0 };
+    ///         if let Some(up) = *up {
+    ///             let _ = io.write(up, &data[..=end]); // queued while it connects
+    ///             io.shutdown_write(up);
+    ///         }
+    ///         io.close(conn);
+    ///         end + 1
+    ///     }
+    ///     fn on_close(&mut self, _io: &mut Io<Self::Conn>, _conn: ConnId, _state: Self::Conn, reason: &CloseReason) {
+    ///         if let CloseReason::ConnectFailed(e) = reason {
+    ///             eprintln!("upstream: {e}");
+    ///         }
+    ///     }
+    /// }
+    /// ```
+    pub fn connect(&mut self, addr: SocketAddr, source: Option<IpAddr>, state: S) -> ConnId {
+        let made = self.tcp_socket_for(&addr, source).map(|fd| (fd, AnyAddr::from(addr)));
+        self.start_connect(made, state)
+    }
+
+    /// Opens an outbound connection to the Unix stream socket at `path`,
+    /// as [`Io::connect`] does over TCP: the same callbacks, the same
+    /// reporting of failures (a path with no listening socket:
+    /// [`CloseReason::ConnectFailed`] with ENOENT or ECONNREFUSED).
+    pub fn connect_unix(&mut self, path: impl AsRef<Path>, state: S) -> ConnId {
         let err = |syscall, e| Error::sys("connect", syscall, None, e);
-        if self.shutting_down {
-            return Err(Error::Stopping);
-        }
-        let fd = net::tcp_socket(&addr, false).map_err(|e| err(Syscall::Socket, e))?;
+        // A path too long for a socket address fails here, as connect would.
+        let made = net::unix_addr(path.as_ref())
+            .map_err(|e| err(Syscall::Connect, e))
+            .and_then(|addr| Ok((net::unix_socket().map_err(|e| err(Syscall::Socket, e))?, addr)));
+        self.start_connect(made, state)
+    }
+
+    /// A TCP socket set up for a connect to `addr`.
+    fn tcp_socket_for(&self, addr: &SocketAddr, source: Option<IpAddr>) -> Result<Fd> {
+        let err = |syscall, e| Error::sys("connect", syscall, None, e);
+        let fd = net::tcp_socket(addr, false).map_err(|e| err(Syscall::Socket, e))?;
+        let on = |syscall, e| Error::sys("connect", syscall, Some(fd.raw()), e);
         if let Some(ip) = source {
             if ip.is_ipv4() {
-                net::set_bind_address_no_port(fd.raw()).map_err(|e| err(Syscall::Setsockopt, e))?;
+                net::set_bind_address_no_port(fd.raw()).map_err(|e| on(Syscall::Setsockopt, e))?;
             }
-            net::bind(fd.raw(), &SocketAddr::new(ip, 0)).map_err(|e| err(Syscall::Bind, e))?;
+            net::bind(fd.raw(), &SocketAddr::new(ip, 0)).map_err(|e| on(Syscall::Bind, e))?;
         }
         if self.cfg.nodelay {
-            net::set_nodelay(fd.raw()).map_err(|e| err(Syscall::Setsockopt, e))?;
+            net::set_nodelay(fd.raw()).map_err(|e| on(Syscall::Setsockopt, e))?;
         }
-        net::set_oob_inline(fd.raw()).map_err(|e| err(Syscall::Setsockopt, e))?;
-        self.cfg.apply_liveness(fd.raw()).map_err(|e| err(Syscall::Setsockopt, e))?;
-        let id = self.insert(fd, CONNECTING, Some(state));
-        self.connecting.push_back((id, addr));
-        Ok(id)
+        net::set_oob_inline(fd.raw()).map_err(|e| on(Syscall::Setsockopt, e))?;
+        self.cfg.apply_liveness(fd.raw()).map_err(|e| on(Syscall::Setsockopt, e))?;
+        Ok(fd)
+    }
+
+    /// Registers an outbound connection: queued for the driver, or, when
+    /// its socket could not be made or the loop is stopping, closed with
+    /// [`CloseReason::ConnectFailed`] after the callback.
+    fn start_connect(&mut self, made: Result<(Fd, AnyAddr)>, state: S) -> ConnId {
+        let made = if self.shutting_down { Err(Error::Stopping) } else { made };
+        match made {
+            Ok((fd, addr)) => {
+                let id = self.insert(fd, CONNECTING, Some(state));
+                self.connecting.push_back((id, addr));
+                if let Some(timeout) = self.cfg.connect_timeout {
+                    self.connect_deadlines.push(Instant::now() + timeout, id);
+                }
+                id
+            }
+            Err(e) => {
+                let id = self.insert(Fd::none(), CONNECTING, Some(state));
+                self.doom(id, CloseReason::ConnectFailed(e));
+                id
+            }
+        }
     }
 
     /// Calls [`Handler::on_timer`](super::Handler::on_timer) with `token`
@@ -573,21 +855,22 @@ fn recycle_into(pool: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {
     }
 }
 
-/// Why a syscall's error closes a connection: a reset, a vanished peer
-/// (keepalive's probes or the user timeout ran out), or an error.
-pub(crate) fn io_reason(syscall: Syscall, e: io::Error) -> CloseReason {
+/// Why a syscall's error on `fd` closes a connection: a reset, a vanished
+/// peer (keepalive's probes or the user timeout ran out), or an error
+/// naming the backend, the descriptor and the call.
+pub(crate) fn io_reason(backend: &'static str, fd: RawFd, syscall: Syscall, e: io::Error) -> CloseReason {
     match e.raw_os_error() {
         Some(libc::ECONNRESET) | Some(libc::EPIPE) => CloseReason::Reset,
         // The kernel gave up on the peer: keepalive or the user timeout
         // ran out (ETIMEDOUT), or a router said it cannot be reached.
         Some(libc::ETIMEDOUT | libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EHOSTDOWN) => CloseReason::PeerVanished,
-        _ => CloseReason::Error { syscall, error: e },
+        _ => CloseReason::Error(Error::sys(backend, syscall, Some(fd), e)),
     }
 }
 
 // The driver's side: what the kernel did, and the requests it carries out.
 impl<S> Io<S> {
-    pub(crate) fn insert(&mut self, fd: Fd, flags: u16, state: Option<S>) -> ConnId {
+    pub(crate) fn insert(&mut self, fd: Fd, flags: u32, state: Option<S>) -> ConnId {
         let conn = Conn {
             fd,
             sealed: VecDeque::new(),
@@ -598,6 +881,7 @@ impl<S> Io<S> {
             in_flight: 0,
             pending_in: Vec::new(),
             flags,
+            low_water: 0,
             driver: 0,
             state,
             deadline: None,
@@ -668,9 +952,22 @@ impl<S> Io<S> {
         }
     }
 
+    /// Why a failed syscall on connection `id` closes it ([`io_reason`]).
+    pub(crate) fn reason(&self, id: ConnId, syscall: Syscall, e: io::Error) -> CloseReason {
+        let fd = self.conns.get(id).map_or(-1, |c| c.fd.raw());
+        io_reason(self.cfg.backend.name(), fd, syscall, e)
+    }
+
     /// A syscall on the connection failed: it closes (reset or error).
     pub(crate) fn failed(&mut self, id: ConnId, syscall: Syscall, e: io::Error) {
-        self.doom(id, io_reason(syscall, e));
+        let reason = self.reason(id, syscall, e);
+        self.doom(id, reason);
+    }
+
+    /// An outbound connect failed.
+    pub(crate) fn connect_failed(&mut self, id: ConnId, e: io::Error) {
+        let fd = self.conns.get(id).map(|c| c.fd.raw());
+        self.doom(id, CloseReason::ConnectFailed(Error::sys(self.cfg.backend.name(), Syscall::Connect, fd, e)));
     }
 
     /// Output sent and closing: FIN now, then discard input until the
@@ -687,10 +984,12 @@ impl<S> Io<S> {
             let reason = self.closing_reason(id);
             return self.doom(id, reason);
         }
-        if let Err(e) = net::shutdown_write(c.fd.raw()) {
-            return self.failed(id, Syscall::Shutdown, e);
+        if !c.has(WRITE_CLOSED) {
+            if let Err(e) = net::shutdown_write(c.fd.raw()) {
+                return self.failed(id, Syscall::Shutdown, e);
+            }
         }
-        c.flags |= LINGER;
+        c.flags |= LINGER | WRITE_CLOSED;
         self.lingering.push(until, id);
         self.mark_dirty(id);
     }
@@ -712,13 +1011,62 @@ impl<S> Io<S> {
         self.mark_dirty(id);
     }
 
-    /// Reading may have resumed: held-back input is offered again.
+    /// Reading may have resumed: held-back input is offered again, or
+    /// an end of input held back is told.
     fn resumed(&mut self, id: ConnId) {
         let Some(c) = self.conns.get(id) else { return };
         if c.has(UNOFFERED) && self.takes_input(id) {
             self.reoffer.push_back(id);
         }
+        self.tell_eof_when_due(id);
         self.mark_dirty(id);
+    }
+
+    /// The peer's end of input goes to the handler after all the input
+    /// before it, and, as input does, not while reading is paused: every
+    /// backend then tells it at the same point (a readiness backend that
+    /// is not reading does not see the EOF either).
+    fn tell_eof_when_due(&mut self, id: ConnId) {
+        let due = self.takes_input(id);
+        let Some(c) = self.conns.get_mut(id) else { return };
+        if c.has(EOF_UNTOLD) && !c.has(UNOFFERED) && due {
+            c.flags &= !EOF_UNTOLD;
+            self.read_closed.push_back(id);
+        }
+    }
+
+    /// Once our output is out after [`Io::shutdown_write`], sends FIN;
+    /// with the peer's input ended too, the connection is done.
+    fn fin_if_sent(&mut self, id: ConnId) {
+        let Some(c) = self.conns.get_mut(id) else { return };
+        if c.flags & (WRITE_SHUT | WRITE_CLOSED | CONNECTING | CLOSING | DOOMED) != WRITE_SHUT || c.buffered() > 0 {
+            return;
+        }
+        if let Err(e) = net::shutdown_write(c.fd.raw()) {
+            return self.failed(id, Syscall::Shutdown, e);
+        }
+        c.flags |= WRITE_CLOSED;
+        self.close_if_both_ended(id);
+    }
+
+    /// Both directions ended in order (the peer's EOF told, our FIN
+    /// sent): the connection closes.
+    pub(crate) fn close_if_both_ended(&mut self, id: ConnId) {
+        let Some(c) = self.conns.get(id) else { return };
+        if c.has(READ_CLOSED) && c.has(WRITE_CLOSED) && !c.has(EOF_UNTOLD) && !c.has(CLOSING) {
+            self.doom(id, CloseReason::PeerClosed);
+        }
+    }
+
+    /// Whether the handler is to hear of the end of input now (it has
+    /// not closed the connection meanwhile).
+    pub(crate) fn tells_eof(&self, id: ConnId) -> bool {
+        self.conns.get(id).is_some_and(|c| c.has(READ_CLOSED) && c.flags & (CLOSING | DOOMED) == 0)
+    }
+
+    /// Whether the input left was held back unoffered (reading paused).
+    pub(crate) fn held_back(&self, id: ConnId) -> bool {
+        self.conns.get(id).is_some_and(|c| c.has(UNOFFERED))
     }
 
     /// Whether the handler is offered input now: delivering, and reading
@@ -728,18 +1076,19 @@ impl<S> Io<S> {
     }
 
     /// Records whether input was left unoffered (reading paused with bytes
-    /// waiting); a half-closed connection with none left and no output
-    /// closes.
+    /// waiting); once none is, an end of input behind it is told.
     pub(crate) fn set_unoffered(&mut self, id: ConnId, unoffered: bool) {
         let Some(c) = self.conns.get_mut(id) else { return };
+        if unoffered == c.has(UNOFFERED) {
+            return;
+        }
         if unoffered {
             c.flags |= UNOFFERED;
         } else {
             c.flags &= !UNOFFERED;
-            if c.has(READ_CLOSED) && c.buffered() == 0 {
-                self.doom(id, CloseReason::PeerClosed);
-            }
+            self.tell_eof_when_due(id);
         }
+        self.mark_dirty(id); // reading stops, or starts again
     }
 
     /// The driver sent `n` bytes of the connection's output (from
@@ -777,8 +1126,16 @@ impl<S> Io<S> {
                 c.out_pos = 0;
             }
         }
-        let Some(c) = self.conns.get(id) else { return };
-        if c.buffered() == 0 {
+        let Some(c) = self.conns.get_mut(id) else { return };
+        let buffered = c.buffered();
+        if c.has(NOTIFY_DRAINED) && buffered <= c.low_water {
+            // Next turn, after events and timers: a handler that writes
+            // again from on_drained, into a socket with room, would
+            // otherwise never let the turn end.
+            c.flags &= !NOTIFY_DRAINED;
+            self.drained_later.push(id);
+        }
+        if buffered == 0 {
             self.on_empty(id);
         }
         self.update_backpressure(id);
@@ -836,48 +1193,54 @@ impl<S> Io<S> {
 
     /// The output just became empty.
     fn on_empty(&mut self, id: ConnId) {
-        let Some(c) = self.conns.get_mut(id) else { return };
-        if c.has(NOTIFY_DRAINED) {
-            // Next turn, after events and timers: a handler that writes
-            // again from on_drained, into a socket with room, would
-            // otherwise never let the turn end.
-            c.flags &= !NOTIFY_DRAINED;
-            self.drained_later.push(id);
-        }
+        let Some(c) = self.conns.get(id) else { return };
         if c.has(CLOSING) {
             self.linger(id);
-        } else if c.has(READ_CLOSED) && !c.has(UNOFFERED) {
-            self.doom(id, CloseReason::PeerClosed);
+        } else {
+            self.fin_if_sent(id);
         }
     }
 
-    /// The peer sent EOF.
+    /// The peer sent EOF: after the input before it, the handler hears of
+    /// it ([`Handler::on_read_closed`](super::Handler::on_read_closed)),
+    /// unless it closed the connection; a closing one only waits for its
+    /// output now.
     pub(crate) fn peer_eof(&mut self, id: ConnId) {
         let Some(c) = self.conns.get_mut(id) else { return };
         if c.has(LINGER) {
             let reason = self.closing_reason(id);
             return self.doom(id, reason);
         }
-        c.flags |= READ_CLOSED;
-        if c.buffered() == 0 && !c.has(UNOFFERED) {
-            self.doom(id, CloseReason::PeerClosed);
-        } else {
-            // Half-close: finish sending what the peer asked for, then close.
-            self.mark_dirty(id);
+        if c.has(READ_CLOSED) {
+            return;
         }
+        c.flags |= READ_CLOSED;
+        if !c.has(CLOSING) {
+            c.flags |= EOF_UNTOLD;
+            self.tell_eof_when_due(id);
+        }
+        self.mark_dirty(id);
     }
 
     /// The outbound connect finished; false if the connection is gone.
     pub(crate) fn connected(&mut self, id: ConnId) -> bool {
         let Some(c) = self.conns.get_mut(id) else { return false };
         c.flags &= !CONNECTING;
-        if c.has(NOTIFY_DRAINED) && c.buffered() == 0 {
+        if c.has(NOTIFY_DRAINED) && c.buffered() <= c.low_water {
             c.flags &= !NOTIFY_DRAINED;
             self.drained_later.push(id);
         }
         self.stats.connected += 1;
+        self.fin_if_sent(id);
         self.mark_dirty(id);
         true
+    }
+
+    /// A connect deadline passed: a connection still connecting closes.
+    pub(crate) fn connect_deadline(&mut self, id: ConnId) {
+        if self.conns.get(id).is_some_and(|c| c.has(CONNECTING)) {
+            self.doom(id, CloseReason::ConnectTimeout);
+        }
     }
 
     /// Takes the input left over from the last delivery, and the state.
@@ -1039,7 +1402,7 @@ mod tests {
             .expect("config");
         let mut io: Io<()> = Io::new(&cfg, false, Instant::now());
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let id = io.connect(listener.local_addr().expect("addr"), None, ()).expect("connect");
+        let id = io.connect(listener.local_addr().expect("addr"), None, ());
         let fd = io.conn(id).expect("the connection").fd.raw();
         let want = (Some((Duration::from_secs(10), Duration::from_secs(4), 3)), 2500);
         assert_eq!(net::liveness(fd).expect("getsockopt"), want);
@@ -1047,11 +1410,12 @@ mod tests {
 
     #[test]
     fn a_timed_out_peer_is_a_vanished_one() {
-        let timed_out = io_reason(Syscall::Recvfrom, io::Error::from_raw_os_error(libc::ETIMEDOUT));
+        let timed_out = io_reason("epoll", 7, Syscall::Recvfrom, io::Error::from_raw_os_error(libc::ETIMEDOUT));
         assert!(matches!(timed_out, CloseReason::PeerVanished), "{timed_out:?}");
         assert!(!timed_out.is_clean());
-        let other = io_reason(Syscall::Recvfrom, io::Error::from_raw_os_error(libc::EIO));
-        assert!(matches!(other, CloseReason::Error { .. }), "{other:?}");
+        let other = io_reason("epoll", 7, Syscall::Recvfrom, io::Error::from_raw_os_error(libc::EIO));
+        assert!(matches!(other, CloseReason::Error(_)), "{other:?}");
+        assert_eq!(other.to_string(), "epoll: recvfrom on fd 7 failed: Input/output error (os error 5)");
     }
 
     fn unsent(io: &Io<()>, id: ConnId) -> Vec<u8> {

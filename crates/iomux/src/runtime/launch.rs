@@ -15,6 +15,8 @@ use crate::Syscall;
 use std::any::Any;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{IntoRawFd, OwnedFd};
+use std::os::unix::net::UnixListener;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -173,7 +175,55 @@ impl Runtime {
         Ok(self)
     }
 
-    /// The address the loops listen on, once bound.
+    /// Listens on the Unix stream socket `path`, every loop accepting from
+    /// the one listener (a Unix socket has no SO_REUSEPORT spreading).
+    /// The path must not exist yet: a socket file left by a server that
+    /// died is the caller's to remove (it may be another server's, alive).
+    /// Accepted connections are served as TCP ones are, behind the same
+    /// [`Handler`], but for what TCP alone has (no TCP_NODELAY, no
+    /// keepalive, and [`Io::peer_addr`](super::Io::peer_addr) is an error).
+    ///
+    /// ```
+    /// use iomux::runtime::{Config, Runtime};
+    ///
+    /// let dir = std::env::temp_dir().join(format!("iomux-doc-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).expect("a temporary folder");
+    /// let path = dir.join("echo.sock");
+    /// let runtime = Runtime::new(Config::default(), 2)?.bind_unix(&path)?;
+    /// assert!(path.exists());
+    /// # drop(runtime);
+    /// # std::fs::remove_dir_all(&dir).expect("removed");
+    /// # Ok::<(), iomux::Error>(())
+    /// ```
+    pub fn bind_unix(self, path: impl AsRef<Path>) -> Result<Runtime> {
+        let path = path.as_ref();
+        let listener =
+            net::unix_listener(path, BACKLOG).map_err(|source| Error::BindUnix { path: path.into(), source })?;
+        self.share_listener(listener)
+    }
+
+    /// Serves connections from a Unix listener made elsewhere (every loop
+    /// accepts from it); it is made non-blocking.
+    pub fn unix_listener(self, listener: UnixListener) -> Result<Runtime> {
+        listener.set_nonblocking(true).map_err(|e| Error::sys("listen", Syscall::Fcntl, None, e))?;
+        self.share_listener(Fd::adopt_new(OwnedFd::from(listener).into_raw_fd()))
+    }
+
+    /// Every loop accepts from `listener` (a duplicate each).
+    fn share_listener(mut self, listener: Fd) -> Result<Runtime> {
+        let mut fds = Vec::with_capacity(self.threads);
+        for _ in 1..self.threads {
+            let dup =
+                net::dup(listener.raw()).map_err(|e| Error::sys("listen", Syscall::Fcntl, Some(listener.raw()), e))?;
+            fds.push(dup);
+        }
+        fds.push(listener);
+        self.listeners = fds;
+        self.local_addr = None;
+        Ok(self)
+    }
+
+    /// The address the loops listen on, once bound (None for a Unix socket).
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.local_addr
     }

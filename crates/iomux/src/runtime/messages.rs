@@ -1,10 +1,10 @@
 //! Messages to a loop from other loops or any thread: a queue per loop,
 //! delivered through the loop's waker to [`Handler::on_message`](super::Handler::on_message).
 
+use crate::error::{Error, Result};
 use crate::poller::Waker;
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::mpsc::SendError;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A loop's queue of messages. The waker lives under the same lock as the
@@ -83,13 +83,14 @@ impl<M> Sender<M> {
 
     /// Queues `msg` for the loop and wakes it if it was not already due to
     /// wake. Never blocks on the loop (only on the queue's lock, held
-    /// briefly). Fails, handing `msg` back, once the loop has ended; a
-    /// message queued just before it ended is dropped unhandled.
-    pub fn send(&self, msg: M) -> Result<(), SendError<M>> {
+    /// briefly). Fails with [`Error::LoopEnded`] once the loop has ended
+    /// (`msg` is dropped); a message queued just before it ended is
+    /// dropped unhandled.
+    pub fn send(&self, msg: M) -> Result<()> {
         let waker = {
             let mut state = self.inbox.lock();
             if state.closed {
-                return Err(SendError(msg));
+                return Err(Error::LoopEnded { loop_index: self.loop_index });
             }
             state.queue.push_back(msg);
             // A non-empty queue already has a wake on its way.

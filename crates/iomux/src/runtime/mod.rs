@@ -19,8 +19,15 @@
 //! - bytes written with [`Io::write`] go out in order, and none is dropped;
 //!   a connection whose output passes [`ConfigBuilder::max_output`] is not
 //!   read until it drains to half of it (TCP then holds the peer back);
-//! - when the peer shuts down its side, the output is flushed, then the
-//!   connection closes ([`CloseReason::PeerClosed`]);
+//! - when the peer shuts down its side, [`Handler::on_read_closed`] is
+//!   told; by default it shuts ours down after the output
+//!   ([`Io::shutdown_write`]), and with both sides shut the connection
+//!   closes ([`CloseReason::PeerClosed`]); a relay keeps reading the
+//!   other way instead, each direction ending on its own;
+//! - no [`Handler::on_data`] call is offered more than
+//!   [`ConfigBuilder::read_buffer`] new bytes, whatever the backend
+//!   received at once (unless the handler asked for more by consuming
+//!   none of what it was offered);
 //! - [`Io::close`] with output pending: nothing more is delivered and the
 //!   connection is not read; once the output is out, FIN is sent and input
 //!   is discarded until the peer's EOF (or the linger time), so the close
@@ -54,9 +61,9 @@ pub use stats::{LoopStats, UringFeature};
 pub use timers::TimerId;
 
 use crate::poller::Waker;
+#[cfg(doc)]
 use crate::syscalls::Syscall;
 use crate::Error;
-use std::io as stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -79,11 +86,23 @@ impl ConnId {
     }
 }
 
-/// Why a connection closed.
+/// Why a connection closed, as [`Handler::on_close`] hears it. Every
+/// error it carries is the crate's [`Error`], naming the backend, the
+/// descriptor and the call.
+///
+/// ```
+/// use iomux::runtime::CloseReason;
+///
+/// assert_eq!(CloseReason::PeerClosed.to_string(), "closed by both sides in order");
+/// assert!(CloseReason::PeerClosed.is_clean() && !CloseReason::Reset.is_clean());
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum CloseReason {
-    /// The peer stopped sending (EOF) and our output was flushed.
+    /// Both directions ended in order: the peer's end of input came
+    /// ([`Handler::on_read_closed`]) and our FIN went out after all our
+    /// output ([`Io::shutdown_write`], which the default
+    /// `on_read_closed` calls).
     PeerClosed,
     /// The handler called [`Io::close`] and the output was flushed.
     Local,
@@ -91,17 +110,19 @@ pub enum CloseReason {
     Reset,
     /// The loop is stopping.
     Shutdown,
-    /// An outbound connect failed.
-    ConnectFailed(stdio::Error),
-    /// Any other I/O error, naming the syscall (on io_uring, the ring's
-    /// operation of that kind: a receive is [`Syscall::Recvfrom`], a send
-    /// [`Syscall::Sendto`], gathered or not, on every backend).
-    Error {
-        /// The call that failed.
-        syscall: Syscall,
-        /// What the kernel said.
-        error: stdio::Error,
-    },
+    /// An outbound connect failed, at once (no socket could be made, a
+    /// Unix socket's path does not exist, the loop is stopping) or later
+    /// (refused, unreachable): either way only through
+    /// [`Handler::on_close`].
+    ConnectFailed(Error),
+    /// An outbound connect did not complete within
+    /// [`ConfigBuilder::connect_timeout`].
+    ConnectTimeout,
+    /// Any other I/O error. Its syscall is the one made on the readiness
+    /// backends, and on io_uring the ring's operation of that kind: a
+    /// receive is [`Syscall::Recvfrom`], a send [`Syscall::Sendto`],
+    /// gathered or not, on every backend.
+    Error(Error),
     /// The peer sent more than [`ConfigBuilder::max_input`] without the
     /// handler consuming it.
     InputLimit,
@@ -122,6 +143,9 @@ pub enum CloseReason {
     /// The handler closed the connection as idle ([`Io::close_idle`]),
     /// and the output was flushed.
     Idle,
+    /// The handler reset the connection ([`Io::abort`]): its queued
+    /// output was dropped and the peer got a reset.
+    Aborted,
 }
 
 impl CloseReason {
@@ -138,6 +162,43 @@ impl CloseReason {
     pub fn is_clean(&self) -> bool {
         matches!(self, CloseReason::PeerClosed | CloseReason::Local | CloseReason::Shutdown | CloseReason::Idle)
     }
+
+    /// The error behind the close, if one is ([`CloseReason::Error`],
+    /// [`CloseReason::ConnectFailed`], [`CloseReason::Unwatchable`]).
+    pub fn error(&self) -> Option<&Error> {
+        match self {
+            CloseReason::ConnectFailed(e) | CloseReason::Error(e) | CloseReason::Unwatchable(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let said = match self {
+            CloseReason::PeerClosed => "closed by both sides in order",
+            CloseReason::Local => "closed by the handler",
+            CloseReason::Reset => "reset by the peer",
+            CloseReason::Shutdown => "closed by the loop's stop",
+            // Its error names the call: "epoll: connect on fd 8 failed".
+            CloseReason::ConnectFailed(e) => return write!(f, "{e}{}", cause(e)),
+            CloseReason::ConnectTimeout => "connect timed out",
+            CloseReason::Error(e) => return write!(f, "{e}{}", cause(e)),
+            CloseReason::InputLimit => "the peer sent more than max_input unconsumed",
+            CloseReason::CloseTimeout => "the peer did not take the output left at close in time",
+            CloseReason::Unwatchable(e) => return write!(f, "no longer watchable: {e}{}", cause(e)),
+            CloseReason::PeerVanished => "the peer vanished (keepalive or user timeout)",
+            CloseReason::Idle => "closed as idle",
+            CloseReason::Aborted => "reset by the handler",
+        };
+        f.write_str(said)
+    }
+}
+
+/// ": the kernel's words" for an error with a source, else nothing: a
+/// close reason is a leaf, printed whole.
+fn cause(e: &Error) -> String {
+    std::error::Error::source(e).map(|s| format!(": {s}")).unwrap_or_default()
 }
 
 /// Stops loops from any thread (a signal, a test): sets a flag and wakes

@@ -14,11 +14,10 @@ use super::stats::LoopStats;
 use super::{CloseReason, ConnId, Handler};
 use crate::error::Result;
 use crate::poller::{Event, Events, Interest, Mode, Poller, Token};
-use crate::sys::{net, net::Fd};
+use crate::sys::net::{self, AnyAddr, Fd};
 use crate::Syscall;
 use std::collections::VecDeque;
 use std::io;
-use std::net::SocketAddr;
 
 const LISTENER: Token = Token(usize::MAX);
 const WAKER: Token = Token(usize::MAX - 1);
@@ -194,7 +193,7 @@ impl Readiness {
                 }
                 core.connected(id)
             }
-            Ok(Some(e)) | Err(e) => core.io.doom(id, CloseReason::ConnectFailed(e)),
+            Ok(Some(e)) | Err(e) => core.io.connect_failed(id, e),
         }
     }
 
@@ -273,14 +272,14 @@ impl Driver for Readiness {
         Ok(())
     }
 
-    fn connect<S>(&mut self, io: &mut Io<S>, id: ConnId, addr: SocketAddr) {
+    fn connect<S>(&mut self, io: &mut Io<S>, id: ConnId, addr: &AnyAddr) {
         let Some(c) = io.conn_mut(id) else { return };
         // Connected at once or in progress: writability says when it is done.
-        let started = net::connect(c.fd.raw(), &addr)
+        let started = net::connect(c.fd.raw(), addr)
             .and_then(|_| Ok(self.poller.add(c.fd.raw(), token(id), Interest::WRITABLE, self.mode)?));
         match started {
             Ok(()) => c.driver = REGISTERED | WANT_WRITE,
-            Err(e) => io.doom(id, CloseReason::ConnectFailed(e)),
+            Err(e) => io.connect_failed(id, e),
         }
     }
 

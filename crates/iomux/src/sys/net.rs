@@ -7,6 +7,11 @@ use crate::syscalls::{count, Syscall};
 use rustix::net::{self as rx, sockopt, AddressFamily, SocketFlags, SocketType};
 use std::io;
 use std::net::SocketAddr;
+use std::path::Path;
+
+/// Any socket address a connect takes: an IP address and port, or a Unix
+/// socket's path (rustix's, which holds either in one sockaddr storage).
+pub(crate) use rx::SocketAddrAny as AnyAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
 
 /// An owned descriptor whose close goes through the counted `close`.
@@ -22,6 +27,15 @@ impl Fd {
     /// Takes ownership of a descriptor an io_uring completion returned.
     pub(crate) fn adopt_new(fd: i32) -> Fd {
         Fd(fd)
+    }
+    /// No descriptor: the place of one whose socket could not be made
+    /// (a connect that failed at once); dropping it closes nothing.
+    pub(crate) fn none() -> Fd {
+        Fd(-1)
+    }
+    /// Whether this stands for no descriptor ([`Fd::none`]).
+    pub(crate) fn is_none(&self) -> bool {
+        self.0 < 0
     }
     /// Gives up ownership without closing (someone else will close it).
     pub(crate) fn into_raw(self) -> RawFd {
@@ -45,6 +59,9 @@ impl AsFd for Fd {
 
 impl Drop for Fd {
     fn drop(&mut self) {
+        if self.is_none() {
+            return;
+        }
         count(Syscall::Close);
         // SAFETY: we own the descriptor and nothing uses the number after
         // this. (Nothing useful can be done about a failed close of a
@@ -66,6 +83,44 @@ pub(crate) fn tcp_socket(addr: &SocketAddr, blocking: bool) -> io::Result<Fd> {
     }
     count(Syscall::Socket);
     Ok(Fd::from_owned(rx::socket_with(family, SocketType::STREAM, flags, None)?))
+}
+
+/// A Unix stream socket, non-blocking and close-on-exec.
+pub(crate) fn unix_socket() -> io::Result<Fd> {
+    count(Syscall::Socket);
+    let flags = SocketFlags::CLOEXEC | SocketFlags::NONBLOCK;
+    Ok(Fd::from_owned(rx::socket_with(AddressFamily::UNIX, SocketType::STREAM, flags, None)?))
+}
+
+/// The address of the Unix socket at `path`.
+pub(crate) fn unix_addr(path: &Path) -> io::Result<AnyAddr> {
+    Ok(AnyAddr::from(rx::SocketAddrUnix::new(path)?))
+}
+
+/// A non-blocking Unix stream listener at `path` (which must not exist:
+/// a stale socket file is the caller's to remove, as it may be another
+/// server's).
+pub(crate) fn unix_listener(path: &Path, backlog: i32) -> io::Result<Fd> {
+    let fd = unix_socket()?;
+    count(Syscall::Bind);
+    rx::bind(&fd, &rx::SocketAddrUnix::new(path)?)?;
+    listen(fd.raw(), backlog)?;
+    Ok(fd)
+}
+
+/// A duplicate of `fd` (close-on-exec), for another loop to own.
+pub(crate) fn dup(fd: RawFd) -> io::Result<Fd> {
+    let fd = borrow(fd)?;
+    count(Syscall::Fcntl);
+    Ok(Fd::from_owned(rustix::io::fcntl_dupfd_cloexec(fd, 0)?))
+}
+
+/// SO_LINGER with a zero timeout: the close that follows resets the
+/// connection (RST) and drops what was queued, instead of a FIN after it.
+pub(crate) fn set_linger_zero(fd: RawFd) -> io::Result<()> {
+    let fd = borrow(fd)?;
+    count(Syscall::Setsockopt);
+    Ok(sockopt::set_socket_linger(fd, Some(std::time::Duration::ZERO))?)
 }
 
 pub(crate) fn set_reuse_addr(fd: RawFd) -> io::Result<()> {
@@ -231,7 +286,7 @@ pub(crate) fn accept(fd: RawFd) -> io::Result<Fd> {
 
 /// `connect`: Ok(true) when connected at once, Ok(false) when in progress
 /// (a non-blocking socket; writability will say when it is done).
-pub(crate) fn connect(fd: RawFd, addr: &SocketAddr) -> io::Result<bool> {
+pub(crate) fn connect(fd: RawFd, addr: &AnyAddr) -> io::Result<bool> {
     let fd = borrow(fd)?;
     count(Syscall::Connect);
     match rx::connect(fd, addr) {
@@ -323,7 +378,7 @@ mod tests {
         let fd = tcp_socket(&addr, false).unwrap();
         set_bind_address_no_port(fd.raw()).unwrap();
         bind(fd.raw(), &"127.0.0.1:0".parse().unwrap()).unwrap();
-        let _ = connect(fd.raw(), &addr).unwrap();
+        let _ = connect(fd.raw(), &AnyAddr::from(addr)).unwrap();
         let (_peer, _) = listener.accept().unwrap();
         assert!(take_socket_error(fd.raw()).unwrap().is_none());
         shutdown_write(fd.raw()).unwrap();

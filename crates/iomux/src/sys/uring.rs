@@ -25,7 +25,6 @@ use rustc_hash::FxHashMap;
 use rustix::net::SocketAddrAny;
 use std::io;
 use std::mem::size_of;
-use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
@@ -463,11 +462,11 @@ impl Ring {
     }
 
     /// Queues a connect to `addr`; the ring keeps the address until done.
-    pub(crate) fn push_connect(&mut self, fd: RawFd, addr: &SocketAddr, user_data: u64) -> io::Result<()> {
+    pub(crate) fn push_connect(&mut self, fd: RawFd, addr: &SocketAddrAny, user_data: u64) -> io::Result<()> {
         if self.owned.contains_key(&user_data) {
             return Err(io::Error::new(io::ErrorKind::AlreadyExists, "a request with this user_data is in flight"));
         }
-        let raw = Box::new(SocketAddrAny::from(*addr));
+        let raw = Box::new(addr.clone());
         let (ptr, len) = (raw.as_ptr().cast::<libc::sockaddr>(), raw.addr_len());
         self.owned.insert(user_data, Owned::Addr(raw));
         self.push(opcode::Connect::new(types::Fd(fd), ptr, len).build().user_data(user_data)).inspect_err(|_| {

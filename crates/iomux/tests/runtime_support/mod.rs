@@ -22,7 +22,7 @@ macro_rules! on_every_backend {
     )+};
 }
 
-use iomux::runtime::{CloseReason, Config, Control, Finished, Handler, Runtime};
+use iomux::runtime::{CloseReason, Config, ConnId, Control, Finished, Handler, Io, Runtime};
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -47,6 +47,8 @@ pub enum Reason {
     /// The syscall and errno.
     Error(&'static str, Option<i32>),
     InputLimit,
+    ConnectTimeout,
+    Aborted,
     Other(String),
 }
 
@@ -58,8 +60,10 @@ impl From<&CloseReason> for Reason {
             CloseReason::Reset => Reason::Reset,
             CloseReason::Shutdown => Reason::Shutdown,
             CloseReason::ConnectFailed(e) => Reason::ConnectFailed(e.raw_os_error()),
-            CloseReason::Error { syscall, error } => Reason::Error(syscall.name(), error.raw_os_error()),
+            CloseReason::Error(e) => Reason::Error(e.syscall().map_or("none", |s| s.name()), e.raw_os_error()),
             CloseReason::InputLimit => Reason::InputLimit,
+            CloseReason::ConnectTimeout => Reason::ConnectTimeout,
+            CloseReason::Aborted => Reason::Aborted,
             other => Reason::Other(format!("{other:?}")),
         }
     }
@@ -102,7 +106,8 @@ where
     F: Fn(usize) -> H + Sync + Send + 'static,
 {
     let control = Control::new();
-    let addr = runtime.local_addr().expect("a listening runtime has an address");
+    // A runtime on a Unix socket has no address: its tests connect by path.
+    let addr = runtime.local_addr().unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
     let (ready_tx, ready_rx) = mpsc::channel();
     let runtime = runtime.controlled_by(control.clone()).on_ready(move || {
         let _ = ready_tx.send(());
@@ -223,7 +228,7 @@ pub enum End {
 }
 
 /// Reads until EOF or an error; a timeout fails the test.
-pub fn read_to_end(s: &mut TcpStream) -> (Vec<u8>, End) {
+pub fn read_to_end(s: &mut impl Read) -> (Vec<u8>, End) {
     let mut got = Vec::new();
     let mut buf = vec![0u8; 64 << 10];
     loop {
@@ -238,7 +243,7 @@ pub fn read_to_end(s: &mut TcpStream) -> (Vec<u8>, End) {
 }
 
 /// Reads exactly `n` bytes; EOF, an error or a timeout first fails.
-pub fn read_exact(s: &mut TcpStream, n: usize) -> Vec<u8> {
+pub fn read_exact(s: &mut impl Read, n: usize) -> Vec<u8> {
     let mut got = vec![0u8; n];
     if let Err(e) = s.read_exact(&mut got) {
         panic!("reading {n} bytes: {e}");
@@ -314,13 +319,13 @@ pub fn wait_count(what: &str, counter: &AtomicUsize, n: usize) {
 
 /// Sends `data` from a thread of its own in `chunk`-sized writes, then
 /// shuts the write side down if asked; returns the first write error.
-pub fn send_in_background(
-    s: &TcpStream,
+pub fn send_in_background<S: Stream>(
+    s: &S,
     data: Vec<u8>,
     chunk: usize,
     shutdown: bool,
 ) -> thread::JoinHandle<Option<ErrorKind>> {
-    let mut w = s.try_clone().expect("clone the stream");
+    let mut w = s.another().expect("clone the stream");
     thread::spawn(move || {
         for part in data.chunks(chunk.max(1)) {
             if let Err(e) = w.write_all(part) {
@@ -328,10 +333,57 @@ pub fn send_in_background(
             }
         }
         if shutdown {
-            if let Err(e) = w.shutdown(Shutdown::Write) {
+            if let Err(e) = w.shutdown_write() {
                 return Some(e.kind());
             }
         }
         None
     })
+}
+
+/// A client's stream, TCP or Unix, for the helpers that take either.
+pub trait Stream: Read + Write + Send + Sized + 'static {
+    /// A second handle on the same connection (for a writer thread).
+    fn another(&self) -> io::Result<Self>;
+    /// Shuts the write side down (FIN, or a Unix socket's end of input).
+    fn shutdown_write(&self) -> io::Result<()>;
+}
+
+impl Stream for TcpStream {
+    fn another(&self) -> io::Result<Self> {
+        self.try_clone()
+    }
+    fn shutdown_write(&self) -> io::Result<()> {
+        self.shutdown(Shutdown::Write)
+    }
+}
+
+impl Stream for std::os::unix::net::UnixStream {
+    fn another(&self) -> io::Result<Self> {
+        self.try_clone()
+    }
+    fn shutdown_write(&self) -> io::Result<()> {
+        self.shutdown(Shutdown::Write)
+    }
+}
+
+/// Echoes everything; records each connection's close reason.
+pub struct Echo {
+    pub closes: std::sync::Arc<std::sync::Mutex<Vec<Reason>>>,
+}
+
+impl Handler for Echo {
+    type Conn = ();
+    type Message = ();
+
+    fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
+
+    fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut (), data: &[u8]) -> usize {
+        let _ = io.write(conn, data);
+        data.len()
+    }
+
+    fn on_close(&mut self, _io: &mut Io<()>, _conn: ConnId, _: (), reason: &CloseReason) {
+        self.closes.lock().unwrap().push(reason.into());
+    }
 }
