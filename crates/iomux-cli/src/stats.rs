@@ -58,6 +58,9 @@ pub struct ServerStats {
     /// Of them, error replies.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resp_errors: Option<u64>,
+    /// A proxy's connections by how they ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<crate::apps::proxy::ProxyCounts>,
 }
 
 /// One optional io_uring feature as a loop ran it.
@@ -125,6 +128,7 @@ pub fn stats_json(stats: &LoopStats, backend: Backend, extra: &[(&str, Value)]) 
         http_timeouts: None,
         resp_replies: None,
         resp_errors: None,
+        proxy: None,
     };
     let mut v = serde_json::to_value(typed)?;
     for (k, val) in extra {
@@ -164,7 +168,24 @@ pub fn summary(stats: &Value) -> String {
         s("sys_cpu_s"),
         n("peak_rss_bytes") / 1024,
     );
-    line + &http
+    // A proxy also says how its connections ended.
+    let proxy = match stats["proxy"].as_object() {
+        Some(p) => {
+            let p = |key: &str| p.get(key).and_then(Value::as_u64).unwrap_or(0);
+            format!(
+                "; proxied {} (upstream failed {}, timed out {}, reset {}; clients reset {}; errors {}; idle {})",
+                p("relayed"),
+                p("upstream_failed"),
+                p("upstream_timeouts"),
+                p("upstream_resets"),
+                p("client_resets"),
+                p("errors"),
+                p("idle")
+            )
+        }
+        None => String::new(),
+    };
+    line + &http + &proxy
 }
 
 /// Refuses, before any work starts, a path [`write_json`] could not write

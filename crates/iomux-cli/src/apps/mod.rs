@@ -1,6 +1,7 @@
 //! The protocols `iomux serve` speaks, each written once for every backend.
 
 pub mod http;
+pub mod proxy;
 pub mod resp;
 #[cfg(feature = "slowdown")]
 mod slowdown;
@@ -21,6 +22,10 @@ pub enum Proto {
     /// DEL, INCR, DECR, EXISTS, EXPIRE, TTL, DBSIZE, FLUSHALL, CONFIG GET,
     /// COMMAND, QUIT), one keyspace for all threads.
     Resp,
+    /// A TCP proxy to --upstream (haproxy's tcp mode): each connection
+    /// relayed to its own upstream connection, each direction half-closing
+    /// and bounded on its own.
+    Proxy,
 }
 
 impl Proto {
@@ -31,6 +36,7 @@ impl Proto {
             Proto::Sink => "sink",
             Proto::Http => "http",
             Proto::Resp => "resp",
+            Proto::Proxy => "proxy",
         }
     }
 }

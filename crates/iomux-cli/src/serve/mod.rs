@@ -4,6 +4,7 @@
 mod supervisor;
 
 use crate::apps::http::{HttpServer, HttpSettings};
+use crate::apps::proxy::{ProxyCounts, ProxyServer, Upstream};
 use crate::apps::{Proto, Server};
 use crate::flags::Flags;
 use crate::stats::{stats_json, summary, write_json};
@@ -136,6 +137,18 @@ pub struct ServeArgs {
     /// (--http-idle-timeout).
     #[arg(long, value_name = "SECONDS")]
     idle_timeout: Option<f64>,
+    /// proxy: where to relay each connection: host:port, or unix:PATH for a
+    /// Unix stream socket.
+    #[arg(long, value_name = "ADDR", value_parser = parse_upstream)]
+    upstream: Option<Upstream>,
+    /// proxy: bytes one side may hold unsent before the other side is no
+    /// longer read (resumed at half of it); less than --max-output.
+    #[arg(long, default_value_t = 256 << 10, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1024..=(256 << 20)))]
+    proxy_buffer: u32,
+    /// proxy: seconds an upstream connect may take before its client is
+    /// closed (haproxy: timeout connect).
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    connect_timeout: f64,
     /// Worker N of a --procs parent: listen with SO_REUSEPORT, stop when
     /// the parent's end of stdin closes, leave the summary to the parent.
     #[arg(long, hide = true)]
@@ -180,6 +193,9 @@ impl ServeArgs {
             http_idle_timeout,
             keepalive,
             idle_timeout,
+            upstream,
+            proxy_buffer,
+            connect_timeout,
             worker: _,
         } = self;
         let mut f = Flags::default();
@@ -198,6 +214,9 @@ impl ServeArgs {
             .value("http-idle-timeout", http_idle_timeout)
             .value("keepalive", keepalive)
             .optional("idle-timeout", *idle_timeout)
+            .optional("upstream", upstream.as_ref().map(Upstream::to_arg))
+            .value("proxy-buffer", proxy_buffer)
+            .value("connect-timeout", connect_timeout)
             .optional("ring-buffers", *ring_buffers)
             .optional("ring-buffer-size", *ring_buffer_size)
             .optional("uring-register-ring", uring_register_ring.map(on_off_name))
@@ -211,6 +230,10 @@ impl ServeArgs {
             .path("stats-file", Some(&stats_file));
         f.into_args()
     }
+}
+
+fn parse_upstream(s: &str) -> Result<Upstream, String> {
+    Upstream::parse(s)
 }
 
 /// A switch: `on` or `off`.
@@ -239,6 +262,10 @@ fn at_least_one(s: &str) -> Result<usize, String> {
         Err(e) => Err(e.to_string()),
     }
 }
+
+/// The most new bytes one callback is offered (the library's default, set
+/// here so that --proxy-buffer's check names it).
+const READ_SLICE: usize = 64 << 10;
 
 pub fn run(args: ServeArgs) -> CliResult<ExitCode> {
     let (backend, config) = check(&args)?;
@@ -282,18 +309,37 @@ fn check(args: &ServeArgs) -> CliResult<(Backend, Config)> {
         if !(0.001..=86400.0).contains(&seconds) {
             return Err("--idle-timeout must be between 0.001 and 86400 seconds".into());
         }
-        if !matches!(args.proto, Proto::Echo | Proto::Sink) {
+        if !matches!(args.proto, Proto::Echo | Proto::Sink | Proto::Proxy) {
             return Err(format!(
-                "--idle-timeout is for echo and sink (http has --http-idle-timeout; resp has none), not {}",
+                "--idle-timeout is for echo, sink and proxy (http has --http-idle-timeout; resp has none), not {}",
                 args.proto.name()
             )
             .into());
         }
     }
+    match (args.proto, &args.upstream) {
+        (Proto::Proxy, None) => return Err("--proto proxy needs --upstream host:port or unix:PATH".into()),
+        (Proto::Proxy, Some(_)) => {}
+        (other, Some(_)) => return Err(format!("--upstream is for --proto proxy, not {}", other.name()).into()),
+        (_, None) => {}
+    }
+    if !(0.001..=3600.0).contains(&args.connect_timeout) {
+        return Err("--connect-timeout must be between 0.001 and 3600 seconds".into());
+    }
+    if args.proto == Proto::Proxy && args.proxy_buffer as usize + READ_SLICE >= args.max_output {
+        // The loop's own bound would pause the receiving side first.
+        return Err(format!(
+            "--proxy-buffer ({}) plus one read ({READ_SLICE}) must stay below --max-output ({})",
+            args.proxy_buffer, args.max_output
+        )
+        .into());
+    }
     let http = args.http_settings();
     let mut config = Config::builder()
         .backend(backend)
         .max_output(args.max_output.max(1))
+        .read_buffer(READ_SLICE)
+        .connect_timeout(Some(Duration::from_secs_f64(args.connect_timeout)))
         .drain_timeout(Duration::from_secs_f64(args.drain_timeout));
     config = with_keepalive(config, args.keepalive);
     if let Some(max) = args.max_conns {
@@ -392,6 +438,16 @@ fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCod
         let errors: u64 = finished.handlers.iter().map(|h| h.errors).sum();
         extra.push(("resp_replies", serde_json::json!(replies)));
         extra.push(("resp_errors", serde_json::json!(errors)));
+        finished.stats
+    } else if let (Proto::Proxy, Some(upstream)) = (proto, &args.upstream) {
+        let (buffer, idle) = (args.proxy_buffer as usize, args.idle_timeout.map(Duration::from_secs_f64));
+        let finished = runtime.run(|_| {
+            pin();
+            ProxyServer::new(upstream.clone(), buffer, idle)
+        })?;
+        let mut counts = ProxyCounts::default();
+        finished.handlers.iter().for_each(|h| counts.add(&h.counts));
+        extra.push(("proxy", serde_json::to_value(counts)?));
         finished.stats
     } else {
         runtime
@@ -504,6 +560,27 @@ mod tests {
         assert!(!plain
             .iter()
             .any(|a| a.to_str().is_some_and(|a| a.starts_with("--uring-") || a.starts_with("--ring-"))));
+    }
+
+    /// A proxy's workers relay to the same upstream, with its settings.
+    #[test]
+    fn worker_args_carry_the_proxy_flags() {
+        let parent = parse(&[
+            "--proto=proxy",
+            "--procs=2",
+            "--upstream=unix:/run/app.sock",
+            "--proxy-buffer=65536",
+            "--connect-timeout=0.25",
+            "--idle-timeout=30",
+        ]);
+        let addr: SocketAddr = "127.0.0.1:4321".parse().unwrap();
+        let stats = std::env::temp_dir().join("iomux-worker-proxy-args-test.json");
+        let argv = parent.worker_args(1, Backend::Epoll, addr, stats.clone());
+        let argv: Vec<&str> = argv.iter().map(|a| a.to_str().unwrap()).collect();
+        let worker = parse(&argv);
+        assert_eq!(worker.upstream, Some(Upstream::Unix("/run/app.sock".into())));
+        assert_eq!((worker.proxy_buffer, worker.connect_timeout), (65536, 0.25));
+        assert!(check(&worker).is_ok());
     }
 
     #[test]

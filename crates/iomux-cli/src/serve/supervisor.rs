@@ -578,6 +578,16 @@ fn merge(workers: &[Value], backend: Backend, proto: &str) -> Value {
             merged[key] = json!(u64s(key).sum::<u64>());
         }
     }
+    // proxy workers: how their proxied connections ended.
+    if workers.iter().any(|w| w["proxy"].is_object()) {
+        let mut sum = crate::apps::proxy::ProxyCounts::default();
+        for w in workers {
+            if let Ok(c) = serde_json::from_value::<crate::apps::proxy::ProxyCounts>(w["proxy"].clone()) {
+                sum.add(&c);
+            }
+        }
+        merged["proxy"] = serde_json::to_value(sum).unwrap_or(Value::Null);
+    }
     // io_uring workers: the same configuration, so the first one's features.
     if let Some(features) = workers.iter().map(|w| &w["uring_features"]).find(|v| !v.is_null()) {
         merged["uring_features"] = features.clone();

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -312,5 +312,71 @@ pub fn wait_until_server_read(s: &TcpStream, limit: Duration) {
             "the server did not read all we sent within {limit:?} (ours unsent: {sent:?}, its unread: {unread:?})"
         );
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// redis-server on a free port, stopped when dropped.
+pub struct Redis {
+    child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Redis {
+    /// A port found free may be taken by another test's server before
+    /// redis-server binds it: then redis-server exits, or the port answers
+    /// for another process. So it counts as started only when INFO names
+    /// this child's pid; else it is tried again on another port.
+    pub fn start() -> Option<Redis> {
+        for _ in 0..5 {
+            let port = TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args(["--io-threads", "1", "--daemonize", "no"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn();
+            let Ok(child) = child else {
+                assert!(
+                    std::env::var("CI").is_err(),
+                    "CI=true but redis-server is missing (scripts/install-http-tools)"
+                );
+                eprintln!("skipped: no redis-server (scripts/install-http-tools installs it)");
+                return None;
+            };
+            let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+            let mut redis = Redis { child, addr };
+            if redis.answers_as_itself() {
+                return Some(redis);
+            }
+        }
+        panic!("redis-server did not start on a free port in 5 tries");
+    }
+
+    /// Waits (up to 10 s) until this child answers on its port; false
+    /// when it exited (its port was taken) or another process answers.
+    fn answers_as_itself(&mut self) -> bool {
+        let start = Instant::now();
+        let pid = format!("process_id:{}", self.child.id());
+        while start.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false;
+            }
+            if let Ok(mut s) = TcpStream::connect(self.addr) {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut info = Vec::new();
+                if s.write_all(b"INFO server\r\nQUIT\r\n").is_ok() && s.read_to_end(&mut info).is_ok() {
+                    return String::from_utf8_lossy(&info).lines().any(|l| l.trim() == pid);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
