@@ -108,6 +108,8 @@ struct Tracked {
     calls: u64,
     /// `a`/`A`: the echo is held until the end of input (or the close).
     at_end: bool,
+    /// on_read_closed was called (once at most).
+    told: bool,
     held: Vec<u8>,
     probe: Arc<Probe>,
 }
@@ -132,6 +134,7 @@ impl Tracked {
             pacing: Pacing::default(),
             calls: 0,
             at_end: false,
+            told: false,
             held: Vec::new(),
             probe: probe.clone(),
         }
@@ -385,6 +388,7 @@ impl Handler for Cmd {
 
     fn on_read_closed(&mut self, io: &mut Io<Tracked>, conn: ConnId, state: &mut Tracked) {
         assert!(!state.pacing.paused, "the end of input is told only while reading");
+        assert!(!std::mem::replace(&mut state.told, true), "the end of input is told once");
         if state.at_end {
             echo(io, conn, &std::mem::take(&mut state.held), true);
         }
@@ -1848,10 +1852,11 @@ impl Handler for Sipper {
 }
 
 /// A peer sends 32 MiB to a handler that takes 1 KiB a call and pauses
-/// after each for 1 ms: for 3 s the connection stays open, the input the
-/// loop holds stays under a 256 KiB `max_input` (TCP holds the sender
-/// back, on io_uring too: no receive runs while input waits unoffered),
-/// and the sender is blocked, not refused.
+/// after each for 1 ms: for 3 s the connection stays open (no InputLimit
+/// for input it did not ask for: only input offered and left unconsumed
+/// counts against the 256 KiB `max_input`), and the sender is held back
+/// by TCP (on io_uring too: no receive runs while input waits unoffered),
+/// not refused.
 fn paused_reading_holds_a_fast_sender_back(backend: Backend) {
     let (taken, closes) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(Vec::new())));
     let (t2, c2) = (taken.clone(), closes.clone());

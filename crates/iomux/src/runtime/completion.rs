@@ -13,8 +13,12 @@
 //!   receive can stall for good at a TCP urgent mark in the SQPOLL thread
 //!   (docs/notes/sqpoll-urgent.md). One-shot too for a connection once
 //!   its reading was paused: a multishot receive fills the ring until its
-//!   cancel lands, where a one-shot one takes one buffer, so TCP holds a
-//!   paused peer back as on the readiness backends.
+//!   cancel lands, where a one-shot one takes one buffer (a bundle's worth
+//!   with bundles on), so TCP holds a paused peer back as on the readiness
+//!   backends.
+//! - A connection neither read nor written (half-closed and waiting, or
+//!   paused) is watched by a one-shot poll for an error or hang-up, so a
+//!   peer's reset closes it as on the readiness backends.
 //! - One send in flight per connection, so sends stay in order; a short
 //!   send resubmits the rest. Large writes may go out zero-copy.
 //! - Each loop turn makes at most one `io_uring_enter`, which submits
@@ -22,7 +26,7 @@
 //!   SQPOLL, often none at all); with a minimum wait, for a batch of them.
 
 use super::core::{Core, Driver, Setup};
-use super::io::{Accept, Io};
+use super::io::{Accept, Io, CONNECTING};
 use super::slab::Slab;
 use super::stats::LoopStats;
 use super::uring_features::{self, Active};
@@ -52,6 +56,7 @@ const SEND: u64 = 3;
 const CONNECT: u64 = 4;
 const WAKER: u64 = 5;
 const IGNORE: u64 = 6; // cancels and closes: their completions say nothing
+const WATCH: u64 = 7; // the error watch of a connection not being read
 
 fn ud(kind: u64, id: ConnId) -> u64 {
     (kind << KIND_SHIFT) | (id.as_u64() & ID_MASK)
@@ -66,6 +71,14 @@ const SEND_IN_FLIGHT: u16 = 8;
 /// one-shot, so a pause stops it within one buffer (a multishot receive
 /// goes on filling the ring until its cancel lands).
 const RECV_ONCE: u16 = 16;
+/// A poll for an error or hang-up is armed: the connection is neither
+/// read nor written, so nothing else would see its peer reset it.
+const WATCHED: u16 = 32;
+/// Its peer hung up in order while it was not read: not watched again
+/// until it reads (the hang-up would fire the watch at once, for ever).
+const PARKED: u16 = 64;
+/// The watch's cancel is in flight.
+const WATCH_CANCELLING: u16 = 128;
 
 struct Uring {
     ring: Ring,
@@ -197,6 +210,7 @@ impl Uring {
             (RECV, Some(id)) => self.on_recv(core, id, &c),
             (SEND, Some(id)) => self.on_send(&mut core.io, id, c),
             (CONNECT, Some(id)) => self.on_connect(core, id, &c),
+            (WATCH, Some(id)) => self.on_watch(&mut core.io, id, &c),
             (WAKER, _) => {
                 core.woken();
                 if !c.more() {
@@ -213,6 +227,24 @@ impl Uring {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// The error watch of a quiet connection woke: an error or a hang-up
+    /// means its peer is gone (a read-closed socket's RDHUP alone means
+    /// nothing new).
+    fn on_watch<S>(&mut self, io: &mut Io<S>, id: ConnId, c: &Completion) {
+        if !c.more() {
+            if let Some(conn) = io.conn_mut(id) {
+                conn.driver &= !(WATCHED | WATCH_CANCELLING);
+            }
+            io.mark_dirty(id); // watched again if still quiet
+        }
+        let gone = (libc::POLLERR | libc::POLLHUP) as i32;
+        if c.result > 0 && c.result & gone != 0 && !io.peer_gone(id, Syscall::Recvfrom) {
+            // An orderly hang-up: not watched until it reads again.
+            set_bit(io, id, PARKED);
+            io.mark_dirty(id);
         }
     }
 
@@ -284,7 +316,11 @@ impl Uring {
         let zc = self.features.send_zc_min;
         // Gathered sends are not zero-copy (IORING_OP_SENDMSG): shared
         // buffers save the copy in user space only.
-        let zero_copy = zc > 0 && matches!(payload, Payload::One(_)) && payload.len().saturating_sub(offset) >= zc;
+        // Unix sockets have no zero-copy send (EOPNOTSUPP).
+        let zero_copy = zc > 0
+            && matches!(payload, Payload::One(_))
+            && payload.len().saturating_sub(offset) >= zc
+            && !io.is_unix(id);
         match self.ring.push_send(fd, payload, offset, ud(SEND, id), zero_copy) {
             Ok(()) => set_bit(io, id, SEND_IN_FLIGHT),
             Err(e) => {
@@ -304,10 +340,10 @@ impl Uring {
         }
     }
 
-    fn cancel(&mut self, target: u64) {
-        // A cancel that cannot be queued leaves the request running; its
-        // completion is then handled like any other.
-        let _ = self.ring.push_cancel(target, IGNORE << KIND_SHIFT);
+    /// Queues the cancel of `target`; false if it could not be queued
+    /// (the request runs on, and its completion is handled like any other).
+    fn cancel(&mut self, target: u64) -> bool {
+        self.ring.push_cancel(target, IGNORE << KIND_SHIFT).is_ok()
     }
 }
 
@@ -326,9 +362,32 @@ impl Driver for Uring {
             }
             c.driver |= RECV_ARMED;
         } else if !c.reading() && c.driver & (RECV_ARMED | CANCELLING) == RECV_ARMED {
-            c.driver |= CANCELLING | RECV_ONCE;
-            self.cancel(ud(RECV, id));
-            self.cancelled = true;
+            c.driver |= RECV_ONCE;
+            if self.cancel(ud(RECV, id)) {
+                c.driver |= CANCELLING;
+                self.cancelled = true;
+            } // else the next sync tries again
+        }
+        if c.reading() {
+            c.driver &= !PARKED;
+        }
+        let quiet = !c.reading()
+            && !c.has_unsent()
+            && c.driver & (RECV_ARMED | SEND_IN_FLIGHT | CONNECT_IN_FLIGHT | PARKED) == 0;
+        if quiet && c.driver & WATCHED == 0 && !c.has(CONNECTING) {
+            // Multishot: io_uring's poll always wakes on RDHUP too (its
+            // IO_POLL_UNMASK), set for good on a read-closed socket, so a
+            // one-shot poll would complete at once, again and again; a
+            // multishot one posts at arming, then on each later wake-up.
+            let mask = (libc::POLLERR | libc::POLLHUP) as u32;
+            if self.ring.push_poll_add(fd, mask, true, ud(WATCH, id)).is_ok() {
+                c.driver |= WATCHED;
+            }
+        } else if !quiet && c.driver & (WATCHED | WATCH_CANCELLING) == WATCHED && self.cancel(ud(WATCH, id)) {
+            // WATCHED stays until the poll's last completion: a second
+            // poll under the same user_data could escape every cancel and
+            // hold the socket open for ever.
+            c.driver |= WATCH_CANCELLING;
         }
         if let Some((payload, offset)) = io.take_output(id) {
             self.send(io, id, fd, payload, offset);
@@ -387,6 +446,9 @@ impl Driver for Uring {
         }
         if driver_bits & CONNECT_IN_FLIGHT != 0 {
             self.cancel(ud(CONNECT, id));
+        }
+        if driver_bits & (WATCHED | WATCH_CANCELLING) == WATCHED {
+            self.cancel(ud(WATCH, id));
         }
         if driver_bits & SEND_IN_FLIGHT != 0 {
             // A send blocked on a peer that does not read would hold the

@@ -40,6 +40,8 @@ pub(crate) trait Driver {
 pub(crate) struct Setup<'a, M> {
     pub(crate) cfg: &'a Config,
     pub(crate) listener: Option<Fd>,
+    /// The listener is a Unix socket's: so is every connection it accepts.
+    pub(crate) unix: bool,
     pub(crate) control: &'a Control,
     /// The loop's messages, when [`Runtime::senders`](super::Runtime::senders) made senders.
     pub(crate) inbox: Option<Arc<Inbox<M>>>,
@@ -60,7 +62,7 @@ impl<'h, H: Handler> Core<'h, H> {
     pub(crate) fn new(setup: &Setup<'_, H::Message>, handler: &'h mut H) -> Self {
         let start = Instant::now();
         Core {
-            io: Io::new(setup.cfg, setup.listener.is_some(), start),
+            io: Io::new(setup.cfg, setup.listener.is_some(), start).accepting_unix(setup.unix),
             handler,
             control: setup.control.clone(),
             inbox: setup.inbox.clone(),
@@ -123,6 +125,7 @@ impl<'h, H: Handler> Core<'h, H> {
         !io.drained.is_empty()
             || !io.drained_later.is_empty()
             || !io.doomed.is_empty()
+            || !io.doomed_later.is_empty()
             || !io.reoffer.is_empty()
             || !io.read_closed.is_empty()
             || io.stop_requested
@@ -154,6 +157,8 @@ impl<'h, H: Handler> Core<'h, H> {
     pub(crate) fn end_turn<D: Driver>(&mut self, d: &mut D) {
         let later = std::mem::take(&mut self.io.drained_later);
         self.io.drained.extend(later);
+        let failed = std::mem::take(&mut self.io.doomed_later);
+        self.io.doomed.extend(failed);
         self.settle(d);
         // Only timers set before this phase: one set from on_timer for
         // now fires next turn, after I/O, not in an endless phase.
@@ -180,6 +185,7 @@ impl<'h, H: Handler> Core<'h, H> {
         while let Some(id) = self.io.connect_deadlines.pop_due(self.io.now) {
             self.io.connect_deadline(id);
         }
+        self.io.prune_connect_deadlines();
         if self.io.accept_resume_at.is_some_and(|t| t <= self.io.now) {
             self.io.accept_resume_at = None;
         }
@@ -208,7 +214,7 @@ impl<'h, H: Handler> Core<'h, H> {
             return;
         }
         self.io.accept_succeeded();
-        let id = self.io.insert(fd, 0, None);
+        let id = self.io.insert(fd, self.io.accepted_flags, None);
         if let Err(e) = d.adopt(&mut self.io, id) {
             // select cannot watch fd >= FD_SETSIZE: refuse this one, loudly.
             if let Some(c) = self.io.conns.remove(id) {

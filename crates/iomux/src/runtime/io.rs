@@ -38,6 +38,7 @@ const IDLE: u32 = 1024; // closing as idle (Io::close_idle)
 const WRITE_SHUT: u32 = 2048; // Io::shutdown_write: FIN once the output is out; no more writes
 const WRITE_CLOSED: u32 = 4096; // our FIN is sent
 const EOF_UNTOLD: u32 = 8192; // the peer's EOF came; on_read_closed not called yet
+pub(crate) const UNIX: u32 = 16384; // a Unix stream socket (no TCP options, no zero-copy send)
 
 /// Output buffers kept for reuse, so a write costs no allocation and an
 /// idle connection owns no buffer.
@@ -147,6 +148,9 @@ pub struct Io<S> {
     /// connections reach the kernel in the order they were made.
     pub(crate) dirty: VecDeque<ConnId>,
     pub(crate) doomed: VecDeque<(ConnId, CloseReason)>,
+    /// Connects that failed at once, closed on the next turn: a handler
+    /// that connects again from on_close must not loop within one turn.
+    pub(crate) doomed_later: Vec<(ConnId, CloseReason)>,
     pub(crate) drained: Vec<ConnId>,
     pub(crate) drained_later: Vec<ConnId>,
     /// Connections whose held-back input is offered again (reading
@@ -162,6 +166,8 @@ pub struct Io<S> {
     pub(crate) stop_requested: bool,
     pub(crate) shutting_down: bool,
     pub(crate) has_listener: bool,
+    /// Flags of every accepted connection (UNIX for a Unix listener's).
+    pub(crate) accepted_flags: u32,
     /// Accepting paused until then (EMFILE/ENFILE back-off).
     pub(crate) accept_resume_at: Option<Instant>,
     /// The next back-off: doubles while accepting keeps failing, so a
@@ -185,6 +191,7 @@ impl<S> Io<S> {
             stats: LoopStats { loops: 1, ..LoopStats::default() },
             dirty: VecDeque::new(),
             doomed: VecDeque::new(),
+            doomed_later: Vec::new(),
             drained: Vec::new(),
             drained_later: Vec::new(),
             reoffer: VecDeque::new(),
@@ -195,12 +202,19 @@ impl<S> Io<S> {
             stop_requested: false,
             shutting_down: false,
             has_listener,
+            accepted_flags: 0,
             accept_resume_at: None,
             accept_backoff: cfg.accept_backoff,
             drain_deadline: None,
             connecting: VecDeque::new(),
             connect_deadlines: Deadlines::default(),
         }
+    }
+
+    /// Marks the connections this loop accepts as Unix sockets, or not.
+    pub(crate) fn accepting_unix(mut self, unix: bool) -> Io<S> {
+        self.accepted_flags = if unix { UNIX } else { 0 };
+        self
     }
 
     // ------------------------------------------------------------ public
@@ -398,7 +412,7 @@ impl<S> Io<S> {
     /// Calls [`Handler::on_drained`](super::Handler::on_drained) once, when
     /// the connection's queued output ([`Io::buffered`]) is at most
     /// `bytes`: a low-water mark (on the next turn if it is already). One
-    /// notice per call; a later call replaces the mark.
+    /// notice per call; a later call before it comes replaces the mark.
     ///
     /// With [`Io::pause_reading`] it ties reading one connection to the
     /// output of another, as a relay must: pause the sender while the
@@ -540,8 +554,10 @@ impl<S> Io<S> {
     }
 
     /// Resets the connection at once: the output still queued is dropped,
-    /// the peer gets a reset (SO_LINGER 0: RST, not FIN), and the
-    /// connection closes with [`CloseReason::Aborted`]. For a relay whose
+    /// the peer gets a reset (SO_LINGER 0: RST, not FIN; a Unix socket's
+    /// peer sees only its end of input, a reset only if it still had
+    /// unread bytes of ours), and the connection closes with
+    /// [`CloseReason::Aborted`]. For a relay whose
     /// other side was reset, or a subscriber too slow to keep: unlike
     /// [`Io::close`], nothing waits for the peer.
     ///
@@ -625,7 +641,10 @@ impl<S> Io<S> {
     /// with [`CloseReason::ConnectFailed`] (or
     /// [`CloseReason::ConnectTimeout`]): a connect that fails at once (no
     /// socket, the loop stopping) is reported the same way as one that
-    /// fails later, never here, so the id is always the connection's.
+    /// fails later, never here, so the id is always the connection's
+    /// (one that fails at once closes on the next turn, so a handler that
+    /// connects again from `on_close` does not loop within one; it must
+    /// not do so on [`Error::Stopping`], or the loop never stops).
     /// Writes and [`Io::notify_drained`] may be called at once; the writes
     /// go out when it is established. `source` binds a local address
     /// first (IP_BIND_ADDRESS_NO_PORT: the port is chosen at connect time,
@@ -706,7 +725,8 @@ impl<S> Io<S> {
         let made = if self.shutting_down { Err(Error::Stopping) } else { made };
         match made {
             Ok((fd, addr)) => {
-                let id = self.insert(fd, CONNECTING, Some(state));
+                let unix = if addr.address_family() == rustix::net::AddressFamily::UNIX { UNIX } else { 0 };
+                let id = self.insert(fd, CONNECTING | unix, Some(state));
                 self.connecting.push_back((id, addr));
                 if let Some(timeout) = self.cfg.connect_timeout {
                     self.connect_deadlines.push(Instant::now() + timeout, id);
@@ -715,7 +735,7 @@ impl<S> Io<S> {
             }
             Err(e) => {
                 let id = self.insert(Fd::none(), CONNECTING, Some(state));
-                self.doom(id, CloseReason::ConnectFailed(e));
+                self.doom_later(id, CloseReason::ConnectFailed(e));
                 id
             }
         }
@@ -800,13 +820,14 @@ impl<S> Io<S> {
 
     /// The address of the connection's peer (one `getpeername`; a loop
     /// that needs it on every request keeps it in the connection's state).
-    /// An error for a closed connection, one still connecting, or a peer
-    /// that has already reset it.
+    /// An error for a closed connection, one still connecting, a peer that
+    /// has already reset it, or a Unix socket (no IP address).
     pub fn peer_addr(&self, conn: ConnId) -> Result<SocketAddr> {
         self.address(conn, "peer address", Syscall::Getpeername, net::peer_addr)
     }
 
-    /// The connection's own address (one `getsockname`).
+    /// The connection's own address (one `getsockname`); an error for a
+    /// Unix socket, as [`Io::peer_addr`] is.
     pub fn local_addr(&self, conn: ConnId) -> Result<SocketAddr> {
         self.address(conn, "local address", Syscall::Getsockname, net::local_addr)
     }
@@ -964,10 +985,56 @@ impl<S> Io<S> {
         self.doom(id, reason);
     }
 
-    /// An outbound connect failed.
+    /// The kernel reported an error or a hang-up on a connection the
+    /// driver is not reading and has nothing to send on (half-closed and
+    /// waiting, or paused): the peer is gone, so it closes now, as a
+    /// connection being read or written would on its next call. The
+    /// socket's pending error names why; a hang-up without one is a reset
+    /// (the peer can take nothing more), unless our FIN went out before:
+    /// then it is the peer's orderly end, which a paused connection hears
+    /// of (after its input) once reading resumes. Returns whether it closed;
+    /// if not, the driver stops watching it until it reads again (a
+    /// hang-up stays reported).
+    pub(crate) fn peer_gone(&mut self, id: ConnId, syscall: Syscall) -> bool {
+        let Some(c) = self.conns.get(id) else { return true };
+        match net::take_socket_error(c.fd.raw()) {
+            Ok(Some(e)) | Err(e) => self.failed(id, syscall, e),
+            Ok(None) if c.has(WRITE_CLOSED) => return false,
+            Ok(None) => self.doom(id, CloseReason::Reset),
+        }
+        true
+    }
+
+    /// An outbound connect failed: it closes on the next turn, whether the
+    /// kernel said so at once or later (a readiness backend's connect to a
+    /// Unix path that is not there fails within the call).
     pub(crate) fn connect_failed(&mut self, id: ConnId, e: io::Error) {
         let fd = self.conns.get(id).map(|c| c.fd.raw());
-        self.doom(id, CloseReason::ConnectFailed(Error::sys(self.cfg.backend.name(), Syscall::Connect, fd, e)));
+        let reason = CloseReason::ConnectFailed(Error::sys(self.cfg.backend.name(), Syscall::Connect, fd, e));
+        self.doom_later(id, reason);
+    }
+
+    /// Closes `id` for `reason` on the next turn (see `doomed_later`).
+    fn doom_later(&mut self, id: ConnId, reason: CloseReason) {
+        if let Some(c) = self.conns.get_mut(id) {
+            if !c.has(DOOMED) {
+                c.flags |= DOOMED;
+                self.doomed_later.push((id, reason));
+            }
+        }
+    }
+
+    /// Drops the connect deadlines at the front whose connections connected
+    /// or closed: they would wake the loop for nothing.
+    pub(crate) fn prune_connect_deadlines(&mut self) {
+        let mut deadlines = std::mem::take(&mut self.connect_deadlines);
+        deadlines.prune_front(|id| self.conns.get(id).is_none_or(|c| !c.has(CONNECTING) || c.has(DOOMED)));
+        self.connect_deadlines = deadlines;
+    }
+
+    /// Whether the connection is a Unix stream socket.
+    pub(crate) fn is_unix(&self, id: ConnId) -> bool {
+        self.conns.get(id).is_some_and(|c| c.has(UNIX))
     }
 
     /// Output sent and closing: FIN now, then discard input until the
@@ -1058,10 +1125,20 @@ impl<S> Io<S> {
         }
     }
 
-    /// Whether the handler is to hear of the end of input now (it has
-    /// not closed the connection meanwhile).
-    pub(crate) fn tells_eof(&self, id: ConnId) -> bool {
-        self.conns.get(id).is_some_and(|c| c.has(READ_CLOSED) && c.flags & (CLOSING | DOOMED) == 0)
+    /// Whether the handler is to hear of the end of input now: it has not
+    /// closed the connection meanwhile, and reading is not paused again
+    /// (then it waits for the resume once more).
+    pub(crate) fn tells_eof(&mut self, id: ConnId) -> bool {
+        let due = self.takes_input(id);
+        let Some(c) = self.conns.get_mut(id) else { return false };
+        if !c.has(READ_CLOSED) || c.flags & (CLOSING | DOOMED) != 0 {
+            return false;
+        }
+        if !due || c.has(UNOFFERED) {
+            c.flags |= EOF_UNTOLD;
+            return false;
+        }
+        true
     }
 
     /// Whether the input left was held back unoffered (reading paused).

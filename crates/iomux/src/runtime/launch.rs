@@ -70,6 +70,8 @@ pub struct Runtime {
     config: Config,
     threads: usize,
     listeners: Vec<Fd>,
+    /// The listeners are a Unix socket's.
+    unix: bool,
     local_addr: Option<SocketAddr>,
     reuse_port: bool,
     control: Control,
@@ -108,6 +110,7 @@ impl Runtime {
             config,
             threads,
             listeners: Vec::new(),
+            unix: false,
             local_addr: None,
             reuse_port: false,
             control: Control::new(),
@@ -143,6 +146,7 @@ impl Runtime {
         let local = net::local_addr(first.raw())
             .map_err(|e| Error::sys("listen", Syscall::Getsockname, Some(first.raw()), e))?;
         self.listeners = vec![first];
+        self.unix = false;
         for _ in 1..self.threads {
             self.listeners.push(net::tcp_listener(&local, true, BACKLOG, liveness).map_err(|e| bind_err(local, e))?);
         }
@@ -171,6 +175,7 @@ impl Runtime {
             self.config.apply_liveness(fd.raw()).map_err(setsockopt)?;
         }
         self.listeners = fds;
+        self.unix = false;
         self.local_addr = Some(local);
         Ok(self)
     }
@@ -219,6 +224,7 @@ impl Runtime {
         }
         fds.push(listener);
         self.listeners = fds;
+        self.unix = true;
         self.local_addr = None;
         Ok(self)
     }
@@ -377,7 +383,7 @@ impl Runtime {
         F: Fn(usize) -> H + Sync,
         T: Send,
     {
-        let Runtime { config, threads, listeners, control, signals, on_ready, inboxes, .. } = self;
+        let Runtime { config, threads, listeners, unix, control, signals, on_ready, inboxes, .. } = self;
         let mut inboxes = match inboxes.into_inner() {
             None => vec![None; threads],
             Some(Inboxes { loops, type_name }) => match loops.downcast::<Vec<Arc<Inbox<H::Message>>>>() {
@@ -411,7 +417,7 @@ impl Runtime {
                         // However the loop ends, later sends fail instead of queueing for nobody.
                         let _close_inbox = inbox.clone().map(CloseOnDrop);
                         let mut handler = make_handler(i);
-                        let setup = Setup { cfg: config, listener, control, inbox, ready: &|| ready.one_ready() };
+                        let setup = Setup { cfg: config, listener, unix, control, inbox, ready: &|| ready.one_ready() };
                         let result = match config.backend {
                             Backend::Uring | Backend::UringSqpoll => completion::run(setup, &mut handler),
                             _ => readiness::run(setup, &mut handler),

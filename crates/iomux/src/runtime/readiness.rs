@@ -31,6 +31,7 @@ const WANT_READ: u16 = 1; // registered interest includes READABLE
 const WANT_WRITE: u16 = 2; // ... includes WRITABLE: waiting for room to write
 const REGISTERED: u16 = 4;
 const IN_READY: u16 = 8; // in the local ready list
+const PARKED: u16 = 16; // out of the poller: hung up in order while not read
 
 /// Bits of a token that hold the slab index; the rest hold the low bits
 /// of the generation (all 32 of them where `usize` has 64 bits, 8 where it
@@ -120,6 +121,16 @@ impl Readiness {
             // urgent data is pending (a read stops short at its mark).
             let short_read_drains = !ev.is_read_closed() && !ev.is_priority();
             self.read(core, scratch, id, short_read_drains);
+        }
+        // An error or hang-up on a connection neither read nor written
+        // (half-closed and waiting, or paused): nothing above looked at
+        // it, and level-triggered epoll and poll would report it forever.
+        let quiet = core.io.conn(id).is_some_and(|c| !c.reading() && !c.has_unsent());
+        if quiet
+            && (ev.is_error() || ev.bits() & libc::EPOLLHUP as u32 != 0)
+            && !core.io.peer_gone(id, Syscall::Recvfrom)
+        {
+            self.park(&mut core.io, id);
         }
     }
 
@@ -211,6 +222,16 @@ impl Readiness {
         }
     }
 
+    /// Takes a connection out of the poller until it reads again: its
+    /// peer hung up in order while it was not read, and the hang-up would
+    /// be reported on every wait meanwhile.
+    fn park<S>(&mut self, io: &mut Io<S>, id: ConnId) {
+        let Some(c) = io.conn_mut(id) else { return };
+        if c.driver & REGISTERED != 0 && self.poller.delete(c.fd.raw()).is_ok() {
+            c.driver = (c.driver & !(REGISTERED | WANT_READ | WANT_WRITE)) | PARKED;
+        }
+    }
+
     fn set_listening(&mut self, on: bool) {
         let Some(l) = &self.listener else { return };
         if on == self.listening {
@@ -236,6 +257,14 @@ impl Driver for Readiness {
             self.flush(io, id);
         }
         let Some(c) = io.conn_mut(id) else { return };
+        if c.driver & PARKED != 0 && (c.reading() || c.has_unsent()) {
+            // Back in the poller, level-triggered reads find the input and
+            // the end that waited (edge-triggered: the ready list does).
+            match self.poller.add(c.fd.raw(), token(id), Interest::NONE, self.mode) {
+                Ok(()) => c.driver = (c.driver & !PARKED) | REGISTERED,
+                Err(e) => return io.doom(id, CloseReason::Unwatchable(e)),
+            }
+        }
         let mut want = 0;
         if c.reading() {
             want |= WANT_READ;

@@ -130,6 +130,14 @@ impl Deadlines {
         self.queue.front().map(|d| d.0)
     }
 
+    /// Drops the entries at the front that `stale` says no longer matter
+    /// (their connection connected or closed), so they wake nobody.
+    pub fn prune_front(&mut self, stale: impl Fn(ConnId) -> bool) {
+        while self.queue.front().is_some_and(|&(_, id)| stale(id)) {
+            self.queue.pop_front();
+        }
+    }
+
     /// The next connection whose deadline has passed at `now`.
     pub fn pop_due(&mut self, now: Instant) -> Option<ConnId> {
         match self.queue.front() {
