@@ -10,10 +10,14 @@ use std::process::ExitCode;
 
 #[derive(clap::Args, Debug)]
 pub struct PeerArgs {
-    /// tokio, monoio-uring, monoio-legacy, compio or c-epoll (echo), or
-    /// c-resp-floor (canned RESP replies: E7's floor).
+    /// tokio, monoio-uring, monoio-legacy, compio or c-epoll (echo),
+    /// c-resp-floor (canned RESP replies: E7's floor), or c-relay-floor
+    /// (recv and send to --upstream alone: E9's floor).
     #[arg(long, value_parser = parse_peer)]
     server: Peer,
+    /// c-relay-floor: the IPv4 address each connection is relayed to.
+    #[arg(long)]
+    upstream: Option<std::net::SocketAddrV4>,
     /// Address to listen on (port 0: any free port, printed at start).
     #[arg(long)]
     listen: SocketAddr,
@@ -32,6 +36,12 @@ const BACKLOG: i32 = 4096;
 
 pub fn run(args: PeerArgs) -> CliResult<ExitCode> {
     let peer = args.server;
+    let upstream = match (peer, args.upstream) {
+        (Peer::CRelayFloor, None) => return Err("c-relay-floor needs --upstream IP:PORT".into()),
+        (Peer::CRelayFloor, up) => up,
+        (_, Some(_)) => return Err(format!("--upstream is for c-relay-floor, not {peer}").into()),
+        (_, None) => None,
+    };
     // First, while this is the only thread: threads started later (the
     // runtime's, io_uring's io-wq workers) inherit the mask.
     if let Some(cpu) = args.cpu {
@@ -42,11 +52,15 @@ pub fn run(args: PeerArgs) -> CliResult<ExitCode> {
     let listener = listen(args.listen).map_err(|e| format!("peer {peer}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| format!("peer {peer}: getsockname: {e}"))?;
     let banner = format!("iomux peer: {peer} listening on {addr} (pid {})", std::process::id());
-    peer.serve_ready(listener, || {
+    let ready = || {
         let mut out = std::io::stdout().lock();
         writeln!(out, "{banner}")?;
         out.flush()
-    })
+    };
+    match upstream {
+        Some(up) => iomux_peers::serve_relay_floor(listener, up, ready),
+        None => peer.serve_ready(listener, ready),
+    }
     .map_err(|e| format!("peer {peer}: {e}"))?;
     Ok(ExitCode::SUCCESS)
 }

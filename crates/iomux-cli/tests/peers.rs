@@ -2,7 +2,8 @@
 //! process as the lab runs them: the banner, bytes echoed intact on many
 //! connections at once, a 4 MiB stream that the server cannot send back
 //! as fast as it reads it, and TCP_NODELAY on every connection it accepts.
-//! And the C floor of a RESP server (E7's): its canned replies.
+//! And the C floor of a RESP server (E7's): its canned replies; and the C
+//! floor of a relay (E9's): bytes relayed both ways, ends passed on.
 
 mod support;
 
@@ -39,8 +40,13 @@ struct Peer {
 
 impl Peer {
     fn start(name: &str) -> Peer {
+        Peer::start_with(name, &[])
+    }
+
+    fn start_with(name: &str, flags: &[&str]) -> Peer {
         let child = iomux()
             .args(["peer", "--server", name, "--listen", "127.0.0.1:0"])
+            .args(flags)
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn iomux peer");
@@ -225,4 +231,40 @@ fn the_resp_floor_answers_each_request_of_a_read() {
     let mut reply = [0; 4];
     again.read_exact(&mut reply).expect("a reply after the bad length");
     assert_same(&reply, b":1\r\n", "c-resp-floor, still serving");
+}
+
+/// The relay floor passes each connection's bytes to its own upstream
+/// connection and back, and a client's close to the upstream; without
+/// --upstream it refuses to start.
+#[test]
+fn the_relay_floor_relays_both_ways() {
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let target = upstream.local_addr().expect("addr").to_string();
+    let echo = std::thread::spawn(move || {
+        let (mut s, _) = upstream.accept().expect("the floor's connection");
+        let mut buf = [0u8; 4096];
+        let mut total = 0;
+        loop {
+            match s.read(&mut buf).expect("read") {
+                0 => return total,
+                n => {
+                    s.write_all(&buf[..n]).expect("echo");
+                    total += n;
+                }
+            }
+        }
+    });
+    let peer = Peer::start_with("c-relay-floor", &["--upstream", &target]);
+    let mut s = peer.connect();
+    for round in 0..20u8 {
+        let msg = vec![round; 100 + usize::from(round)];
+        s.write_all(&msg).expect("send");
+        let mut back = vec![0; msg.len()];
+        s.read_exact(&mut back).expect("the echo through the floor");
+        assert_same(&back, &msg, "c-relay-floor");
+    }
+    drop(s);
+    assert_eq!(echo.join().expect("upstream"), (0..20).map(|r| 100 + r).sum::<usize>(), "closed after all of it");
+    let out = iomux().args(["peer", "--server", "c-relay-floor", "--listen", "127.0.0.1:0"]).output().expect("run");
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--upstream"));
 }

@@ -1,10 +1,11 @@
 //! The safe face of the C servers: c/epoll_echo.c, a plain C
-//! level-triggered epoll echo server, and c/resp_floor.c, the least a RESP
-//! server can do per request. One thread each.
+//! level-triggered epoll echo server, c/resp_floor.c, the least a RESP
+//! server can do per request, and c/relay_floor.c, the least a TCP proxy
+//! can do per message. One thread each.
 
 use std::ffi::{c_char, c_int, CStr};
 use std::io;
-use std::net::TcpListener;
+use std::net::{SocketAddrV4, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr;
 
@@ -21,6 +22,12 @@ extern "C" {
     fn c_epoll_echo_serve(epoll_fd: c_int, listen_fd: c_int, failed: *mut *const c_char) -> c_int;
     fn c_resp_floor_open(listen_fd: c_int, failed: *mut *const c_char) -> c_int;
     fn c_resp_floor_serve(epoll_fd: c_int, listen_fd: c_int, failed: *mut *const c_char) -> c_int;
+    fn c_relay_floor_serve(
+        epoll_fd: c_int,
+        listen_fd: c_int,
+        upstream: *const libc::sockaddr_in,
+        failed: *mut *const c_char,
+    ) -> c_int;
 }
 
 pub fn serve(listener: TcpListener, ready: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
@@ -29,6 +36,37 @@ pub fn serve(listener: TcpListener, ready: impl FnOnce() -> io::Result<()>) -> i
 
 pub fn serve_resp_floor(listener: TcpListener, ready: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
     serve_c(listener, ready, c_resp_floor_open, c_resp_floor_serve)
+}
+
+/// The relay floor to `upstream` (IPv4: the lab's loopback).
+pub fn serve_relay_floor(
+    listener: TcpListener,
+    upstream: SocketAddrV4,
+    ready: impl FnOnce() -> io::Result<()>,
+) -> io::Result<()> {
+    let up = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: upstream.port().to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from(*upstream.ip()).to_be() },
+        sin_zero: [0; 8],
+    };
+    let mut failed: *const c_char = ptr::null();
+    // SAFETY: the listener's descriptor stays open for the call, and
+    // `failed` is a valid place for the C side to store a pointer.
+    // The RESP floor's open serves both floors: the listener made
+    // non-blocking in a new epoll set.
+    let ep = unsafe { c_resp_floor_open(listener.as_raw_fd(), &mut failed) };
+    if ep < 0 {
+        return Err(c_error(ep, failed));
+    }
+    // SAFETY: a non-negative result is a new epoll descriptor nothing else owns.
+    let epoll = unsafe { OwnedFd::from_raw_fd(ep) };
+    ready()?;
+    // SAFETY: both descriptors stay open for the call, `up` is a valid
+    // sockaddr_in that outlives it (the C side only reads it), and
+    // `failed` is as above.
+    let r = unsafe { c_relay_floor_serve(epoll.as_raw_fd(), listener.as_raw_fd(), &up, &mut failed) };
+    Err(c_error(r, failed))
 }
 
 fn serve_c(listener: TcpListener, ready: impl FnOnce() -> io::Result<()>, open: Open, serve: Serve) -> io::Result<()> {

@@ -33,14 +33,25 @@ pub enum Peer {
     /// Not an echo server: the least a RESP server can do per request
     /// (c/resp_floor.c), which E7 measures beside redis-server at -P 1.
     CRespFloor,
+    /// Not an echo server: the least a TCP proxy can do per message
+    /// (c/relay_floor.c), which E9 measures beside haproxy; it needs an
+    /// upstream ([`serve_relay_floor`]).
+    CRelayFloor,
 }
 
 impl Peer {
     /// The echo servers.
     pub const ALL: [Peer; 5] = [Peer::Tokio, Peer::MonoioUring, Peer::MonoioLegacy, Peer::Compio, Peer::CEpoll];
-    /// Every server `iomux peer` runs: the echo servers and the RESP floor.
-    pub const NAMED: [Peer; 6] =
-        [Peer::Tokio, Peer::MonoioUring, Peer::MonoioLegacy, Peer::Compio, Peer::CEpoll, Peer::CRespFloor];
+    /// Every server `iomux peer` runs: the echo servers and the floors.
+    pub const NAMED: [Peer; 7] = [
+        Peer::Tokio,
+        Peer::MonoioUring,
+        Peer::MonoioLegacy,
+        Peer::Compio,
+        Peer::CEpoll,
+        Peer::CRespFloor,
+        Peer::CRelayFloor,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -50,6 +61,7 @@ impl Peer {
             Peer::Compio => "compio",
             Peer::CEpoll => "c-epoll",
             Peer::CRespFloor => "c-resp-floor",
+            Peer::CRelayFloor => "c-relay-floor",
         }
     }
 
@@ -68,8 +80,22 @@ impl Peer {
             Peer::Compio => compio_echo::serve(listener, ready),
             Peer::CEpoll => c_epoll::serve(listener, ready),
             Peer::CRespFloor => c_epoll::serve_resp_floor(listener, ready),
+            Peer::CRelayFloor => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "c-relay-floor relays to an upstream: serve_relay_floor",
+            )),
         }
     }
+}
+
+/// The relay floor (c/relay_floor.c) on `listener`, each connection
+/// relayed to its own connection to `upstream`, as [`Peer::serve_ready`].
+pub fn serve_relay_floor(
+    listener: TcpListener,
+    upstream: std::net::SocketAddrV4,
+    ready: impl FnOnce() -> io::Result<()>,
+) -> io::Result<()> {
+    c_epoll::serve_relay_floor(listener, upstream, ready)
 }
 
 impl fmt::Display for Peer {
@@ -140,7 +166,7 @@ mod tests {
     fn an_unknown_name_lists_the_valid_ones() {
         let e = "nginx".parse::<Peer>().unwrap_err().to_string();
         assert!(e.contains("\"nginx\""), "{e}");
-        assert!(e.contains("tokio, monoio-uring, monoio-legacy, compio, c-epoll, c-resp-floor"), "{e}");
+        assert!(e.contains("tokio, monoio-uring, monoio-legacy, compio, c-epoll, c-resp-floor, c-relay-floor"), "{e}");
     }
 
     #[test]

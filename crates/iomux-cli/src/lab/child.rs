@@ -130,11 +130,18 @@ impl ServerChild {
     /// and measured from outside exactly as `iomux serve` is; it writes no
     /// stats and dies by the SIGTERM that stops it.
     pub fn start_peer(name: &str, cpu: Option<usize>) -> CliResult<ServerChild> {
+        Self::start_peer_with(name, cpu, &[])
+    }
+
+    /// As [`ServerChild::start_peer`], with more `iomux peer` flags
+    /// (`--upstream` for the relay floor).
+    pub fn start_peer_with(name: &str, cpu: Option<usize>, flags: &[String]) -> CliResult<ServerChild> {
         let mut args: Vec<String> =
             vec!["peer".into(), "--server".into(), name.into(), "--listen".into(), "127.0.0.1:0".into()];
         if let Some(cpu) = cpu {
             args.extend(["--cpu".into(), cpu.to_string()]);
         }
+        args.extend(flags.iter().cloned());
         Self::spawn(format!("iomux peer --server {name}"), args, None, None, None)
     }
 
@@ -351,7 +358,8 @@ pub fn children(pid: u32) -> Vec<u32> {
 }
 
 /// A `kB` field of /proc/PID/status, in KiB (0 when unreadable).
-fn status_kib(pid: u32, field: &str) -> u64 {
+/// A `Field: N kB` line of /proc/PID/status in KiB (0 when unreadable).
+pub fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     crate::os::kib_field(&status, field).unwrap_or(0)
 }

@@ -107,6 +107,11 @@ registry! {
     /// clients and servers), on each backend: every byte checked, latency,
     /// retransmits, errors by name, connections reclaimed. Needs root.
     Faults => super::experiments::faults::Faults,
+    /// E9: `iomux serve --proto proxy` on each backend beside haproxy
+    /// and the C floor of a relay, every proxy in the same CPU quota:
+    /// requests/s and CPU per request by wrk to nginx, CPU per GB of
+    /// bulk, RSS per idle proxied connection.
+    Proxy => super::experiments::proxy::ProxyBench,
 }
 
 /// The view and figures of the experiment named `name` from its JSON text.

@@ -21,8 +21,8 @@ pub struct Kit {
 }
 
 pub const HTTP: Kit = Kit {
-    tools: &["wrk", "h2load", "nginx", "redis-server", "redis-benchmark"],
-    for_what: "E6 (bench http) and E7 (bench resp)",
+    tools: &["wrk", "h2load", "nginx", "redis-server", "redis-benchmark", "haproxy"],
+    for_what: "E6 (bench http), E7 (bench resp) and E9 (bench proxy)",
     script: "scripts/install-http-tools",
     text: include_str!("../../../../scripts/install-http-tools"),
 };
@@ -97,6 +97,7 @@ fn present(tool: &str) -> bool {
         "nginx" => Tool::Nginx.find().is_ok(),
         "redis-server" => Tool::RedisServer.find().is_ok(),
         "redis-benchmark" => Tool::RedisBenchmark.find().is_ok(),
+        "haproxy" => Tool::Haproxy.find().is_ok(),
         "chromium" => super::browser::chromium_path().is_file(),
         t if NET.tools.contains(&t) => super::netns::tool_present(t),
         other => unreachable!("no kit brings {other}"),

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 /// The install command every "missing" message gives.
 pub const INSTALL: &str =
-    "scripts/install-http-tools (Debian's wrk, nghttp2-client, nginx, redis-server and redis-tools)";
+    "scripts/install-http-tools (Debian's wrk, nghttp2-client, nginx, redis-server, redis-tools and haproxy)";
 
 /// A program E6 drives: found on PATH (or in /usr/sbin, where Debian
 /// puts nginx), or at the path in its environment variable.
@@ -20,6 +20,7 @@ pub enum Tool {
     Nginx,
     RedisServer,
     RedisBenchmark,
+    Haproxy,
 }
 
 impl Tool {
@@ -30,6 +31,7 @@ impl Tool {
             Tool::Nginx => "nginx",
             Tool::RedisServer => "redis-server",
             Tool::RedisBenchmark => "redis-benchmark",
+            Tool::Haproxy => "haproxy",
         }
     }
 
@@ -40,6 +42,7 @@ impl Tool {
             Tool::Nginx => "IOMUX_NGINX",
             Tool::RedisServer => "IOMUX_REDIS_SERVER",
             Tool::RedisBenchmark => "IOMUX_REDIS_BENCHMARK",
+            Tool::Haproxy => "IOMUX_HAPROXY",
         }
     }
 

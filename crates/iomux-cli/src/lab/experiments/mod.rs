@@ -5,12 +5,14 @@
 pub mod echo;
 mod echo_large;
 pub mod faults;
+mod haproxy;
 pub mod http;
 pub mod http_clients;
 pub mod idle;
 mod nginx;
 mod peer_cell;
 pub mod peers;
+pub mod proxy;
 mod redis;
 pub mod resp;
 pub mod sink;
