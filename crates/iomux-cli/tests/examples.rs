@@ -133,4 +133,27 @@ fn kv_example_answers_lines(backend: &str) {
     server.interrupt();
 }
 
-on_every_backend! { echo_example_serves_a_verified_load, kv_example_answers_lines }
+/// examples/proxy.rs in front of `iomux serve --proto echo`: a verified
+/// load through it, and a client that sends, shuts its write side down
+/// and gets everything back, then the end.
+fn proxy_example_relays_to_a_real_upstream(backend: &str) {
+    let upstream = support::Serve::start("epoll", &["--proto", "echo"]);
+    let up = upstream.addr.to_string();
+    let proxy = Running::start("proxy", backend, &["127.0.0.1:0", &up]);
+    let run = load(proxy.addr, &["--conns", "20", "--requests", "2000"]);
+    assert!(run.status.success(), "proxy on {backend}: {}", run.output);
+    assert_eq!(run.report["errors"]["total"], 0, "proxy on {backend}: {}", run.output);
+    assert_eq!(run.report["echoes"], 2000, "proxy on {backend}: {}", run.report);
+    let mut c = proxy.connect();
+    let sent: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    c.write_all(&sent).expect("send through the proxy");
+    c.shutdown(Shutdown::Write).expect("half-close");
+    let mut got = Vec::new();
+    c.read_to_end(&mut got).expect("the echo, then the end");
+    assert!(got == sent, "proxy on {backend}: {} bytes back of {}", got.len(), sent.len());
+    let said = proxy.interrupt();
+    assert!(said.contains("stopped after"), "proxy on {backend}: {said}");
+    upstream.stop();
+}
+
+on_every_backend! { echo_example_serves_a_verified_load, kv_example_answers_lines, proxy_example_relays_to_a_real_upstream }

@@ -30,6 +30,15 @@ pub enum Upstream {
     Unix(PathBuf),
 }
 
+impl std::fmt::Display for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Upstream::Tcp(addr) => write!(f, "{addr}"),
+            Upstream::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
 impl std::str::FromStr for Upstream {
     type Err = String;
     fn from_str(s: &str) -> Result<Upstream, String> {
@@ -113,9 +122,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let config = Config::builder().backend(backend).connect_timeout(Some(Duration::from_secs(5))).build()?;
     let runtime = Runtime::new(config, loops)?.bind(listen)?;
     let local = runtime.local_addr().unwrap_or(listen);
-    let to = format!("{upstream:?}");
-    let runtime =
-        runtime.stop_on_signals().on_ready(move || println!("proxy: listening on {local}, to {to} ({backend})"));
+    let to = upstream.to_string();
+    let runtime = runtime
+        .stop_on_signals()
+        .on_ready(move || println!("proxy: listening on {local} (backend {backend}), relaying to {to}"));
     let finished = runtime.run(move |_| Proxy::new(upstream.clone()))?;
     println!("proxy: stopped after {} connections relayed", finished.stats.accepted);
     Ok(())
