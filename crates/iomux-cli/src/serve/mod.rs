@@ -516,6 +516,13 @@ mod tests {
         Cli::try_parse_from(argv).map_err(|e| e.to_string()).unwrap().serve
     }
 
+    /// Worker `n`'s flags as `parent` would pass them, parsed back.
+    fn worker_of(parent: &ServeArgs, n: u16, backend: Backend, addr: SocketAddr, stats: &std::path::Path) -> ServeArgs {
+        let argv = parent.worker_args(n, backend, addr, stats.to_path_buf());
+        let argv: Vec<&str> = argv.iter().map(|a| a.to_str().unwrap()).collect();
+        parse(&argv)
+    }
+
     /// A worker runs with its parent's flags, except what it must have
     /// of its own.
     #[test]
@@ -547,9 +554,7 @@ mod tests {
         ]);
         let addr: SocketAddr = "[::1]:4321".parse().unwrap();
         let stats = std::env::temp_dir().join("iomux-worker-args-test.json");
-        let argv = parent.worker_args(3, Backend::Uring, addr, stats.clone());
-        let argv: Vec<&str> = argv.iter().map(|a| a.to_str().unwrap()).collect();
-        let worker = parse(&argv);
+        let worker = worker_of(&parent, 3, Backend::Uring, addr, &stats);
         let expected = ServeArgs {
             backend: Some(Backend::Uring),
             listen: addr,
@@ -580,9 +585,7 @@ mod tests {
         ]);
         let addr: SocketAddr = "127.0.0.1:4321".parse().unwrap();
         let stats = std::env::temp_dir().join("iomux-worker-proxy-args-test.json");
-        let argv = parent.worker_args(1, Backend::Epoll, addr, stats.clone());
-        let argv: Vec<&str> = argv.iter().map(|a| a.to_str().unwrap()).collect();
-        let worker = parse(&argv);
+        let worker = worker_of(&parent, 1, Backend::Epoll, addr, &stats);
         assert_eq!(worker.upstream, Some(Upstream::Unix("/run/app.sock".into())));
         assert_eq!((worker.proxy_buffer, worker.connect_timeout), (65536, 0.25));
         assert!(check(&worker).is_ok());

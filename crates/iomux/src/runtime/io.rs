@@ -1027,6 +1027,9 @@ impl<S> Io<S> {
     /// Drops the connect deadlines at the front whose connections connected
     /// or closed: they would wake the loop for nothing.
     pub(crate) fn prune_connect_deadlines(&mut self) {
+        if self.connect_deadlines.next_deadline().is_none() {
+            return; // no connect timeout, or none pending: the common case
+        }
         let mut deadlines = std::mem::take(&mut self.connect_deadlines);
         deadlines.prune_front(|id| self.conns.get(id).is_none_or(|c| !c.has(CONNECTING) || c.has(DOOMED)));
         self.connect_deadlines = deadlines;

@@ -125,9 +125,10 @@ impl Readiness {
         // An error or hang-up on a connection neither read nor written
         // (half-closed and waiting, or paused): nothing above looked at
         // it, and level-triggered epoll and poll would report it forever.
-        let quiet = core.io.conn(id).is_some_and(|c| !c.reading() && !c.has_unsent());
-        if quiet
-            && (ev.is_error() || ev.bits() & libc::EPOLLHUP as u32 != 0)
+        // The event's bits first: no connection lookup on an ordinary event.
+        let gone = ev.is_error() || ev.bits() & libc::EPOLLHUP as u32 != 0;
+        if gone
+            && core.io.conn(id).is_some_and(|c| !c.reading() && !c.has_unsent())
             && !core.io.peer_gone(id, Syscall::Recvfrom)
         {
             self.park(&mut core.io, id);

@@ -194,21 +194,15 @@ enum Running {
 
 impl Running {
     fn start(p: &Params, arm: &Arm, upstream: SocketAddr, maxconn: usize, cpu: Option<usize>) -> CliResult<Running> {
-        let (up, load) = (upstream.to_string(), arm.load);
+        let flags = ["--upstream".to_string(), upstream.to_string()];
         Ok(match arm.proxy {
-            Proxy::Iomux(b) => {
-                let flags = ["--upstream".to_string(), up];
-                Running::Child(ServerChild::start_with(b, "proxy", cpu, None, 1, &flags)?)
-            }
-            Proxy::Floor => {
-                let flags = ["--upstream".to_string(), up];
-                Running::Child(ServerChild::start_peer_with("c-relay-floor", cpu, &flags)?)
-            }
+            Proxy::Iomux(b) => Running::Child(ServerChild::start_with(b, "proxy", cpu, None, 1, &flags)?),
+            Proxy::Floor => Running::Child(ServerChild::start_peer_with("c-relay-floor", cpu, &flags)?),
             Proxy::Haproxy => {
                 let program = p.haproxy.as_ref().ok_or("haproxy not found")?;
                 // Idle connections splice nothing, and the pipes would take
                 // descriptors the many cell needs.
-                let splice = load != Load::Many;
+                let splice = arm.load != Load::Many;
                 Running::Haproxy(Haproxy::start(program, upstream, maxconn, splice, cpu)?)
             }
         })
