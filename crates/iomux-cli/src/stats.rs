@@ -29,6 +29,10 @@ pub struct ServerStats {
     pub accept_backoffs: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
+    /// Of `bytes_in`, bytes spliced between connections (a proxy's
+    /// `--splice`), never copied into the server.
+    #[serde(default)]
+    pub spliced_bytes: u64,
     pub messages: u64,
     /// Sends of several buffers at once (shared values behind a head).
     pub gathered_sends: u64,
@@ -100,6 +104,7 @@ pub fn stats_json(stats: &LoopStats, backend: Backend, extra: &[(&str, Value)]) 
         accept_backoffs: stats.accept_backoffs,
         bytes_in: stats.bytes_in,
         bytes_out: stats.bytes_out,
+        spliced_bytes: stats.spliced,
         messages: stats.reads,
         gathered_sends: stats.gathered_sends,
         turns: stats.turns,

@@ -3,7 +3,8 @@
 //! - half-close: a client that sends 1 MiB and shuts its write side down
 //!   gets the upstream's whole reply (`nc -N`'s case);
 //! - integrity and memory: 64 MiB through the proxy to an echo upstream,
-//!   read slowly, come back intact with the proxy under 32 MiB of RSS;
+//!   read slowly, come back intact with the proxy under 32 MiB of RSS,
+//!   spliced (`--splice auto`, the default) and copied (`--splice off`);
 //! - faults: an upstream down, resetting, or silent (its SYNs dropped)
 //!   closes each client within 100 ms or the connect timeout, and the
 //!   proxy goes on serving;
@@ -181,6 +182,8 @@ fn rss_of(pid: u32) -> u64 {
     kib.unwrap_or(0) * 1024
 }
 
+/// Spliced (`--splice auto`): bounded by the pipes as copying is by
+/// --proxy-buffer.
 fn sixty_four_mib_to_a_slow_reader_in_bounded_memory(backend: &str) {
     let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
     let target = upstream.local_addr().unwrap().to_string();
@@ -190,16 +193,21 @@ fn sixty_four_mib_to_a_slow_reader_in_bounded_memory(backend: &str) {
     up.join().unwrap();
     let (stats, _) = p.stop();
     assert!(stats["peak_output_bytes"].as_u64().unwrap() <= (256 + 64) << 10, "{backend}: {stats}");
+    // Both directions from their first full read: most of the 128 MiB.
+    assert!(stats["spliced_bytes"].as_u64().unwrap() >= BULK as u64, "{backend}: {stats}");
 }
 
+/// The same through a Unix socket upstream, copied (`--splice off`): the
+/// path every byte took before splicing, still bounded.
 fn sixty_four_mib_through_a_unix_upstream(backend: &str) {
     let dir = SockDir::new(&format!("bulk-{backend}"));
     let upstream = UnixListener::bind(dir.sock()).unwrap();
     let up = thread::spawn(move || echo_once(upstream.accept().unwrap().0));
-    let p = proxy(backend, &dir.arg(), &[]);
+    let p = proxy(backend, &dir.arg(), &["--splice", "off"]);
     slow_reader_through(&p, backend);
     up.join().unwrap();
-    p.stop();
+    let (stats, _) = p.stop();
+    assert_eq!(stats["spliced_bytes"].as_u64(), Some(0), "{backend}: {stats}");
 }
 
 /// How a client's wait for the proxy's answer ended, and how long it took.

@@ -14,7 +14,10 @@
 //!   falls to `HIGH / 2` (`notify_below`), so a slow reader holds back the
 //!   fast writer on the other side, not the other way round;
 //! - an upstream that refuses, times out or resets ends its client at
-//!   once (a reset is passed on as a reset), and every close is counted.
+//!   once (a reset is passed on as a reset), and every close is counted;
+//! - with `IOMUX_SPLICE=BYTES`, a direction that brings a slice of at
+//!   least BYTES goes on by splice(2) (`Io::splice`), in the kernel, as
+//!   haproxy's `option splice-auto` does for bulk transfers.
 use iomux::runtime::{CloseReason, Config, ConnId, Handler, Io, Runtime};
 use iomux::Backend;
 use std::net::SocketAddr;
@@ -58,11 +61,13 @@ pub struct Proxy {
     pub upstream: Upstream,
     /// Closes by reason, as `CloseReason`'s words.
     pub closes: Vec<String>,
+    /// Splice a direction once it brings a slice this large (None: never).
+    pub splice_at: Option<usize>,
 }
 
 impl Proxy {
     pub fn new(upstream: Upstream) -> Proxy {
-        Proxy { upstream, closes: Vec::new() }
+        Proxy { upstream, closes: Vec::new(), splice_at: None }
     }
 }
 
@@ -86,6 +91,11 @@ impl Handler for Proxy {
         } else if io.buffered(*to) > HIGH {
             io.pause_reading(conn);
             io.notify_below(*to, HIGH / 2);
+        }
+        if self.splice_at.is_some_and(|at| data.len() >= at) {
+            // Bulk: the rest of this direction goes in the kernel (false:
+            // it could not, and goes on here).
+            let _ = io.splice(conn, *to);
         }
         data.len()
     }
@@ -119,6 +129,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let upstream: Upstream = args.next().ok_or(usage)?.parse()?;
     let loops = args.next().map_or(Ok(1), |n| n.parse())?;
     let backend = Backend::from_env()?;
+    let splice_at = std::env::var("IOMUX_SPLICE").ok().map(|n| n.parse::<usize>()).transpose()?;
     let config = Config::builder().backend(backend).connect_timeout(Some(Duration::from_secs(5))).build()?;
     let runtime = Runtime::new(config, loops)?.bind(listen)?;
     let local = runtime.local_addr().unwrap_or(listen);
@@ -126,7 +137,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let runtime = runtime
         .stop_on_signals()
         .on_ready(move || println!("proxy: listening on {local} (backend {backend}), relaying to {to}"));
-    let finished = runtime.run(move |_| Proxy::new(upstream.clone()))?;
+    let finished = runtime.run(move |_| Proxy { splice_at, ..Proxy::new(upstream.clone()) })?;
     println!("proxy: stopped after {} connections relayed", finished.stats.accepted);
     Ok(())
 }

@@ -73,6 +73,10 @@ syscalls! {
     Sendmsg => "sendmsg",
     /// `recvfrom` (how `recv` reaches the kernel).
     Recvfrom => "recvfrom",
+    /// `splice`: bytes between a socket and a pipe, never in user space.
+    Splice => "splice",
+    /// `pipe2`: the pipe a splice passes through.
+    Pipe2 => "pipe2",
     /// `accept4`.
     Accept4 => "accept4",
     /// `connect`.

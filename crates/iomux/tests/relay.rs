@@ -40,6 +40,10 @@ on_every_backend! {
     a_reset_ends_a_half_closed_connection_at_once,
     a_reconnect_from_on_close_waits_for_the_next_turn,
     the_end_of_input_waits_while_paused_again,
+    spliced_relay_returns_the_whole_reply_after_a_half_close,
+    spliced_relay_holds_a_slow_reader_back,
+    spliced_relay_to_a_unix_upstream,
+    spliced_relay_passes_a_reset_on,
 }
 
 fn config(backend: Backend) -> iomux::runtime::ConfigBuilder {
@@ -357,6 +361,12 @@ fn relay(backend: Backend, upstream: Upstream, read: usize) -> Server<Proxy> {
     serve(config, 1, move |_| Proxy::new(upstream.clone()))
 }
 
+/// The relay splicing each direction from its first slice of `at` bytes.
+fn spliced_relay(backend: Backend, upstream: Upstream, at: usize) -> Server<Proxy> {
+    let config = config(backend).read_buffer(16 << 10).connect_timeout(Some(Duration::from_secs(2))).build().unwrap();
+    serve(config, 1, move |_| Proxy { splice_at: Some(at), ..Proxy::new(upstream.clone()) })
+}
+
 /// Every close the relay's loops saw, as `CloseReason`'s words.
 fn relay_closes(finished: &Finished<Proxy>) -> Vec<String> {
     finished.handlers.iter().flat_map(|h| h.closes.iter().cloned()).collect()
@@ -398,8 +408,21 @@ fn relay_returns_the_whole_reply_after_a_half_close(backend: Backend) {
 /// every byte comes back in order, and no connection's output passed the
 /// relay's mark by more than one slice of input (`read_buffer`).
 fn relay_bounds_what_it_queues(backend: Backend) {
-    const SENT: usize = 8 << 20;
     const READ: usize = 16 << 10;
+    let finished = echo_to_a_slow_reader(backend, 0, |target| relay(backend, Upstream::Tcp(target), READ));
+    let peak = finished.stats.peak_output as usize;
+    assert!(peak <= HIGH + READ, "{backend}: {peak} bytes queued at the peak (mark {HIGH} + slice {READ})");
+}
+
+/// 8 MiB from `seed` on through the relay `start` makes in front of an
+/// echo upstream, read back slowly: asserts every byte came back in order
+/// and both sides ended in order; returns the relay's figures.
+fn echo_to_a_slow_reader(
+    backend: Backend,
+    seed: usize,
+    start: impl FnOnce(SocketAddr) -> Server<Proxy>,
+) -> Finished<Proxy> {
+    const SENT: usize = 8 << 20;
     let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
     let target = upstream.local_addr().unwrap();
     let up = thread::spawn(move || {
@@ -407,9 +430,9 @@ fn relay_bounds_what_it_queues(backend: Backend) {
         let mut w = s.try_clone().unwrap();
         std::io::copy(&mut s, &mut w).expect("the upstream's echo");
     });
-    let server = relay(backend, Upstream::Tcp(target), READ);
+    let server = start(target);
     let mut c = connect(server.addr);
-    let writer = send_in_background(&c, pattern(0, SENT), 64 << 10, true);
+    let writer = send_in_background(&c, pattern(seed, SENT), 64 << 10, true);
     let mut got = Vec::with_capacity(SENT);
     let mut buf = vec![0u8; 32 << 10];
     loop {
@@ -422,11 +445,10 @@ fn relay_bounds_what_it_queues(backend: Backend) {
     }
     assert_eq!(writer.join().unwrap(), None, "{backend}");
     up.join().unwrap();
-    assert_bytes(&got, &pattern(0, SENT), "the echo through the relay");
+    assert_bytes(&got, &pattern(seed, SENT), "the echo through the relay");
     let finished = server.stop();
     assert_eq!(relay_closes(&finished), BOTH_IN_ORDER, "{backend}");
-    let peak = finished.stats.peak_output as usize;
-    assert!(peak <= HIGH + READ, "{backend}: {peak} bytes queued at the peak (mark {HIGH} + slice {READ})");
+    finished
 }
 
 /// An upstream where nothing listens: the relay's client is closed at
@@ -723,4 +745,91 @@ fn the_end_of_input_waits_while_paused_again(backend: Backend) {
     assert_eq!((got.len(), end), (0, End::Eof), "{backend}");
     server.stop();
     assert_eq!(*told.lock().unwrap(), [false], "{backend}: told once, not while paused");
+}
+
+// ---------------------------------------------------------------- splice
+
+/// The half-close case with both directions spliced from their first
+/// byte: the client's 8 MiB reach the upstream and the upstream's 8 MiB
+/// reply the client, whole and in order, each end passed on after the
+/// bytes before it; and most of it went by splice, not through on_data.
+/// (On io_uring a multishot receive holds up to its ring, 1 MiB, before
+/// its cancel lands: that much goes through on_data first.)
+fn spliced_relay_returns_the_whole_reply_after_a_half_close(backend: Backend) {
+    const SENT: usize = 8 << 20;
+    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = upstream.local_addr().unwrap();
+    let up = thread::spawn(move || answer_at_end(accept_within(&upstream), SENT));
+    let server = spliced_relay(backend, Upstream::Tcp(target), 1);
+    let mut c = connect(server.addr);
+    let writer = send_in_background(&c, pattern(0, SENT), 10_007, true);
+    let (got, end) = read_to_end(&mut c);
+    assert_eq!((writer.join().unwrap(), end), (None, End::Eof), "{backend}");
+    assert_bytes(&got, &pattern(7, SENT), "the reply through the spliced relay");
+    assert_bytes(&up.join().unwrap(), &pattern(0, SENT), "what the upstream got");
+    let finished = server.stop();
+    assert_eq!(relay_closes(&finished), BOTH_IN_ORDER, "{backend}");
+    let spliced = finished.stats.spliced as usize;
+    assert!(spliced >= SENT, "{backend}: only {spliced} of {} bytes spliced", 2 * SENT);
+    assert!(spliced <= 2 * SENT, "{backend}: {spliced} bytes spliced, more than relayed");
+}
+
+/// An echo upstream and a client that sends 8 MiB while reading slowly,
+/// both directions spliced: every byte comes back in order, and the
+/// relay's queued output stays within its mark (a pipe is at most 64 KiB,
+/// and a full one stops reading its source).
+fn spliced_relay_holds_a_slow_reader_back(backend: Backend) {
+    let finished = echo_to_a_slow_reader(backend, 3, |target| spliced_relay(backend, Upstream::Tcp(target), 1));
+    let (peak, spliced) = (finished.stats.peak_output as usize, finished.stats.spliced as usize);
+    assert!(peak <= HIGH + (16 << 10), "{backend}: {peak} bytes queued at the peak");
+    assert!(spliced >= 8 << 20, "{backend}: only {spliced} of {} bytes spliced", 16 << 20);
+}
+
+/// Splicing into and out of a Unix socket upstream: the half-close case.
+fn spliced_relay_to_a_unix_upstream(backend: Backend) {
+    const SENT: usize = 8 << 20;
+    let dir = TempDir::new();
+    let listener = UnixListener::bind(dir.sock()).expect("the upstream's socket");
+    let up = thread::spawn(move || {
+        let (s, _) = listener.accept().expect("the relay's connection");
+        answer_at_end(s, SENT)
+    });
+    let server = spliced_relay(backend, Upstream::Unix(dir.sock()), 1);
+    let mut c = connect(server.addr);
+    let writer = send_in_background(&c, pattern(1, SENT), 4_099, true);
+    let (got, end) = read_to_end(&mut c);
+    assert_eq!((writer.join().unwrap(), end), (None, End::Eof), "{backend}");
+    assert_bytes(&got, &pattern(7, SENT), "the reply from the Unix upstream");
+    assert_bytes(&up.join().unwrap(), &pattern(1, SENT), "what the Unix upstream got");
+    let finished = server.stop();
+    assert_eq!(relay_closes(&finished), BOTH_IN_ORDER, "{backend}");
+    assert!(finished.stats.spliced as usize >= SENT, "{backend}: {} bytes spliced", finished.stats.spliced);
+}
+
+/// An upstream that resets while the client's bytes are spliced to it:
+/// the relay passes the reset on to the client at once (its reads end,
+/// never time out), and its closes say so.
+fn spliced_relay_passes_a_reset_on(backend: Backend) {
+    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = upstream.local_addr().unwrap();
+    let up = thread::spawn(move || {
+        let mut s = accept_within(&upstream);
+        let mut buf = vec![0u8; 256 << 10];
+        s.read_exact(&mut buf).expect("the upstream's read");
+        reset(s); // SO_LINGER 0 (and bytes unread): a reset
+    });
+    let server = spliced_relay(backend, Upstream::Tcp(target), 1);
+    let mut c = connect(server.addr);
+    let writer = send_in_background(&c, pattern(2, 64 << 20), 64 << 10, false);
+    up.join().unwrap();
+    let started = std::time::Instant::now();
+    // The reset reaches whichever of the client's reader and writer asks
+    // first; the other then sees the end: Eof here, or the write's error.
+    let (got, end) = read_to_end(&mut c); // a timeout fails the test
+    assert!(got.is_empty() && matches!(end, End::Eof | End::Error(ErrorKind::ConnectionReset)), "{backend}: {end:?}");
+    assert!(started.elapsed() < Duration::from_secs(2), "{backend}: closed after {:?}", started.elapsed());
+    drop(c);
+    let _ = writer.join();
+    let closes = relay_closes(&server.stop());
+    assert_eq!(closes, ["reset by the peer", "reset by the handler"], "{backend}");
 }

@@ -8,7 +8,10 @@
 //!   more than the proxy buffer unsent, and resumed at half of it, so a
 //!   slow reader on one side holds back the writer on the other;
 //! - an upstream that refuses, times out or resets ends its client at once
-//!   (a reset as a reset), and every close is counted by its reason.
+//!   (a reset as a reset), and every close is counted by its reason;
+//! - with `--splice`, a direction goes on by splice(2) (`Io::splice`), in
+//!   the kernel, from its first full read (auto, as haproxy's
+//!   `option splice-auto`) or its first byte (always).
 
 use iomux::runtime::{CloseReason, ConnId, Handler, Io};
 use iomux::Error;
@@ -81,6 +84,8 @@ impl ProxyCounts {
 pub struct Side {
     partner: ConnId,
     upstream: bool,
+    /// Bytes both sides had spliced at this side's last idle check.
+    spliced_seen: u64,
 }
 
 /// One loop's proxy.
@@ -89,13 +94,28 @@ pub struct ProxyServer {
     /// Bytes a connection may hold unsent before its partner is paused.
     buffer: usize,
     idle_timeout: Option<Duration>,
+    /// Splice a direction from its first read of at least this many bytes.
+    splice_at: Option<usize>,
     pub counts: ProxyCounts,
     errors_reported: u32,
 }
 
 impl ProxyServer {
     pub fn new(upstream: Upstream, buffer: usize, idle_timeout: Option<Duration>) -> ProxyServer {
-        ProxyServer { upstream, buffer, idle_timeout, counts: ProxyCounts::default(), errors_reported: 0 }
+        ProxyServer {
+            upstream,
+            buffer,
+            idle_timeout,
+            splice_at: None,
+            counts: ProxyCounts::default(),
+            errors_reported: 0,
+        }
+    }
+
+    /// Splices each direction from its first read of at least `at` bytes.
+    pub fn splicing_from(mut self, at: Option<usize>) -> ProxyServer {
+        self.splice_at = at;
+        self
     }
 
     /// Traffic on a pair: both sides' idle deadlines move (free when later).
@@ -122,14 +142,14 @@ impl Handler for ProxyServer {
 
     fn on_accept(&mut self, io: &mut Io<Side>, conn: ConnId) -> Side {
         self.counts.relayed += 1;
-        let upstream = Side { partner: conn, upstream: true };
+        let upstream = Side { partner: conn, upstream: true, spliced_seen: 0 };
         // A connect that fails, at once or later, comes to on_close.
         let partner = match &self.upstream {
             Upstream::Tcp(addr) => io.connect(*addr, None, upstream),
             Upstream::Unix(path) => io.connect_unix(path, upstream),
         };
         self.active(io, conn, partner);
-        Side { partner, upstream: false }
+        Side { partner, upstream: false, spliced_seen: 0 }
     }
 
     fn on_data(&mut self, io: &mut Io<Side>, conn: ConnId, side: &mut Side, data: &[u8]) -> usize {
@@ -140,6 +160,11 @@ impl Handler for ProxyServer {
         } else if io.buffered(to) > self.buffer {
             io.pause_reading(conn);
             io.notify_below(to, self.buffer / 2);
+        }
+        if self.splice_at.is_some_and(|at| data.len() >= at) {
+            // Bulk: the rest of this direction goes in the kernel (false:
+            // no pipe to be had, and it goes on here).
+            let _ = io.splice(conn, to);
         }
         self.active(io, conn, to);
         data.len()
@@ -156,8 +181,11 @@ impl Handler for ProxyServer {
     }
 
     fn on_deadline(&mut self, io: &mut Io<Side>, conn: ConnId, side: &mut Side) {
-        if io.buffered(conn) > 0 || io.buffered(side.partner) > 0 {
-            // Output still queued: held back by a slow reader, not idle.
+        let spliced = io.spliced(conn) + io.spliced(side.partner);
+        let moved = std::mem::replace(&mut side.spliced_seen, spliced) != spliced;
+        if moved || io.buffered(conn) > 0 || io.buffered(side.partner) > 0 {
+            // Spliced traffic (no on_data tells of it), or output still
+            // queued: held back by a slow reader, not idle.
             self.active(io, conn, side.partner);
         } else {
             io.close_idle(conn);

@@ -149,6 +149,14 @@ pub struct ServeArgs {
     /// closed (haproxy: timeout connect).
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
     connect_timeout: f64,
+    /// proxy: relay a direction by splice(2), in the kernel, instead of
+    /// copying it through the proxy: auto from its first full read (16
+    /// KiB, bulk data; as haproxy's option splice-auto), always from its
+    /// first byte, or off. Costs a pipe (two descriptors) per spliced
+    /// direction. The default is what E9 measured cheaper per byte
+    /// (docs/experiments/proxy.md).
+    #[arg(long, value_enum, default_value_t = SpliceMode::Auto)]
+    splice: SpliceMode,
     /// Worker N of a --procs parent: listen with SO_REUSEPORT, stop when
     /// the parent's end of stdin closes, leave the summary to the parent.
     #[arg(long, hide = true)]
@@ -196,6 +204,7 @@ impl ServeArgs {
             upstream,
             proxy_buffer,
             connect_timeout,
+            splice,
             worker: _,
         } = self;
         let mut f = Flags::default();
@@ -217,6 +226,7 @@ impl ServeArgs {
             .optional("upstream", upstream.as_ref().map(Upstream::to_arg))
             .value("proxy-buffer", proxy_buffer)
             .value("connect-timeout", connect_timeout)
+            .value("splice", splice.name())
             .optional("ring-buffers", *ring_buffers)
             .optional("ring-buffer-size", *ring_buffer_size)
             .optional("uring-register-ring", uring_register_ring.map(on_off_name))
@@ -269,6 +279,33 @@ fn at_least_one(s: &str) -> Result<usize, String> {
 /// pairs, epoll 38-43 ticks against 47-50, uring 47-56 against 56-77
 /// (docs/experiments/proxy.md).
 const PROXY_READ: usize = 16 << 10;
+
+/// `--splice`: when the proxy relays a direction by splice(2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SpliceMode {
+    Auto,
+    Always,
+    Off,
+}
+
+impl SpliceMode {
+    fn name(self) -> &'static str {
+        match self {
+            SpliceMode::Auto => "auto",
+            SpliceMode::Always => "always",
+            SpliceMode::Off => "off",
+        }
+    }
+
+    /// The read size from which a direction is spliced.
+    fn threshold(self) -> Option<usize> {
+        match self {
+            SpliceMode::Auto => Some(PROXY_READ),
+            SpliceMode::Always => Some(1),
+            SpliceMode::Off => None,
+        }
+    }
+}
 
 pub fn run(args: ServeArgs) -> CliResult<ExitCode> {
     let (backend, config) = check(&args)?;
@@ -446,9 +483,10 @@ fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCod
         finished.stats
     } else if let (Proto::Proxy, Some(upstream)) = (proto, &args.upstream) {
         let (buffer, idle) = (args.proxy_buffer as usize, args.idle_timeout.map(Duration::from_secs_f64));
+        let splice_at = args.splice.threshold();
         let finished = runtime.run(|_| {
             pin();
-            ProxyServer::new(upstream.clone(), buffer, idle)
+            ProxyServer::new(upstream.clone(), buffer, idle).splicing_from(splice_at)
         })?;
         let mut counts = ProxyCounts::default();
         finished.handlers.iter().for_each(|h| counts.add(&h.counts));
@@ -582,12 +620,13 @@ mod tests {
             "--proxy-buffer=65536",
             "--connect-timeout=0.25",
             "--idle-timeout=30",
+            "--splice=always",
         ]);
         let addr: SocketAddr = "127.0.0.1:4321".parse().unwrap();
         let stats = std::env::temp_dir().join("iomux-worker-proxy-args-test.json");
         let worker = worker_of(&parent, 1, Backend::Epoll, addr, &stats);
         assert_eq!(worker.upstream, Some(Upstream::Unix("/run/app.sock".into())));
-        assert_eq!((worker.proxy_buffer, worker.connect_timeout), (65536, 0.25));
+        assert_eq!((worker.proxy_buffer, worker.connect_timeout, worker.splice), (65536, 0.25, SpliceMode::Always));
         assert!(check(&worker).is_ok());
     }
 

@@ -528,7 +528,7 @@ fn describe(status: ExitStatus) -> String {
 /// Counters that add up over workers; `peak_conns` and `peak_rss_bytes`
 /// too (the workers' peaks need not coincide: the sum bounds the whole
 /// server's from above).
-const SUMMED: [&str; 17] = [
+const SUMMED: [&str; 18] = [
     "loops",
     "accepted",
     "connected",
@@ -540,6 +540,7 @@ const SUMMED: [&str; 17] = [
     "accept_backoffs",
     "bytes_in",
     "bytes_out",
+    "spliced_bytes",
     "messages",
     "gathered_sends",
     "turns",

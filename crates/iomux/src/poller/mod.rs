@@ -313,6 +313,11 @@ impl Backend {
         Self::NAMES[Self::ALL.iter().position(|&b| b == self).unwrap_or(0)]
     }
 
+    /// Whether the runtime runs this backend with its completion driver.
+    pub(crate) fn is_uring(self) -> bool {
+        matches!(self, Backend::Uring | Backend::UringSqpoll)
+    }
+
     /// The mode a server on this backend registers connections with.
     pub fn mode(self) -> Mode {
         match self {

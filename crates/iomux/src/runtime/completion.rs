@@ -19,6 +19,11 @@
 //! - A connection neither read nor written (half-closed and waiting, or
 //!   paused) is watched by a one-shot poll for an error or hang-up, so a
 //!   peer's reset closes it as on the readiness backends.
+//! - A connection that splices ([`Io::splice`](super::Io::splice)) waits
+//!   for input by a one-shot poll, and a full socket it splices into waits
+//!   by a multishot one (a one-shot poll on a read-closed socket completes
+//!   at once, for ever: RDHUP, as for the watch below); the splices are
+//!   syscalls (see io/splice.rs for why not IORING_OP_SPLICE).
 //! - One send in flight per connection, so sends stay in order; a short
 //!   send resubmits the rest. Large writes may go out zero-copy.
 //! - Each loop turn makes at most one `io_uring_enter`, which submits
@@ -26,7 +31,7 @@
 //!   SQPOLL, often none at all); with a minimum wait, for a batch of them.
 
 use super::core::{Core, Driver, Setup};
-use super::io::{Accept, Io, CONNECTING};
+use super::io::{Accept, Io, CONNECTING, SPLICE_OUT_WAIT};
 use super::slab::Slab;
 use super::stats::LoopStats;
 use super::uring_features::{self, Active};
@@ -57,6 +62,8 @@ const CONNECT: u64 = 4;
 const WAKER: u64 = 5;
 const IGNORE: u64 = 6; // cancels and closes: their completions say nothing
 const WATCH: u64 = 7; // the error watch of a connection not being read
+const SPLICE_IN: u64 = 8; // input to splice (one-shot poll)
+const SPLICE_OUT: u64 = 9; // room to splice into (multishot poll)
 
 fn ud(kind: u64, id: ConnId) -> u64 {
     (kind << KIND_SHIFT) | (id.as_u64() & ID_MASK)
@@ -79,6 +86,12 @@ const WATCHED: u16 = 32;
 const PARKED: u16 = 64;
 /// The watch's cancel is in flight.
 const WATCH_CANCELLING: u16 = 128;
+/// A poll for input to splice is armed.
+const SPLICE_IN_POLL: u16 = 256;
+/// A poll for room to splice into is armed ...
+const SPLICE_OUT_POLL: u16 = 512;
+/// ... and its cancel is in flight.
+const SPLICE_OUT_CANCELLING: u16 = 1024;
 
 struct Uring {
     ring: Ring,
@@ -211,6 +224,27 @@ impl Uring {
             (SEND, Some(id)) => self.on_send(&mut core.io, id, c),
             (CONNECT, Some(id)) => self.on_connect(core, id, &c),
             (WATCH, Some(id)) => self.on_watch(&mut core.io, id, &c),
+            (SPLICE_IN, Some(id)) => {
+                let budget = core.io.cfg.read_budget;
+                if let Some(conn) = core.io.conn_mut(id) {
+                    conn.driver &= !SPLICE_IN_POLL;
+                }
+                let _ = core.io.pump(id, budget); // polled again if still wanted
+                core.io.mark_dirty(id);
+            }
+            (SPLICE_OUT, Some(id)) => {
+                if !c.more() {
+                    if let Some(conn) = core.io.conn_mut(id) {
+                        conn.driver &= !(SPLICE_OUT_POLL | SPLICE_OUT_CANCELLING);
+                    }
+                    core.io.mark_dirty(id);
+                }
+                // Room, or an error the splice will name; RDHUP alone is not news.
+                let room = (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) as i32;
+                if c.result > 0 && c.result & room != 0 {
+                    core.io.splice_room(id);
+                }
+            }
             (WAKER, _) => {
                 core.woken();
                 if !c.more() {
@@ -368,12 +402,34 @@ impl Driver for Uring {
                 self.cancelled = true;
             } // else the next sync tries again
         }
-        if c.reading() {
+        if c.driver & (RECV_ARMED | CANCELLING) == 0 {
+            c.allow_splice_reads(); // nothing received can still come
+        }
+        if c.splice_wants_input() && c.driver & SPLICE_IN_POLL == 0 {
+            if let Err(e) = self.ring.push_poll_add(fd, libc::POLLIN as u32, false, ud(SPLICE_IN, id)) {
+                return io.failed(id, Syscall::IoUringEnter, e);
+            }
+            c.driver |= SPLICE_IN_POLL;
+        }
+        let waits_room = c.has(SPLICE_OUT_WAIT);
+        if waits_room && c.driver & SPLICE_OUT_POLL == 0 {
+            if let Err(e) = self.ring.push_poll_add(fd, libc::POLLOUT as u32, true, ud(SPLICE_OUT, id)) {
+                return io.failed(id, Syscall::IoUringEnter, e);
+            }
+            c.driver |= SPLICE_OUT_POLL;
+        } else if !waits_room
+            && c.driver & (SPLICE_OUT_POLL | SPLICE_OUT_CANCELLING) == SPLICE_OUT_POLL
+            && self.cancel(ud(SPLICE_OUT, id))
+        {
+            c.driver |= SPLICE_OUT_CANCELLING; // it would wake on every ACK
+        }
+        if c.reading() || c.splice_wants_input() {
             c.driver &= !PARKED;
         }
         let quiet = !c.reading()
             && !c.has_unsent()
-            && c.driver & (RECV_ARMED | SEND_IN_FLIGHT | CONNECT_IN_FLIGHT | PARKED) == 0;
+            && c.driver & (RECV_ARMED | SEND_IN_FLIGHT | CONNECT_IN_FLIGHT | PARKED | SPLICE_IN_POLL | SPLICE_OUT_POLL)
+                == 0;
         if quiet && c.driver & WATCHED == 0 && !c.has(CONNECTING) {
             // Multishot: io_uring's poll always wakes on RDHUP too (its
             // IO_POLL_UNMASK), set for good on a read-closed socket, so a
@@ -449,6 +505,12 @@ impl Driver for Uring {
         }
         if driver_bits & (WATCHED | WATCH_CANCELLING) == WATCHED {
             self.cancel(ud(WATCH, id));
+        }
+        if driver_bits & SPLICE_IN_POLL != 0 {
+            self.cancel(ud(SPLICE_IN, id));
+        }
+        if driver_bits & (SPLICE_OUT_POLL | SPLICE_OUT_CANCELLING) == SPLICE_OUT_POLL {
+            self.cancel(ud(SPLICE_OUT, id));
         }
         if driver_bits & SEND_IN_FLIGHT != 0 {
             // A send blocked on a peer that does not read would hold the

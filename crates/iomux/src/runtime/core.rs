@@ -301,8 +301,12 @@ impl<'h, H: Handler> Core<'h, H> {
     /// backend, it does not count until offered.)
     fn put_back_offered(&mut self, id: ConnId, pending: Vec<u8>, state: H::Conn) {
         let io = &mut self.io;
+        let splicing = io.splicing(id);
         let unoffered = !pending.is_empty() && io.delivers(id) && !io.takes_input(id);
-        let overflow = pending.len() > io.cfg.max_input && !unoffered;
+        let overflow = pending.len() > io.cfg.max_input && !unoffered && !splicing;
+        if splicing && !pending.is_empty() && !unoffered {
+            io.pumps.push_back(id); // declined: it goes to the splice's target
+        }
         io.put_back(id, pending, state);
         io.set_unoffered(id, unoffered);
         if overflow {
@@ -344,6 +348,9 @@ impl<'h, H: Handler> Core<'h, H> {
                 d.sync(&mut self.io, id);
             } else if let Some((id, reason)) = self.io.doomed.pop_front() {
                 self.finalize(d, id, reason);
+            } else if let Some(id) = self.io.pumps.pop_front() {
+                // Only what waited: reading the socket is the driver's.
+                let _ = self.io.pump(id, 0);
             } else if let Some(id) = self.io.reoffer.pop_front() {
                 self.reoffered(id);
             } else if let Some(id) = self.io.read_closed.pop_front() {
@@ -362,6 +369,7 @@ impl<'h, H: Handler> Core<'h, H> {
     }
 
     fn finalize<D: Driver>(&mut self, d: &mut D, id: ConnId, reason: CloseReason) {
+        self.io.splice_released(id);
         let Some(c) = self.io.conns.remove(id) else { return };
         let (fd, driver_bits, state) = self.io.dismantle(c);
         d.release(id, fd, driver_bits);

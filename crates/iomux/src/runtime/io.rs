@@ -16,12 +16,16 @@ use crate::sys::net::{self, AnyAddr, Fd};
 use crate::sys::payload::{Chunk, Payload};
 use crate::Syscall;
 use bytes::Bytes;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+mod splice;
+use splice::Splice;
+pub(crate) use splice::SPLICE_OUT_WAIT;
 
 // Connection state bits (the core's; drivers keep theirs in `Conn::driver`).
 pub(crate) const READ_CLOSED: u32 = 1; // the peer sent EOF
@@ -81,6 +85,8 @@ pub(crate) struct Conn<S> {
     /// When this connection's live entry in `Io::deadlines` is due; its
     /// other entries, if any, are stale and skipped.
     queued: Option<Instant>,
+    /// Its input goes to another connection by splice(2) ([`Io::splice`]).
+    splice: Option<Box<Splice>>,
 }
 
 impl<S> Conn<S> {
@@ -101,7 +107,8 @@ impl<S> Conn<S> {
     /// socket buffer (so TCP) holds the peer back, on io_uring too, whose
     /// receive would otherwise run on while the held input waits.
     pub(crate) fn reading(&self) -> bool {
-        if self.flags & (READ_CLOSED | CONNECTING | DOOMED) != 0 {
+        // A splicing connection is read by splice (`splice_wants_input`).
+        if self.flags & (READ_CLOSED | CONNECTING | DOOMED) != 0 || self.splice.is_some() {
             return false;
         }
         self.has(LINGER) || self.flags & (CLOSING | PAUSED | HELD | UNOFFERED) == 0
@@ -178,6 +185,10 @@ pub struct Io<S> {
     pub(crate) connecting: VecDeque<(ConnId, AnyAddr)>,
     /// Outbound connects by their [`ConfigBuilder::connect_timeout`](super::ConfigBuilder::connect_timeout).
     pub(crate) connect_deadlines: Deadlines,
+    /// Who splices into a connection: target to source ([`Io::splice`]).
+    feeders: HashMap<ConnId, ConnId>,
+    /// Splicing connections to pump (their target can take bytes again).
+    pub(crate) pumps: VecDeque<ConnId>,
 }
 
 impl<S> Io<S> {
@@ -208,6 +219,8 @@ impl<S> Io<S> {
             drain_deadline: None,
             connecting: VecDeque::new(),
             connect_deadlines: Deadlines::default(),
+            feeders: HashMap::new(),
+            pumps: VecDeque::new(),
         }
     }
 
@@ -548,6 +561,11 @@ impl<S> Io<S> {
         if c.flags & (WRITE_SHUT | CLOSING | DOOMED) != 0 {
             return;
         }
+        // Bytes spliced into it and still in the pipe go before its FIN.
+        if let Some(&from) = self.feeders.get(&conn) {
+            self.end_splice(from);
+        }
+        let Some(c) = self.conns.get_mut(conn) else { return };
         c.flags |= WRITE_SHUT;
         self.fin_if_sent(conn);
         self.mark_dirty(conn);
@@ -621,10 +639,16 @@ impl<S> Io<S> {
 
     fn close_flagged(&mut self, conn: ConnId, flag: u32) {
         let until = Instant::now() + self.cfg.close_timeout;
-        let Some(c) = self.conns.get_mut(conn) else { return };
+        let Some(c) = self.conns.get(conn) else { return };
         if c.has(CLOSING) {
             return;
         }
+        // Splices into and out of it end; the pipes' bytes are queued.
+        if let Some(&from) = self.feeders.get(&conn) {
+            self.end_splice(from);
+        }
+        self.end_splice(conn);
+        let Some(c) = self.conns.get_mut(conn) else { return };
         c.flags |= CLOSING | flag;
         c.deadline = None;
         if c.buffered() == 0 {
@@ -907,6 +931,7 @@ impl<S> Io<S> {
             state,
             deadline: None,
             queued: None,
+            splice: None,
         };
         let id = self.conns.insert(conn);
         self.stats.peak_conns = self.stats.peak_conns.max(self.conns.len() as u64);
@@ -1273,6 +1298,7 @@ impl<S> Io<S> {
 
     /// The output just became empty.
     fn on_empty(&mut self, id: ConnId) {
+        self.wake_feeder(id);
         let Some(c) = self.conns.get(id) else { return };
         if c.has(CLOSING) {
             self.linger(id);
@@ -1311,6 +1337,7 @@ impl<S> Io<S> {
             self.drained_later.push(id);
         }
         self.stats.connected += 1;
+        self.wake_feeder(id);
         self.fin_if_sent(id);
         self.mark_dirty(id);
         true

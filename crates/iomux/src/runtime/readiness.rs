@@ -9,7 +9,7 @@
 //! the others and its edge is never lost.
 
 use super::core::{Core, Driver, Setup};
-use super::io::{Accept, Io, CONNECTING};
+use super::io::{Accept, Io, CONNECTING, SPLICE_OUT_WAIT};
 use super::stats::LoopStats;
 use super::{CloseReason, ConnId, Handler};
 use crate::error::Result;
@@ -111,9 +111,13 @@ impl Readiness {
         if c.has(CONNECTING) {
             return self.finish_connect(core, id);
         }
-        if c.has_unsent() && (ev.is_writable() || ev.is_write_closed() || ev.is_error()) {
+        let writable = ev.is_writable() || ev.is_write_closed() || ev.is_error();
+        if c.has_unsent() && writable {
             self.flush(&mut core.io, id);
             core.io.mark_dirty(id);
+        }
+        if writable {
+            core.io.splice_room(id); // a pipe into it waited for room
         }
         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
             // A short read proves the socket drained only if no FIN had
@@ -128,7 +132,7 @@ impl Readiness {
         // The event's bits first: no connection lookup on an ordinary event.
         let gone = ev.is_error() || ev.bits() & libc::EPOLLHUP as u32 != 0;
         if gone
-            && core.io.conn(id).is_some_and(|c| !c.reading() && !c.has_unsent())
+            && core.io.conn(id).is_some_and(|c| !c.reading() && !c.splice_wants_input() && !c.has_unsent())
             && !core.io.peer_gone(id, Syscall::Recvfrom)
         {
             self.park(&mut core.io, id);
@@ -141,8 +145,16 @@ impl Readiness {
     fn read<H: Handler>(&mut self, core: &mut Core<H>, scratch: &mut [u8], id: ConnId, short_read_drains: bool) {
         let edge = self.mode == Mode::Edge;
         let budget = if edge { core.io.cfg.read_budget } else { 1 };
-        for _ in 0..budget {
+        for used in 0..budget {
             let Some(c) = core.io.conn(id) else { return };
+            if c.splicing() {
+                // Spliced from here on (maybe since the last call): the rest
+                // of the budget goes to the splice.
+                if core.io.pump(id, budget - used) && edge {
+                    break; // budget used: come back after the others
+                }
+                return;
+            }
             if !c.reading() {
                 return;
             }
@@ -162,7 +174,7 @@ impl Readiness {
         }
         // Budget used and maybe still readable: come back after the others.
         if let Some(c) = core.io.conn_mut(id) {
-            if c.reading() && c.driver & IN_READY == 0 {
+            if (c.reading() || c.splice_wants_input()) && c.driver & IN_READY == 0 {
                 c.driver |= IN_READY;
                 self.ready.push_back(id);
             }
@@ -258,7 +270,8 @@ impl Driver for Readiness {
             self.flush(io, id);
         }
         let Some(c) = io.conn_mut(id) else { return };
-        if c.driver & PARKED != 0 && (c.reading() || c.has_unsent()) {
+        let reads = c.reading() || c.splice_wants_input();
+        if c.driver & PARKED != 0 && (reads || c.has_unsent()) {
             // Back in the poller, level-triggered reads find the input and
             // the end that waited (edge-triggered: the ready list does).
             match self.poller.add(c.fd.raw(), token(id), Interest::NONE, self.mode) {
@@ -267,10 +280,10 @@ impl Driver for Readiness {
             }
         }
         let mut want = 0;
-        if c.reading() {
+        if reads {
             want |= WANT_READ;
         }
-        if c.has_unsent() || c.has(CONNECTING) {
+        if c.has_unsent() || c.has(CONNECTING) || c.has(SPLICE_OUT_WAIT) {
             want |= WANT_WRITE;
         }
         let registered = c.driver & (WANT_READ | WANT_WRITE);

@@ -27,6 +27,9 @@ pub struct LoopStats {
     pub bytes_in: u64,
     /// Bytes sent.
     pub bytes_out: u64,
+    /// Of `bytes_in`, the bytes spliced to another connection
+    /// ([`Io::splice`](super::Io::splice)), never copied to user space.
+    pub spliced: u64,
     /// Reads (or receive completions) that delivered data to the handler.
     pub reads: u64,
     /// Loop turns: waits (readiness) or enters (io_uring).
@@ -93,6 +96,7 @@ impl LoopStats {
         self.idle_closed += o.idle_closed;
         self.bytes_in += o.bytes_in;
         self.bytes_out += o.bytes_out;
+        self.spliced += o.spliced;
         self.reads += o.reads;
         self.turns += o.turns;
         self.accept_backoffs += o.accept_backoffs;

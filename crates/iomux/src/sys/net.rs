@@ -216,6 +216,23 @@ pub(crate) fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     Ok(rx::recv(fd, buf, rx::RecvFlags::empty())?.0)
 }
 
+/// A pipe for splicing, both ends non-blocking: (read end, write end).
+pub(crate) fn pipe() -> io::Result<(Fd, Fd)> {
+    count(Syscall::Pipe2);
+    let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK | rustix::pipe::PipeFlags::CLOEXEC)?;
+    Ok((Fd::from_owned(r), Fd::from_owned(w)))
+}
+
+/// Moves up to `len` bytes from `from` to `to` (one of them a pipe) inside
+/// the kernel, without blocking: pages are passed by reference where the
+/// kernel can (a socket's receive queue into a pipe, a pipe into a send).
+pub(crate) fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
+    let (from, to) = (borrow(from)?, borrow(to)?);
+    count(Syscall::Splice);
+    let flags = rustix::pipe::SpliceFlags::NONBLOCK | rustix::pipe::SpliceFlags::MOVE;
+    Ok(rustix::pipe::splice(from, None, to, None, len, flags)?)
+}
+
 /// SO_OOBINLINE: TCP urgent data stays in the stream, in order, as RFC
 /// 6093 recommends, instead of leaving it as one byte nobody reads.
 /// Accepted connections inherit it from the listener.

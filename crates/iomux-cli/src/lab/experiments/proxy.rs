@@ -57,7 +57,11 @@ const SATURATED: f64 = 0.95;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Proxy {
+    /// `--splice auto`, the default.
     Iomux(Backend),
+    /// `--splice off`: every byte copied through the proxy (bulk only),
+    /// the measurement that chooses the default.
+    Copying(Backend),
     Haproxy,
     /// c/relay_floor.c: one recv and one send per message, nothing else.
     Floor,
@@ -67,6 +71,7 @@ impl std::fmt::Display for Proxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Proxy::Iomux(b) => write!(f, "iomux-{b}"),
+            Proxy::Copying(b) => write!(f, "iomux-{b}-copying"),
             Proxy::Haproxy => f.write_str("haproxy"),
             Proxy::Floor => f.write_str("floor"),
         }
@@ -79,6 +84,11 @@ impl std::str::FromStr for Proxy {
         match s {
             "haproxy" => Ok(Proxy::Haproxy),
             "floor" => Ok(Proxy::Floor),
+            _ if s.ends_with("-copying") => s
+                .strip_suffix("-copying")
+                .and_then(iomux_server)
+                .unwrap_or_else(|| Err(format!("unknown proxy '{s}'")))
+                .map(Proxy::Copying),
             _ => iomux_server(s).unwrap_or_else(|| Err(format!("unknown proxy '{s}'"))).map(Proxy::Iomux),
         }
     }
@@ -197,6 +207,10 @@ impl Running {
         let flags = ["--upstream".to_string(), upstream.to_string()];
         Ok(match arm.proxy {
             Proxy::Iomux(b) => Running::Child(ServerChild::start_with(b, "proxy", cpu, None, 1, &flags)?),
+            Proxy::Copying(b) => {
+                let flags = [&flags[..], &["--splice".to_string(), "off".to_string()]].concat();
+                Running::Child(ServerChild::start_with(b, "proxy", cpu, None, 1, &flags)?)
+            }
             Proxy::Floor => Running::Child(ServerChild::start_peer_with("c-relay-floor", cpu, &flags)?),
             Proxy::Haproxy => {
                 let program = p.haproxy.as_ref().ok_or("haproxy not found")?;
@@ -350,12 +364,22 @@ fn many(p: &Params, arm: &Arm) -> Result<Run, String> {
     run
 }
 
-/// Every cell: the floor under requests only.
+/// Whether `proxy` runs under `load`: the floor under requests only, the
+/// copying iomux under bulk only.
+fn runs_under(proxy: Proxy, load: Load) -> bool {
+    match proxy {
+        Proxy::Floor => load == Load::Requests,
+        Proxy::Copying(_) => load == Load::Bulk,
+        Proxy::Iomux(_) | Proxy::Haproxy => true,
+    }
+}
+
+/// Every cell.
 fn every_cell(p: &Params) -> Vec<Arm> {
     let mut arms = Vec::new();
     for &load in &p.loads {
         for &proxy in &p.proxies {
-            if proxy != Proxy::Floor || load == Load::Requests {
+            if runs_under(proxy, load) {
                 arms.push(Arm { proxy, load });
             }
         }
@@ -436,7 +460,8 @@ impl Experiment for ProxyBench {
         if many == 0 {
             return Err(format!("the open-files limit ({soft}) leaves no room for proxied connections").into());
         }
-        let mut proxies: Vec<Proxy> = backends.into_iter().map(Proxy::Iomux).collect();
+        let mut proxies: Vec<Proxy> = backends.iter().copied().map(Proxy::Iomux).collect();
+        proxies.extend(backends.iter().copied().map(Proxy::Copying));
         proxies.extend([Proxy::Haproxy, Proxy::Floor]);
         Ok(Params {
             proxies,
@@ -510,6 +535,17 @@ impl Experiment for ProxyBench {
         if p.loads.contains(&Load::Bulk) {
             let name = "E9 bound bulk: iomux best CPU per GB / haproxy's".to_string();
             claims.push(haproxy_vs(Load::Bulk, name, Needed::AtMost(1.0), cost, true));
+            // What chooses --splice's default: splicing against copying.
+            for &proxy in &p.proxies {
+                let Proxy::Iomux(b) = proxy else { continue };
+                let (spliced, copied) = (at(proxy, Load::Bulk), at(Proxy::Copying(b), Load::Bulk));
+                claims.push(Spec::iomux(
+                    format!("E9 bound bulk: iomux-{b} CPU per GB splicing (--splice auto) / copying (--splice off)"),
+                    Needed::AtMost(1.0),
+                    vec![spliced, copied],
+                    move |r: &RoundView<Arm, Run>| Some(r.get(&spliced)?.cost / r.get(&copied)?.cost),
+                ));
+            }
         }
         if p.loads.contains(&Load::Many) {
             let name = format!("E9 many ({}): iomux best RSS per idle proxied connection / haproxy's", p.many);
@@ -607,7 +643,7 @@ impl Experiment for ProxyBench {
             };
             for &proxy in &p.proxies {
                 let arm = Arm { proxy, load };
-                if proxy == Proxy::Floor && load != Load::Requests {
+                if !runs_under(proxy, load) {
                     continue;
                 }
                 let mut name = proxy.to_string();
@@ -667,7 +703,8 @@ fn intro(p: &Params) -> String {
         None => "This machine has one CPU, so nothing is pinned.".to_string(),
     };
     format!(
-        "{placement} Proxies: `iomux serve --proto proxy --upstream ADDR --backend B` (one loop), haproxy (tcp mode, \
+        "{placement} Proxies: `iomux serve --proto proxy --upstream ADDR --backend B` (one loop; `--splice auto`, and for bulk \
+         also `--splice off`: copying), haproxy (tcp mode, \
          `nbthread 1`, `option splice-auto`) and the floor (`iomux peer --server c-relay-floor`: one recv and one \
          send per message, nothing else; requests only). requests: `wrk -t1 -c{c} -d{s}s --latency` through each \
          proxy to nginx (`return 200`): requests/s are wrk's; proxy CPU: user + system time of the proxy's process \
@@ -690,6 +727,7 @@ fn svg(env: &Envelope<Params, Arm, Run>) -> CliResult<String> {
     let series: Vec<plot::BarSeries> = p
         .proxies
         .iter()
+        .filter(|&&proxy| runs_under(proxy, Load::Requests))
         .map(|&proxy| plot::BarSeries {
             name: proxy.to_string(),
             values: vec![env
@@ -781,7 +819,7 @@ mod tests {
 
     #[test]
     fn proxies_print_and_parse_back() {
-        for proxy in [Proxy::Iomux(Backend::EpollEt), Proxy::Haproxy, Proxy::Floor] {
+        for proxy in [Proxy::Iomux(Backend::EpollEt), Proxy::Copying(Backend::Uring), Proxy::Haproxy, Proxy::Floor] {
             assert_eq!(proxy.to_string().parse::<Proxy>(), Ok(proxy));
         }
     }
