@@ -87,7 +87,10 @@
 //!   fell to a low-water mark ([`runtime::Io::is_full`] tells whether a
 //!   connection is at its own bound);
 //! - **reset**: [`runtime::Io::abort`] drops the queued output and resets
-//!   the peer, to pass a reset on.
+//!   the peer, to pass a reset on;
+//! - **splice**: [`runtime::Io::splice`] relays one connection's input to
+//!   another inside the kernel (splice(2) through a pipe), never copied to
+//!   user space, bounded by the pipe, for a proxy's bulk data.
 //!
 //! `examples/proxy.rs` is a TCP proxy in a hundred lines, half-closing and
 //! bounded each way; a server may also listen on a Unix socket
