@@ -12,10 +12,11 @@ use std::process::ExitCode;
 pub struct PeerArgs {
     /// tokio, monoio-uring, monoio-legacy, compio or c-epoll (echo),
     /// c-resp-floor (canned RESP replies: E7's floor), or c-relay-floor
-    /// (recv and send to --upstream alone: E9's floor).
+    /// and uring-relay-floor (recv and send to --upstream alone, on epoll
+    /// and on io_uring: E9's floors).
     #[arg(long, value_parser = parse_peer)]
     server: Peer,
-    /// c-relay-floor: the IPv4 address each connection is relayed to.
+    /// The relay floors: the IPv4 address each connection is relayed to.
     #[arg(long)]
     upstream: Option<std::net::SocketAddrV4>,
     /// Address to listen on (port 0: any free port, printed at start).
@@ -37,9 +38,9 @@ const BACKLOG: i32 = 4096;
 pub fn run(args: PeerArgs) -> CliResult<ExitCode> {
     let peer = args.server;
     let upstream = match (peer, args.upstream) {
-        (Peer::CRelayFloor, None) => return Err("c-relay-floor needs --upstream IP:PORT".into()),
-        (Peer::CRelayFloor, up) => up,
-        (_, Some(_)) => return Err(format!("--upstream is for c-relay-floor, not {peer}").into()),
+        (p, None) if p.relays() => return Err(format!("{peer} needs --upstream IP:PORT").into()),
+        (p, up) if p.relays() => up,
+        (_, Some(_)) => return Err(format!("--upstream is for the relay floors, not {peer}").into()),
         (_, None) => None,
     };
     // First, while this is the only thread: threads started later (the
@@ -58,7 +59,7 @@ pub fn run(args: PeerArgs) -> CliResult<ExitCode> {
         out.flush()
     };
     match upstream {
-        Some(up) => iomux_peers::serve_relay_floor(listener, up, ready),
+        Some(up) => iomux_peers::serve_relay_floor(peer, listener, up, ready),
         None => peer.serve_ready(listener, ready),
     }
     .map_err(|e| format!("peer {peer}: {e}"))?;

@@ -16,7 +16,8 @@ use iomux::Backend;
 use proxy::{Proxy, Upstream, HIGH};
 use runtime_support::*;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{Shutdown, SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -44,6 +45,10 @@ on_every_backend! {
     spliced_relay_holds_a_slow_reader_back,
     spliced_relay_to_a_unix_upstream,
     spliced_relay_passes_a_reset_on,
+    spliced_relay_answers_a_request_after_a_pause,
+    a_full_spliced_reader_holds_no_other_connection_back,
+    an_urgent_byte_ends_the_splice_and_nothing_is_lost,
+    spliced_bytes_wait_behind_queued_output,
 }
 
 fn config(backend: Backend) -> iomux::runtime::ConfigBuilder {
@@ -832,4 +837,142 @@ fn spliced_relay_passes_a_reset_on(backend: Backend) {
     let _ = writer.join();
     let closes = relay_closes(&server.stop());
     assert_eq!(closes, ["reset by the peer", "reset by the handler"], "{backend}");
+}
+
+/// An echo upstream that echoes until its end of input.
+fn echo_upstream() -> (SocketAddr, thread::JoinHandle<()>) {
+    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = upstream.local_addr().unwrap();
+    let up = thread::spawn(move || {
+        let mut s = accept_within(&upstream);
+        let mut w = s.try_clone().unwrap();
+        let _ = std::io::copy(&mut s, &mut w);
+    });
+    (target, up)
+}
+
+/// A client that sends one byte (the relay splices from then on), waits,
+/// sends 10,000 more and waits for all 10,001 back without closing: a
+/// splice that blocked on the quiet socket would hold the loop, and the
+/// echo, until the client left.
+fn spliced_relay_answers_a_request_after_a_pause(backend: Backend) {
+    let (target, up) = echo_upstream();
+    let server = spliced_relay(backend, Upstream::Tcp(target), 1);
+    let mut c = connect(server.addr);
+    c.write_all(b"x").unwrap();
+    thread::sleep(Duration::from_millis(100));
+    c.write_all(&pattern(0, 10_000)).unwrap();
+    let got = read_exact(&mut c, 10_001); // a timeout fails the test
+    assert_bytes(&got, &[&b"x"[..], &pattern(0, 10_000)].concat(), "the echo");
+    drop(c);
+    up.join().unwrap();
+    server.stop();
+}
+
+/// Two relayed clients on one loop: A's upstream sends 8 MiB that A does
+/// not read, so the pipe into A and A's socket fill; B's 1 KB still comes
+/// back at once (a splice into A's full socket must not block the loop).
+fn a_full_spliced_reader_holds_no_other_connection_back(backend: Backend) {
+    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = upstream.local_addr().unwrap();
+    let up = thread::spawn(move || {
+        let mut a = accept_within(&upstream);
+        let b = accept_within(&upstream);
+        let flood = thread::spawn(move || {
+            let _ = a.write_all(&pattern(0, 8 << 20));
+            let _ = a.shutdown(Shutdown::Write);
+            let _ = read_to_end(&mut a);
+        });
+        let (mut r, mut w) = (b.try_clone().unwrap(), b);
+        let _ = std::io::copy(&mut r, &mut w);
+        flood.join().unwrap();
+    });
+    let server = spliced_relay(backend, Upstream::Tcp(target), 1);
+    let mut a = connect(server.addr);
+    a.write_all(b"a").unwrap(); // A's upstream is accepted first
+    thread::sleep(Duration::from_millis(100));
+    let mut b = connect(server.addr);
+    b.write_all(b"b").unwrap();
+    assert_eq!(read_exact(&mut b, 1), b"b");
+    thread::sleep(Duration::from_millis(200)); // A's download fills what it can
+    b.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    b.write_all(&[7u8; 1000]).unwrap();
+    assert_eq!(read_exact(&mut b, 1000), [7u8; 1000], "{backend}: B's echo behind A's full socket");
+    let (got, end) = read_to_end(&mut a);
+    assert_eq!(end, End::Eof, "{backend}");
+    assert_bytes(&got, &pattern(0, 8 << 20), "A's download");
+    drop(b);
+    drop(a);
+    up.join().unwrap();
+    server.stop();
+}
+
+/// TCP urgent data in a spliced direction: the kernel's splice stops at the
+/// mark (SO_OOBINLINE keeps the byte in the stream), so the relay goes on
+/// by recv; the upstream gets every byte, the urgent one in its place.
+fn an_urgent_byte_ends_the_splice_and_nothing_is_lost(backend: Backend) {
+    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = upstream.local_addr().unwrap();
+    let up = thread::spawn(move || read_to_end(&mut accept_within(&upstream)));
+    let server = spliced_relay(backend, Upstream::Tcp(target), 1);
+    let mut c = connect(server.addr);
+    let (before, after) = (pattern(0, 20_000), pattern(1, 20_000));
+    c.write_all(&before).unwrap();
+    thread::sleep(Duration::from_millis(100)); // spliced by now
+    let urgent = b'!';
+    // SAFETY: the descriptor is open (borrowed from `c`) and the buffer is
+    // one live byte, its length passed with it.
+    let sent = unsafe { libc::send(c.as_raw_fd(), (&urgent as *const u8).cast(), 1, libc::MSG_OOB) };
+    assert_eq!(sent, 1, "send(MSG_OOB): {}", std::io::Error::last_os_error());
+    c.write_all(&after).unwrap();
+    thread::sleep(Duration::from_millis(100));
+    c.shutdown(Shutdown::Write).unwrap();
+    let (got, end) = up.join().unwrap();
+    assert_eq!(end, End::Eof, "{backend}");
+    assert_bytes(&got, &[&before[..], &[urgent], &after[..]].concat(), "what the upstream got");
+    drop(c);
+    server.stop();
+}
+
+/// A relay that queues 4 MiB on the upstream (which does not read at
+/// first), then the client's first bytes, then splices: the pipe waits
+/// behind that output, and the client's 4 MiB all arrive after it.
+struct QueueThenSplice(SocketAddr);
+
+impl Handler for QueueThenSplice {
+    /// The partner, and whether this side is the upstream.
+    type Conn = (ConnId, bool);
+    type Message = ();
+    fn on_accept(&mut self, io: &mut Io<(ConnId, bool)>, conn: ConnId) -> (ConnId, bool) {
+        (io.connect(self.0, None, (conn, true)), false)
+    }
+    fn on_data(&mut self, io: &mut Io<(ConnId, bool)>, conn: ConnId, side: &mut (ConnId, bool), data: &[u8]) -> usize {
+        let (to, upstream) = *side;
+        if !upstream && io.spliced(conn) == 0 && io.buffered(to) == 0 {
+            let _ = io.write(to, &pattern(9, 4 << 20));
+        }
+        let _ = io.write(to, data) && io.splice(conn, to);
+        data.len()
+    }
+}
+
+fn spliced_bytes_wait_behind_queued_output(backend: Backend) {
+    const QUEUED: usize = 4 << 20;
+    // More than an io_uring receive holds before its cancel lands (1 MiB).
+    const SENT: usize = 4 << 20;
+    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = upstream.local_addr().unwrap();
+    let up = thread::spawn(move || {
+        let mut s = accept_within(&upstream);
+        thread::sleep(Duration::from_millis(300));
+        read_exact(&mut s, QUEUED + SENT)
+    });
+    let server = serve(config(backend).read_buffer(16 << 10).build().unwrap(), 1, move |_| QueueThenSplice(target));
+    let mut c = connect(server.addr);
+    c.write_all(&pattern(0, SENT)).unwrap(); // and waits: no end of input
+    let got = up.join().unwrap(); // a timeout fails the test
+    assert_bytes(&got, &[&pattern(9, QUEUED)[..], &pattern(0, SENT)].concat(), "what the upstream got");
+    drop(c);
+    let finished = server.stop();
+    assert!(finished.stats.spliced > 0, "{backend}: nothing spliced");
 }

@@ -6,6 +6,7 @@ mod c_epoll;
 mod compio_echo;
 mod monoio_echo;
 mod tokio_echo;
+mod uring_relay_floor;
 
 use std::fmt;
 use std::io;
@@ -37,13 +38,15 @@ pub enum Peer {
     /// (c/relay_floor.c), which E9 measures beside haproxy; it needs an
     /// upstream ([`serve_relay_floor`]).
     CRelayFloor,
+    /// The same floor on io_uring (uring_relay_floor.rs).
+    UringRelayFloor,
 }
 
 impl Peer {
     /// The echo servers.
     pub const ALL: [Peer; 5] = [Peer::Tokio, Peer::MonoioUring, Peer::MonoioLegacy, Peer::Compio, Peer::CEpoll];
     /// Every server `iomux peer` runs: the echo servers and the floors.
-    pub const NAMED: [Peer; 7] = [
+    pub const NAMED: [Peer; 8] = [
         Peer::Tokio,
         Peer::MonoioUring,
         Peer::MonoioLegacy,
@@ -51,6 +54,7 @@ impl Peer {
         Peer::CEpoll,
         Peer::CRespFloor,
         Peer::CRelayFloor,
+        Peer::UringRelayFloor,
     ];
 
     pub fn name(self) -> &'static str {
@@ -62,7 +66,13 @@ impl Peer {
             Peer::CEpoll => "c-epoll",
             Peer::CRespFloor => "c-resp-floor",
             Peer::CRelayFloor => "c-relay-floor",
+            Peer::UringRelayFloor => "uring-relay-floor",
         }
+    }
+
+    /// Whether this is a relay floor, which needs an upstream.
+    pub fn relays(self) -> bool {
+        matches!(self, Peer::CRelayFloor | Peer::UringRelayFloor)
     }
 
     /// Serves (echo, or the RESP floor) on `listener` (bound and listening) on this thread until
@@ -80,22 +90,28 @@ impl Peer {
             Peer::Compio => compio_echo::serve(listener, ready),
             Peer::CEpoll => c_epoll::serve(listener, ready),
             Peer::CRespFloor => c_epoll::serve_resp_floor(listener, ready),
-            Peer::CRelayFloor => Err(io::Error::new(
+            Peer::CRelayFloor | Peer::UringRelayFloor => Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "c-relay-floor relays to an upstream: serve_relay_floor",
+                format!("{self} relays to an upstream: serve_relay_floor"),
             )),
         }
     }
 }
 
-/// The relay floor (c/relay_floor.c) on `listener`, each connection
-/// relayed to its own connection to `upstream`, as [`Peer::serve_ready`].
+/// A relay floor (c/relay_floor.c, or uring_relay_floor.rs) on
+/// `listener`, each connection relayed to its own connection to
+/// `upstream`, as [`Peer::serve_ready`].
 pub fn serve_relay_floor(
+    peer: Peer,
     listener: TcpListener,
     upstream: std::net::SocketAddrV4,
     ready: impl FnOnce() -> io::Result<()>,
 ) -> io::Result<()> {
-    c_epoll::serve_relay_floor(listener, upstream, ready)
+    match peer {
+        Peer::UringRelayFloor => uring_relay_floor::serve(listener, upstream, ready),
+        Peer::CRelayFloor => c_epoll::serve_relay_floor(listener, upstream, ready),
+        _ => Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{peer} is not a relay floor"))),
+    }
 }
 
 impl fmt::Display for Peer {
@@ -166,7 +182,12 @@ mod tests {
     fn an_unknown_name_lists_the_valid_ones() {
         let e = "nginx".parse::<Peer>().unwrap_err().to_string();
         assert!(e.contains("\"nginx\""), "{e}");
-        assert!(e.contains("tokio, monoio-uring, monoio-legacy, compio, c-epoll, c-resp-floor, c-relay-floor"), "{e}");
+        assert!(
+            e.contains(
+                "tokio, monoio-uring, monoio-legacy, compio, c-epoll, c-resp-floor, c-relay-floor, uring-relay-floor"
+            ),
+            "{e}"
+        );
     }
 
     #[test]

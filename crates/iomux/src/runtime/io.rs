@@ -1459,6 +1459,11 @@ impl<S> Io<S> {
         self.accept_resume_at = None;
         // From the stop, not the turn's start: a long turn must not shorten it.
         self.drain_deadline = Some(Instant::now() + self.cfg.drain_timeout);
+        // First every splice ends, its pipe queued on its target while
+        // that still takes output: it drains with the rest.
+        for id in self.conns.ids() {
+            self.end_splice(id);
+        }
         for id in self.conns.ids() {
             let Some(c) = self.conns.get_mut(id) else { continue };
             c.flags |= CLOSING;

@@ -150,7 +150,11 @@ impl Readiness {
             if c.splicing() {
                 // Spliced from here on (maybe since the last call): the rest
                 // of the budget goes to the splice.
-                if core.io.pump(id, budget - used) && edge {
+                let more = core.io.pump(id, budget - used);
+                if core.io.conn(id).is_some_and(|c| !c.splicing() && c.reading()) {
+                    continue; // the splice ended at an urgent mark: recv reads on
+                }
+                if more && edge {
                     break; // budget used: come back after the others
                 }
                 return;

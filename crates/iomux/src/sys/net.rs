@@ -344,6 +344,14 @@ pub(crate) fn unread(fd: RawFd) -> io::Result<u64> {
     Ok(rustix::io::ioctl_fionread(fd)?)
 }
 
+/// `ioctl(FIONBIO)`: the socket's own calls no longer block (io_uring's
+/// sockets are made blocking, which splice(2) would then be).
+pub(crate) fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    let fd = borrow(fd)?;
+    count(Syscall::Ioctl);
+    Ok(rustix::io::ioctl_fionbio(fd, true)?)
+}
+
 /// `shutdown(fd, SHUT_WR)`: send FIN, keep reading.
 pub(crate) fn shutdown_write(fd: RawFd) -> io::Result<()> {
     let fd = borrow(fd)?;

@@ -65,6 +65,8 @@ pub enum Proxy {
     Haproxy,
     /// c/relay_floor.c: one recv and one send per message, nothing else.
     Floor,
+    /// The same on io_uring (iomux-peers' uring_relay_floor.rs).
+    UringFloor,
 }
 
 impl std::fmt::Display for Proxy {
@@ -74,6 +76,7 @@ impl std::fmt::Display for Proxy {
             Proxy::Copying(b) => write!(f, "iomux-{b}-copying"),
             Proxy::Haproxy => f.write_str("haproxy"),
             Proxy::Floor => f.write_str("floor"),
+            Proxy::UringFloor => f.write_str("uring-floor"),
         }
     }
 }
@@ -84,6 +87,7 @@ impl std::str::FromStr for Proxy {
         match s {
             "haproxy" => Ok(Proxy::Haproxy),
             "floor" => Ok(Proxy::Floor),
+            "uring-floor" => Ok(Proxy::UringFloor),
             _ if s.ends_with("-copying") => s
                 .strip_suffix("-copying")
                 .and_then(iomux_server)
@@ -212,6 +216,7 @@ impl Running {
                 Running::Child(ServerChild::start_with(b, "proxy", cpu, None, 1, &flags)?)
             }
             Proxy::Floor => Running::Child(ServerChild::start_peer_with("c-relay-floor", cpu, &flags)?),
+            Proxy::UringFloor => Running::Child(ServerChild::start_peer_with("uring-relay-floor", cpu, &flags)?),
             Proxy::Haproxy => {
                 let program = p.haproxy.as_ref().ok_or("haproxy not found")?;
                 // Idle connections splice nothing, and the pipes would take
@@ -368,7 +373,7 @@ fn many(p: &Params, arm: &Arm) -> Result<Run, String> {
 /// copying iomux under bulk only.
 fn runs_under(proxy: Proxy, load: Load) -> bool {
     match proxy {
-        Proxy::Floor => load == Load::Requests,
+        Proxy::Floor | Proxy::UringFloor => load == Load::Requests,
         Proxy::Copying(_) => load == Load::Bulk,
         Proxy::Iomux(_) | Proxy::Haproxy => true,
     }
@@ -462,7 +467,7 @@ impl Experiment for ProxyBench {
         }
         let mut proxies: Vec<Proxy> = backends.iter().copied().map(Proxy::Iomux).collect();
         proxies.extend(backends.iter().copied().map(Proxy::Copying));
-        proxies.extend([Proxy::Haproxy, Proxy::Floor]);
+        proxies.extend([Proxy::Haproxy, Proxy::Floor, Proxy::UringFloor]);
         Ok(Params {
             proxies,
             loads,
@@ -517,6 +522,36 @@ impl Experiment for ProxyBench {
                 )
                 .machine(),
             );
+            // The io_uring floor: what an io_uring relay may reach here.
+            let uring_floor = at(Proxy::UringFloor, Load::Requests);
+            claims.push(
+                Spec::iomux(
+                    "E9 bound requests: a relay of io_uring receives and sends alone (the io_uring floor), req/s / \
+                     haproxy's",
+                    Needed::AtLeast(GOAL_RATE),
+                    vec![uring_floor, haproxy],
+                    move |r: &RoundView<Arm, Run>| Some(r.get(&uring_floor)?.rate? / r.get(&haproxy)?.rate?),
+                )
+                .machine(),
+            );
+            claims.push(
+                Spec::iomux(
+                    "E9 bound requests: the io_uring floor's CPU per request / haproxy's",
+                    Needed::AtMost(GOAL_CPU),
+                    vec![uring_floor, haproxy],
+                    move |r: &RoundView<Arm, Run>| Some(r.get(&uring_floor)?.cost / r.get(&haproxy)?.cost),
+                )
+                .machine(),
+            );
+            let uring = at(Proxy::Iomux(Backend::Uring), Load::Requests);
+            if p.proxies.contains(&uring.proxy) {
+                claims.push(Spec::iomux(
+                    "E9 bound requests: iomux-uring req/s / the io_uring floor's",
+                    Needed::AtLeast(GOAL_OF_FLOOR),
+                    vec![uring, uring_floor],
+                    move |r: &RoundView<Arm, Run>| Some(r.get(&uring)?.rate? / r.get(&uring_floor)?.rate?),
+                ));
+            }
             let epoll = at(Proxy::Iomux(Backend::Epoll), Load::Requests);
             if p.proxies.contains(&epoll.proxy) {
                 claims.push(Spec::iomux(
@@ -714,7 +749,8 @@ fn intro(p: &Params) -> String {
         "{placement} Proxies: `iomux serve --proto proxy --upstream ADDR --backend B` (one loop; `--splice auto`, and for bulk \
          also `--splice off`: copying), haproxy (tcp mode, \
          `nbthread 1`, `option splice-auto`) and the floor (`iomux peer --server c-relay-floor`: one recv and one \
-         send per message, nothing else; requests only). requests: `wrk -t1 -c{c} -d{s}s --latency` through each \
+         send per message, nothing else; requests only) and its io_uring twin (`uring-relay-floor`: one receive \
+         and one send per message, SINGLE_ISSUER | DEFER_TASKRUN, one io_uring_enter per turn). requests: `wrk -t1 -c{c} -d{s}s --latency` through each \
          proxy to nginx (`return 200`): requests/s are wrk's; proxy CPU: user + system time of the proxy's process \
          over wrk's run, over its requests. bulk: one connection sends {b} MiB through the proxy to `iomux serve \
          --proto sink`, then waits for the proxy's end: proxy CPU per GB and MB/s. many: {m} connections through \
@@ -798,6 +834,7 @@ mod tests {
             Proxy::Copying(Backend::Epoll),
             Proxy::Haproxy,
             Proxy::Floor,
+            Proxy::UringFloor,
         ]);
         let mut trial = Trial::new(&Quiet, "test", Duration::ZERO);
         for _ in 0..6 {
@@ -840,7 +877,13 @@ mod tests {
 
     #[test]
     fn proxies_print_and_parse_back() {
-        for proxy in [Proxy::Iomux(Backend::EpollEt), Proxy::Copying(Backend::Uring), Proxy::Haproxy, Proxy::Floor] {
+        for proxy in [
+            Proxy::Iomux(Backend::EpollEt),
+            Proxy::Copying(Backend::Uring),
+            Proxy::Haproxy,
+            Proxy::Floor,
+            Proxy::UringFloor,
+        ] {
             assert_eq!(proxy.to_string().parse::<Proxy>(), Ok(proxy));
         }
     }

@@ -66,6 +66,12 @@ impl<S> super::Conn<S> {
     }
 }
 
+/// Whether the socket's next unread byte is behind a TCP urgent mark a
+/// splice stopped at: it returned EAGAIN or 0 with bytes still unread.
+fn at_urgent_mark(fd: RawFd) -> bool {
+    net::unread(fd).is_ok_and(|n| n > 0)
+}
+
 impl<S> Io<S> {
     /// Relays `from`'s input to `to` inside the kernel (splice(2) through
     /// a pipe) instead of offering it to
@@ -132,9 +138,16 @@ impl<S> Io<S> {
         {
             return false;
         }
+        // io_uring's sockets block, and so would the socket's side of a
+        // splice (SPLICE_F_NONBLOCK covers only the pipe's), holding the
+        // whole loop: the splice's sockets are made non-blocking.
+        let uring = self.cfg.backend.is_uring();
+        if uring && (net::set_nonblocking(f.fd.raw()).is_err() || net::set_nonblocking(t.fd.raw()).is_err()) {
+            return false;
+        }
         let Ok((pipe_read, pipe_write)) = net::pipe() else { return false };
         // A readiness backend reads only when asked: nothing is in flight.
-        let may_read = !self.cfg.backend.is_uring();
+        let may_read = !uring;
         let splice = Splice { to, pipe_read, pipe_write, held: 0, moved: 0, may_read };
         if let Some(f) = self.conns.get_mut(from) {
             f.splice = Some(Box::new(splice));
@@ -187,6 +200,14 @@ impl<S> Io<S> {
             }
             budget -= 1;
             match net::splice(fd, pipe_write, PIPE_CHUNK) {
+                Ok(0) | Err(_) if at_urgent_mark(fd) => {
+                    // TCP's splice stops at an urgent mark (EAGAIN, or 0
+                    // after a FIN) though SO_OOBINLINE keeps the byte in
+                    // the stream: the connection is read as before from
+                    // here, by recv, which reads past it.
+                    self.end_splice(from);
+                    return false;
+                }
                 Ok(0) => {
                     self.end_splice(from);
                     self.peer_eof(from);
@@ -223,7 +244,10 @@ impl<S> Io<S> {
             return false;
         };
         if t.buffered() > 0 || t.has(CONNECTING) {
-            return false; // on_empty or connected pumps again
+            // on_empty or connected pumps again; meanwhile `from` is not
+            // read (its interest changes now: the pipe holds bytes).
+            self.mark_dirty(from);
+            return false;
         }
         let to_fd = t.fd.raw();
         while held > 0 {
