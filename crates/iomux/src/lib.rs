@@ -123,8 +123,12 @@
 //!   but each request to another loop costs a message there and one
 //!   back, each a queue push and, while that loop sleeps, an eventfd
 //!   wake. Right for what belongs to one loop anyway: its connections (a
-//!   broadcast, as in `examples/chat.rs`), or work large enough to
-//!   amortize the trip.
+//!   broadcast, as in `examples/chat.rs`, or [`runtime::Sender::broadcast`]),
+//!   or work large enough to amortize the trip. An inbox may be bounded
+//!   ([`runtime::ConfigBuilder::inbox_capacity`]): [`runtime::Sender::try_send`]
+//!   refuses past it, and a producer loop hears when room returns
+//!   ([`runtime::Io::when_room`], [`runtime::Handler::on_room`]) instead
+//!   of polling.
 //!
 //! Measured with `cargo run --release -p iomux --example state_sharing`
 //! (2-vCPU VM, Linux 6.18, one CPU busy with a fuzzer): 12-13 ns per GET

@@ -43,6 +43,8 @@ pub struct Config {
     pub(crate) keepalive: Option<Keepalive>,
     pub(crate) user_timeout: Option<Duration>,
     pub(crate) connect_timeout: Option<Duration>,
+    pub(crate) inbox_capacity: Option<usize>,
+    pub(crate) share_min: usize,
 }
 
 /// TCP keepalive: after `idle` without traffic the kernel probes the peer
@@ -115,6 +117,8 @@ impl Default for Config {
             keepalive: None,
             user_timeout: None,
             connect_timeout: None,
+            inbox_capacity: None,
+            share_min: 1024,
         }
     }
 }
@@ -148,6 +152,16 @@ impl Config {
     /// How long an outbound connect may take, if limited.
     pub fn connect_timeout(&self) -> Option<Duration> {
         self.connect_timeout
+    }
+
+    /// Messages each loop's inbox holds before `try_send` refuses (None: no bound).
+    pub fn inbox_capacity(&self) -> Option<usize> {
+        self.inbox_capacity
+    }
+
+    /// The shortest buffer `write_bytes` shares rather than copies.
+    pub fn share_min(&self) -> usize {
+        self.share_min
     }
 
     /// Sets keepalive and the user timeout on a socket (a listener passes
@@ -360,6 +374,40 @@ impl ConfigBuilder {
         self
     }
 
+    /// Messages each loop's inbox holds before [`Sender::try_send`](super::Sender::try_send)
+    /// refuses more (default: none, no bound). [`Sender::send`](super::Sender::send)
+    /// queues past it; the deepest an inbox got is in
+    /// [`LoopStats::inbox_peak`](super::LoopStats::inbox_peak).
+    ///
+    /// ```
+    /// use iomux::runtime::Config;
+    ///
+    /// assert!(Config::builder().inbox_capacity(Some(1024)).build().is_ok());
+    /// assert!(Config::builder().inbox_capacity(Some(0)).build().is_err());
+    /// ```
+    pub fn inbox_capacity(mut self, messages: Option<usize>) -> Self {
+        self.config.inbox_capacity = messages;
+        self
+    }
+
+    /// The shortest buffer [`Io::write_bytes`](super::Io::write_bytes)
+    /// shares rather than copies (default 1 KiB): below it one copy into
+    /// the output costs less than sending a reference with the rest in a
+    /// gathered send. Fan-out of small messages to many connections may
+    /// set it lower to share each message once.
+    ///
+    /// ```
+    /// use iomux::runtime::Config;
+    ///
+    /// let config = Config::builder().share_min(64).build()?;
+    /// assert_eq!(config.share_min(), 64);
+    /// # Ok::<(), iomux::Error>(())
+    /// ```
+    pub fn share_min(mut self, bytes: usize) -> Self {
+        self.config.share_min = bytes;
+        self
+    }
+
     /// Checks every value.
     pub fn build(self) -> Result<Config> {
         let c = &self.config;
@@ -399,6 +447,9 @@ impl ConfigBuilder {
         }
         if let Some(t) = c.user_timeout.filter(|t| t.is_zero() || t.as_millis() > i32::MAX as u128) {
             return invalid("user_timeout", format!("{t:?} is not between 1 ms and 2^31-1 ms"));
+        }
+        if c.inbox_capacity == Some(0) {
+            return invalid("inbox_capacity", "must be at least 1 message (None: no bound)".into());
         }
         if c.connect_timeout.is_some_and(|t| t.is_zero()) {
             return invalid("connect_timeout", "must be longer than zero (None waits for the kernel)".into());

@@ -7,7 +7,7 @@
 //! [`Driver`] trait; everything else is written once.
 
 use super::io::{Accept, Io};
-use super::messages::Inbox;
+use super::messages::{Inbox, RoomSignal};
 use super::stats::LoopStats;
 use super::timers::timeout_until;
 use super::{CloseReason, Config, ConnId, Control, Handler};
@@ -72,8 +72,9 @@ impl<'h, H: Handler> Core<'h, H> {
     }
 
     /// The loop's waker is set up: stops and messages wake it from now on.
-    pub(crate) fn wake_with(&self, waker: &Waker) {
+    pub(crate) fn wake_with(&mut self, waker: &Waker) {
         self.control.register(waker.clone());
+        self.io.room = Some(RoomSignal::new(waker.clone()));
         if let Some(inbox) = &self.inbox {
             inbox.set_waker(waker.clone());
         }
@@ -142,6 +143,10 @@ impl<'h, H: Handler> Core<'h, H> {
             self.io.stop_requested = true;
         }
         self.deliver_messages();
+        let room = self.io.room.as_ref().map(|signal| signal.take()).unwrap_or_default();
+        for loop_index in room {
+            self.handler.on_room(&mut self.io, loop_index);
+        }
     }
 
     /// Hands every queued message to the handler, oldest first.
@@ -391,6 +396,9 @@ impl<'h, H: Handler> Core<'h, H> {
     /// The loop's figures, with the syscalls its thread made.
     pub(crate) fn finish(self, uring_setup: Option<&'static str>) -> LoopStats {
         let mut stats = self.io.stats;
+        if let Some(inbox) = &self.inbox {
+            (stats.inbox_peak, stats.inbox_refused) = inbox.figures();
+        }
         stats.syscalls = sys::counts().since(&self.counts_before);
         stats.wall = self.start.elapsed();
         stats.uring_setup = uring_setup;

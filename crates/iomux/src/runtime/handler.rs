@@ -107,6 +107,12 @@ pub trait Handler {
     /// delivered between I/O events, never during another callback.
     fn on_message(&mut self, _io: &mut Io<Self::Conn>, _msg: Self::Message) {}
 
+    /// Loop `loop_index`'s inbox has room again, as asked with
+    /// [`Io::when_room`](super::Io::when_room): a producer that paused its
+    /// input after a refused [`Sender::try_send`](super::Sender::try_send)
+    /// resumes here.
+    fn on_room(&mut self, _io: &mut Io<Self::Conn>, _loop_index: usize) {}
+
     /// A timer set with [`Io::set_timer`] is due; `token` is what was set.
     fn on_timer(&mut self, _io: &mut Io<Self::Conn>, _timer: TimerId, _token: u64) {}
 

@@ -7,6 +7,7 @@
 //! core asks for, which the core leaves in `dirty` (a connection whose
 //! reading or output changed), `doomed` (to close) and the accept budget.
 
+use super::messages::{RoomSignal, Sender};
 use super::slab::Slab;
 use super::stats::LoopStats;
 use super::timers::{ConnDeadlines, Deadlines, TimerId, Timers};
@@ -21,6 +22,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod splice;
@@ -48,11 +50,6 @@ pub(crate) const UNIX: u32 = 16384; // a Unix stream socket (no TCP options, no 
 /// idle connection owns no buffer.
 const POOL_MAX: usize = 256;
 const POOL_BUF_MAX: usize = 64 << 10;
-
-/// A buffer handed to [`Io::write_bytes`] shorter than this is copied:
-/// for a few hundred bytes a copy costs less than one more buffer (and
-/// reference count) for the send to walk.
-const SHARE_MIN: usize = 1024;
 
 /// One connection, as every driver sees it.
 pub(crate) struct Conn<S> {
@@ -189,6 +186,8 @@ pub struct Io<S> {
     feeders: HashMap<ConnId, ConnId>,
     /// Splicing connections to pump (their target can take bytes again).
     pub(crate) pumps: VecDeque<ConnId>,
+    /// This loop's notices of room in other loops' inboxes ([`Io::when_room`]).
+    pub(crate) room: Option<Arc<RoomSignal>>,
 }
 
 impl<S> Io<S> {
@@ -221,6 +220,7 @@ impl<S> Io<S> {
             connect_deadlines: Deadlines::default(),
             feeders: HashMap::new(),
             pumps: VecDeque::new(),
+            room: None,
         }
     }
 
@@ -271,8 +271,9 @@ impl<S> Io<S> {
     /// sends it together with what was written before and after in
     /// gathered sends (`sendmsg` on the readiness backends,
     /// IORING_OP_SENDMSG on io_uring: up to 1024 buffers at a time). For a large body, or one value
-    /// sent to many connections. A buffer shorter than 1 KiB is copied,
-    /// which costs less. Bounded, and refused, as [`Io::write`].
+    /// sent to many connections. A buffer shorter than
+    /// [`ConfigBuilder::share_min`](super::ConfigBuilder::share_min) (1 KiB
+    /// by default) is copied, which costs less. Bounded, and refused, as [`Io::write`].
     ///
     /// ```
     /// use iomux::runtime::{Bytes, ConnId, Handler, Io};
@@ -295,7 +296,7 @@ impl<S> Io<S> {
     /// ```
     #[must_use = "a write to a closed or closing connection is refused"]
     pub fn write_bytes(&mut self, conn: ConnId, data: Bytes) -> bool {
-        if data.len() < SHARE_MIN {
+        if data.len() < self.cfg.share_min {
             return self.write(conn, &data);
         }
         let Some(c) = self.conns.get_mut(conn) else { return false };
@@ -657,6 +658,18 @@ impl<S> Io<S> {
             self.closing.push(until, conn);
         }
         self.mark_dirty(conn);
+    }
+
+    /// Asks for [`Handler::on_room`](super::Handler::on_room) on this loop
+    /// once `target`'s inbox has room for [`Sender::try_send`]: at once (on
+    /// the next turn) if it has some now, else when that loop next takes
+    /// its messages. One notice per call; a producer pauses its input
+    /// ([`Io::pause_reading`]) after a refused `try_send`, asks, and
+    /// resumes in `on_room`.
+    pub fn when_room<M>(&mut self, target: &Sender<M>) {
+        if let Some(signal) = &self.room {
+            target.wait_for_room(signal);
+        }
     }
 
     /// Opens an outbound TCP connection that owns `state`.

@@ -306,7 +306,7 @@ impl Runtime {
     /// ```
     pub fn senders<M: Send + 'static>(&self) -> Result<Vec<Sender<M>>> {
         let inboxes = self.inboxes.get_or_init(|| Inboxes {
-            loops: Box::new((0..self.threads).map(|_| Inbox::<M>::new()).collect::<Vec<_>>()),
+            loops: Box::new((0..self.threads).map(|_| Inbox::<M>::new(self.config.inbox_capacity)).collect::<Vec<_>>()),
             type_name: std::any::type_name::<M>(),
         });
         let loops = inboxes.loops.downcast_ref::<Vec<Arc<Inbox<M>>>>().ok_or_else(|| Error::InvalidConfig {

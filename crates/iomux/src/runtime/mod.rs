@@ -56,7 +56,7 @@ pub use config::{Config, ConfigBuilder, Keepalive};
 pub use handler::Handler;
 pub use io::Io;
 pub use launch::{Finished, Runtime};
-pub use messages::Sender;
+pub use messages::{Sender, TrySendError};
 pub use stats::{LoopStats, UringFeature};
 pub use timers::TimerId;
 

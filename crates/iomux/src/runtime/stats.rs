@@ -39,6 +39,12 @@ pub struct LoopStats {
     pub refused: u64,
     /// Messages handed to [`Handler::on_message`](super::Handler::on_message).
     pub messages: u64,
+    /// The most messages this loop's inbox held at once (the deepest over
+    /// loops, merged).
+    pub inbox_peak: u64,
+    /// [`Sender::try_send`](super::Sender::try_send)s this loop's inbox
+    /// refused as full.
+    pub inbox_refused: u64,
     /// Times accepting paused for EMFILE/ENFILE.
     pub accept_backoffs: u64,
     /// Gathered sends that sent something: of several buffers at once
@@ -102,6 +108,8 @@ impl LoopStats {
         self.accept_backoffs += o.accept_backoffs;
         self.refused += o.refused;
         self.messages += o.messages;
+        self.inbox_peak = self.inbox_peak.max(o.inbox_peak);
+        self.inbox_refused += o.inbox_refused;
         self.gathered_sends += o.gathered_sends;
         self.peak_output = self.peak_output.max(o.peak_output);
         self.peak_conns += o.peak_conns;
