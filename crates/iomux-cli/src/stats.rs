@@ -34,6 +34,13 @@ pub struct ServerStats {
     #[serde(default)]
     pub spliced_bytes: u64,
     pub messages: u64,
+    /// The most messages a loop's inbox held at once (pub/sub deliveries
+    /// between loops).
+    #[serde(default)]
+    pub inbox_peak: u64,
+    /// Messages a full inbox refused (and that waited their turn).
+    #[serde(default)]
+    pub inbox_refused: u64,
     /// Sends of several buffers at once (shared values behind a head).
     pub gathered_sends: u64,
     pub turns: u64,
@@ -106,6 +113,8 @@ pub fn stats_json(stats: &LoopStats, backend: Backend, extra: &[(&str, Value)]) 
         bytes_out: stats.bytes_out,
         spliced_bytes: stats.spliced,
         messages: stats.reads,
+        inbox_peak: stats.inbox_peak,
+        inbox_refused: stats.inbox_refused,
         gathered_sends: stats.gathered_sends,
         turns: stats.turns,
         peak_output_bytes: stats.peak_output,

@@ -18,7 +18,6 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -145,14 +144,7 @@ fn slow_reader_through(p: &Serve, backend: &str) {
         w.write_all(&sent).unwrap();
         w.shutdown(Shutdown::Write).unwrap();
     });
-    let (done, peak) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
-    let (d, pk, pid) = (done.clone(), peak.clone(), p.pid());
-    let sampler = thread::spawn(move || {
-        while !d.load(Ordering::SeqCst) {
-            pk.fetch_max(rss_of(pid), Ordering::SeqCst);
-            thread::sleep(Duration::from_millis(20));
-        }
-    });
+    let rss = PeakRss::start(p.pid());
     let mut got = Vec::with_capacity(BULK);
     let mut buf = vec![0u8; 64 << 10];
     loop {
@@ -163,23 +155,12 @@ fn slow_reader_through(p: &Serve, backend: &str) {
         got.extend_from_slice(&buf[..n]);
         thread::sleep(Duration::from_millis(1));
     }
-    done.store(true, Ordering::SeqCst);
-    sampler.join().unwrap();
+    let peak = rss.stop();
     writer.join().unwrap();
     assert_eq!(got.len(), BULK, "{backend}: bytes back");
     assert!(got == *data, "{backend}: the echo came back altered");
-    let peak = peak.load(Ordering::SeqCst);
     assert!(peak < 32 << 20, "{backend}: the proxy's RSS reached {} KiB", peak >> 10);
     eprintln!("{backend}: the proxy's RSS peaked at {} KiB", peak >> 10);
-}
-
-fn rss_of(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
-    kib.unwrap_or(0) * 1024
 }
 
 /// Spliced (`--splice auto`): bounded by the pipes as copying is by

@@ -10,7 +10,7 @@
 
 mod support;
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 use support::*;
@@ -104,51 +104,6 @@ const BROKEN: &[&[u8]] = &[
     b"*1\r\n$3\r\nabc\r\n*1\r\n$z\r\n",
     b"PING\r\nQUIT\r\nPING\r\n",
 ];
-
-/// The length of the one reply at the start of `b`, None while incomplete.
-fn reply_len(b: &[u8]) -> Option<usize> {
-    let line_end = b.windows(2).position(|w| w == b"\r\n")?;
-    let number = || std::str::from_utf8(&b[1..line_end]).ok()?.parse::<i64>().ok();
-    match b.first()? {
-        b'+' | b'-' | b':' => Some(line_end + 2),
-        b'$' => match number()? {
-            n if n < 0 => Some(line_end + 2),
-            n => (b.len() >= line_end + 2 + n as usize + 2).then_some(line_end + 2 + n as usize + 2),
-        },
-        b'*' => {
-            let mut at = line_end + 2;
-            for _ in 0..number()?.max(0) {
-                at += reply_len(&b[at..])?;
-            }
-            Some(at)
-        }
-        other => panic!("not a RESP reply: {:?}", *other as char),
-    }
-}
-
-/// Reads until `n` whole replies have come; they, as bytes.
-fn read_replies(s: &mut TcpStream, n: usize, what: &str) -> Vec<u8> {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 64 << 10];
-    loop {
-        let (mut at, mut count) = (0, 0);
-        while count < n {
-            match reply_len(&got[at..]) {
-                Some(len) => (at, count) = (at + len, count + 1),
-                None => break,
-            }
-        }
-        if count == n {
-            return got;
-        }
-        match s.read(&mut buf) {
-            Ok(0) => panic!("{what}: closed after {count} of {n} replies: {:?}", String::from_utf8_lossy(&got)),
-            Ok(k) => got.extend_from_slice(&buf[..k]),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => panic!("{what}: after {count} of {n} replies: {e}: {:?}", String::from_utf8_lossy(&got)),
-        }
-    }
-}
 
 fn request(command: &[u8]) -> Vec<u8> {
     let mut r = command.to_vec();

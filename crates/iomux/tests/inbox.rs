@@ -14,6 +14,7 @@ use std::io::Write;
 
 on_every_backend! {
     a_producer_keeps_to_the_inbox_and_waits_for_room,
+    a_consumer_that_holds_its_messages_holds_its_producer_back,
     broadcast_reaches_every_loop,
     small_shared_buffers_are_copied_below_share_min,
 }
@@ -25,8 +26,20 @@ const MESSAGES: u64 = 5_000;
 /// it may: refused, it asks for room and goes on from `on_room`. Loop 1
 /// takes them in order. Both stop when done.
 enum Role {
-    Producer { to: Sender<u64>, next: u64, refused: u64, rooms: u64 },
-    Consumer { got: Vec<u64> },
+    Producer {
+        to: Sender<u64>,
+        next: u64,
+        refused: u64,
+        rooms: u64,
+    },
+    /// With `hold_every`, it holds its messages after every that many
+    /// and releases them 2 ms later.
+    Consumer {
+        got: Vec<u64>,
+        hold_every: Option<usize>,
+        holds: u64,
+        held: bool,
+    },
 }
 
 impl Role {
@@ -58,12 +71,23 @@ impl Handler for Role {
         data.len()
     }
     fn on_message(&mut self, io: &mut Io<()>, n: u64) {
-        if let Role::Consumer { got } = self {
+        if let Role::Consumer { got, hold_every, holds, held } = self {
+            assert!(!*held, "message {n} handed over while the messages were held");
             got.push(n);
             if got.len() as u64 == MESSAGES {
                 io.stop();
+            } else if hold_every.is_some_and(|every| got.len() % every == 0) {
+                io.hold_messages();
+                (*holds, *held) = (*holds + 1, true);
+                io.set_timer(io.now() + std::time::Duration::from_millis(2), 0);
             }
         }
+    }
+    fn on_timer(&mut self, io: &mut Io<()>, _timer: iomux::runtime::TimerId, _token: u64) {
+        if let Role::Consumer { held, .. } = self {
+            *held = false;
+        }
+        io.release_messages();
     }
     fn on_room(&mut self, io: &mut Io<()>, loop_index: usize) {
         assert_eq!(loop_index, 1, "room in the consumer's inbox");
@@ -75,15 +99,28 @@ impl Handler for Role {
 }
 
 fn a_producer_keeps_to_the_inbox_and_waits_for_room(backend: Backend) {
+    producer_and_consumer(backend, None);
+}
+
+/// The consumer holds its messages after every 500 for 2 ms: they wait in
+/// its inbox, which fills, so the producer waits for room; every message
+/// still arrives once, in order.
+fn a_consumer_that_holds_its_messages_holds_its_producer_back(backend: Backend) {
+    let holds = producer_and_consumer(backend, Some(500));
+    assert_eq!(holds, MESSAGES / 500 - 1, "{backend}");
+}
+
+/// Runs the producer and the consumer; returns the consumer's holds.
+fn producer_and_consumer(backend: Backend, hold_every: Option<usize>) -> u64 {
     let config = Config::builder().backend(backend).inbox_capacity(Some(CAPACITY)).build().unwrap();
     let runtime = Runtime::new(config, 2).unwrap().bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let senders = runtime.senders::<u64>().unwrap();
     let server = start(runtime, move |i| match i {
         0 => Role::Producer { to: senders[1].clone(), next: 0, refused: 0, rooms: 0 },
-        _ => Role::Consumer { got: Vec::new() },
+        _ => Role::Consumer { got: Vec::new(), hold_every, holds: 0, held: false },
     });
     let finished = server.finish(); // both loops stop by themselves
-    let Role::Consumer { got } = &finished.handlers[1] else { panic!("loop 1 consumes") };
+    let Role::Consumer { got, holds, .. } = &finished.handlers[1] else { panic!("loop 1 consumes") };
     assert!(got.iter().copied().eq(0..MESSAGES), "{backend}: every message, once, in order");
     let Role::Producer { refused, rooms, .. } = &finished.handlers[0] else { panic!("loop 0 produces") };
     // The consumer's loop sleeps between wakes: a producer outruns it.
@@ -92,6 +129,7 @@ fn a_producer_keeps_to_the_inbox_and_waits_for_room(backend: Backend) {
     let consumer = &finished.loops[1];
     assert_eq!(consumer.inbox_refused, *refused, "{backend}");
     assert!(consumer.inbox_peak as usize <= CAPACITY, "{backend}: {} queued at the peak", consumer.inbox_peak);
+    *holds
 }
 
 /// Counts the messages it gets and stops at the first.

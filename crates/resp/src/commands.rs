@@ -26,7 +26,7 @@ pub fn error(out: &mut Vec<u8>, text: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-fn bulk(out: &mut Vec<u8>, value: &[u8]) {
+pub(crate) fn bulk(out: &mut Vec<u8>, value: &[u8]) {
     bulk_head(out, value.len());
     out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
@@ -43,13 +43,13 @@ fn bulk_head(out: &mut Vec<u8>, len: usize) {
     out.extend_from_slice(b"\r\n");
 }
 
-fn int(out: &mut Vec<u8>, n: i64) {
+pub(crate) fn int(out: &mut Vec<u8>, n: i64) {
     out.push(b':');
     out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
     out.extend_from_slice(b"\r\n");
 }
 
-fn array(out: &mut Vec<u8>, len: usize) {
+pub(crate) fn array(out: &mut Vec<u8>, len: usize) {
     out.push(b'*');
     out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
     out.extend_from_slice(b"\r\n");
@@ -138,6 +138,21 @@ fn unknown(out: &mut Vec<u8>, args: &[Arg<'_>]) {
 
 fn arity_error(out: &mut Vec<u8>, fullname: &str) {
     error(out, format!("wrong number of arguments for '{fullname}' command").as_bytes());
+}
+
+/// A command's name as redis's table has it, if it is known and has a
+/// valid number of arguments; else its error is appended to `out`.
+pub fn check(args: &[Arg<'_>], out: &mut Vec<u8>) -> Option<&'static str> {
+    let Some(spec) = COMMANDS.iter().find(|s| s.name.as_bytes().eq_ignore_ascii_case(args[0])) else {
+        unknown(out, args);
+        return None;
+    };
+    let argc = args.len() as i32;
+    if (spec.arity > 0 && spec.arity != argc) || argc < -spec.arity {
+        arity_error(out, spec.name);
+        return None;
+    }
+    Some(spec.name)
 }
 
 /// Runs one command, appending its reply to `out`; with `share`, a GET of

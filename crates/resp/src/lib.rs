@@ -19,10 +19,12 @@
 mod commands;
 pub mod conformance;
 mod parse;
+pub mod pubsub;
 mod store;
 
 pub use bytes::Bytes;
 pub use parse::INLINE_MAX;
+pub use pubsub::{Broker, Subscriptions};
 pub use store::{Store, SHARED_MIN};
 
 use commands::Arg;
@@ -111,6 +113,54 @@ impl Resp {
     /// `out_budget` bytes (so a pipeline of large replies is answered a
     /// part at a time as the output drains).
     pub fn feed(&mut self, store: &mut Store, now_ms: u64, input: &[u8], out: &mut Vec<u8>, out_budget: usize) -> Fed {
+        self.feed_with(store, now_ms, input, out, out_budget, None)
+    }
+
+    /// [`Resp::feed`] with pub/sub: the connection's subscriptions, and
+    /// the server's broker that knows the others and delivers. In
+    /// subscribed state only (P)SUBSCRIBE, (P)UNSUBSCRIBE, PING and QUIT
+    /// run, as in redis; the feed also stops after a command once
+    /// [`Broker::hold`] says so.
+    ///
+    /// ```
+    /// use iomux_resp::{Broker, Bytes, Resp, Store, Subscriptions};
+    ///
+    /// /// One connection alone: PUBLISH reaches nobody.
+    /// struct Alone;
+    /// impl Broker for Alone {
+    ///     fn subscribed(&mut self, _: &Bytes, _: bool, _: bool) {}
+    ///     fn publish(&mut self, _: &[u8], _: &[u8]) -> i64 { 0 }
+    ///     fn channels(&self, _: Option<&[u8]>) -> Vec<Bytes> { Vec::new() }
+    ///     fn numsub(&self, _: &[u8]) -> i64 { 0 }
+    ///     fn numpat(&self) -> i64 { 0 }
+    /// }
+    /// let (mut resp, mut store, mut subs, mut out) = (Resp::default(), Store::new(), Subscriptions::default(), Vec::new());
+    /// resp.feed_pubsub(&mut store, 0, b"PUBLISH news hi\r\nSUBSCRIBE news\r\nGET k\r\n", &mut out, usize::MAX, &mut subs, &mut Alone);
+    /// assert!(out.starts_with(b":0\r\n*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n-ERR Can't execute 'get'"));
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    pub fn feed_pubsub(
+        &mut self,
+        store: &mut Store,
+        now_ms: u64,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        out_budget: usize,
+        subs: &mut Subscriptions,
+        broker: &mut dyn Broker,
+    ) -> Fed {
+        self.feed_with(store, now_ms, input, out, out_budget, Some((subs, broker)))
+    }
+
+    fn feed_with(
+        &mut self,
+        store: &mut Store,
+        now_ms: u64,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        out_budget: usize,
+        mut pubsub: Option<(&mut Subscriptions, &mut dyn Broker)>,
+    ) -> Fed {
         let mut fed = Fed { consumed: 0, replies: 0, errors: 0, close: false, shared: None };
         store.purge(now_ms);
         // The arguments borrow the input: no copy per argument, and no
@@ -151,8 +201,16 @@ impl Resp {
                     fed.consumed += consumed;
                     fed.replies += 1;
                     let reply_at = out.len();
-                    let after = commands::execute(store, now_ms, args, out, self.share);
+                    let after = match &mut pubsub {
+                        Some((subs, broker)) => {
+                            pubsub_command(store, now_ms, args, out, self.share, subs, &mut **broker)
+                        }
+                        None => commands::execute(store, now_ms, args, out, self.share),
+                    };
                     fed.errors += u32::from(out.get(reply_at) == Some(&b'-'));
+                    if pubsub.as_ref().is_some_and(|(_, broker)| broker.hold()) {
+                        break; // the broker holds the publisher back
+                    }
                     match after {
                         commands::After::Continue => {}
                         commands::After::Close => {
@@ -169,6 +227,38 @@ impl Resp {
         }
         fed
     }
+}
+
+/// One command with pub/sub: its own commands, PING's subscribed reply,
+/// and the refusal of the rest in subscribed state (after redis's unknown
+/// command and arity errors, which come first).
+fn pubsub_command(
+    store: &mut Store,
+    now_ms: u64,
+    args: &[Arg<'_>],
+    out: &mut Vec<u8>,
+    share: bool,
+    subs: &mut Subscriptions,
+    broker: &mut dyn Broker,
+) -> commands::After {
+    if pubsub::is_pubsub(args[0]) {
+        pubsub::execute(args, out, subs, broker);
+        return commands::After::Continue;
+    }
+    if subs.count() == 0 {
+        return commands::execute(store, now_ms, args, out, share);
+    }
+    if !pubsub::allowed_when_subscribed(args[0]) {
+        if let Some(name) = commands::check(args, out) {
+            pubsub::refused(out, name);
+        }
+        return commands::After::Continue;
+    }
+    if args[0].eq_ignore_ascii_case(b"ping") && args.len() <= 2 {
+        pubsub::ping(out, args.get(1).copied());
+        return commands::After::Continue;
+    }
+    commands::execute(store, now_ms, args, out, share)
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 
 pub mod http;
 pub mod proxy;
+pub mod pubsub;
 pub mod resp;
 #[cfg(feature = "slowdown")]
 mod slowdown;

@@ -13,9 +13,12 @@
 //! to it behind the reply's head ([`Io::write_bytes`]), so a pipeline of
 //! GETs of one large value costs no copy and no memory per reply, and
 //! goes out in gathered sends.
+//!
+//! Pub/sub spans every loop (apps/pubsub.rs).
 
-use iomux::runtime::{ConnId, Handler, Io};
-use iomux_resp::{Limits, Resp, Store};
+use super::pubsub::{Delivery, Hub, RespConn};
+use iomux::runtime::{CloseReason, ConnId, Handler, Io};
+use iomux_resp::{Limits, Resp, Store, Subscriptions};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -40,6 +43,7 @@ impl Keyspace {
 pub struct RespServer {
     resp: Resp,
     keys: Arc<Keyspace>,
+    pub hub: Hub,
     /// Replies sent (errors included).
     pub replies: u64,
     /// Error replies sent.
@@ -50,18 +54,20 @@ pub struct RespServer {
 }
 
 impl RespServer {
-    pub fn new(keys: Arc<Keyspace>, limits: Limits) -> RespServer {
-        RespServer { resp: Resp::new(limits).share_values(), keys, replies: 0, errors: 0, clock: None }
+    pub fn new(keys: Arc<Keyspace>, limits: Limits, hub: Hub) -> RespServer {
+        RespServer { resp: Resp::new(limits).share_values(), keys, hub, replies: 0, errors: 0, clock: None }
     }
 }
 
 impl Handler for RespServer {
-    type Conn = ();
-    type Message = ();
+    type Conn = RespConn;
+    type Message = Delivery;
 
-    fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
+    fn on_accept(&mut self, _io: &mut Io<RespConn>, _conn: ConnId) -> RespConn {
+        None
+    }
 
-    fn on_data(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut (), data: &[u8]) -> usize {
+    fn on_data(&mut self, io: &mut Io<RespConn>, conn: ConnId, sub: &mut RespConn, data: &[u8]) -> usize {
         // The loop's clock, read once per turn: no clock read per request.
         let now = io.now();
         let now_ms = match self.clock {
@@ -75,11 +81,21 @@ impl Handler for RespServer {
         // A loop that panicked holding the lock left whole commands behind
         // (each command's change is one map operation): carry on.
         let mut store = self.keys.store.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let resp = &mut self.resp;
-        let Some(fed) = io.write_with(conn, |out| resp.feed(&mut store, now_ms, data, out, REPLY_BUDGET)) else {
+        let (resp, hub) = (&mut self.resp, &mut self.hub);
+        // A connection that never subscribed keeps no subscriptions.
+        let mut none = Subscriptions::default();
+        let subs = sub.as_mut().map_or(&mut none, |s| &mut s.subs);
+        let fed = io.write_with(conn, |out| {
+            resp.feed_pubsub(&mut store, now_ms, data, out, REPLY_BUDGET, subs, &mut hub.broker(conn))
+        });
+        drop(store);
+        if none.count() > 0 {
+            *sub = Some(super::pubsub::Subscriber::new(none));
+        }
+        self.hub.after_feed(io, conn);
+        let Some(fed) = fed else {
             return data.len(); // closing: nothing more is answered
         };
-        drop(store);
         self.replies += u64::from(fed.replies);
         self.errors += u64::from(fed.errors);
         if let Some(tail) = fed.shared {
@@ -92,5 +108,28 @@ impl Handler for RespServer {
             return data.len();
         }
         fed.consumed
+    }
+
+    fn on_message(&mut self, io: &mut Io<RespConn>, delivery: Delivery) {
+        self.hub.delivered(io, delivery);
+    }
+
+    fn on_room(&mut self, io: &mut Io<RespConn>, loop_index: usize) {
+        self.hub.room(io, loop_index);
+    }
+
+    fn on_drained(&mut self, io: &mut Io<RespConn>, conn: ConnId, _sub: &mut RespConn) {
+        self.hub.drained(io, conn);
+    }
+
+    fn on_timer(&mut self, io: &mut Io<RespConn>, _timer: iomux::runtime::TimerId, _token: u64) {
+        self.hub.check_stalls(io);
+    }
+
+    fn on_close(&mut self, io: &mut Io<RespConn>, conn: ConnId, sub: RespConn, _reason: &CloseReason) {
+        if let Some(sub) = sub {
+            self.hub.closed(conn, &sub.subs);
+            self.hub.drained(io, conn); // it held nobody back any more
+        }
     }
 }

@@ -157,6 +157,12 @@ pub struct ServeArgs {
     /// (docs/experiments/proxy.md).
     #[arg(long, value_enum, default_value_t = SpliceMode::Auto)]
     splice: SpliceMode,
+    /// resp: when a pub/sub subscriber that does not read is dropped, as
+    /// redis's client-output-buffer-limit pubsub: HARD,SOFT,SECONDS with
+    /// redis's units; past HARD bytes queued at once, past SOFT for SECONDS
+    /// (0 turns a limit off). Counted in the stats' pubsub.slow_dropped.
+    #[arg(long, default_value = "32mb,8mb,60", value_name = "HARD,SOFT,SECONDS", value_parser = crate::apps::pubsub::Limits::parse)]
+    pubsub_limit: crate::apps::pubsub::Limits,
     /// Worker N of a --procs parent: listen with SO_REUSEPORT, stop when
     /// the parent's end of stdin closes, leave the summary to the parent.
     #[arg(long, hide = true)]
@@ -205,6 +211,7 @@ impl ServeArgs {
             proxy_buffer,
             connect_timeout,
             splice,
+            pubsub_limit,
             worker: _,
         } = self;
         let mut f = Flags::default();
@@ -227,6 +234,10 @@ impl ServeArgs {
             .value("proxy-buffer", proxy_buffer)
             .value("connect-timeout", connect_timeout)
             .value("splice", splice.name())
+            .value(
+                "pubsub-limit",
+                format!("{}b,{}b,{}", pubsub_limit.hard, pubsub_limit.soft, pubsub_limit.soft_for.as_secs()),
+            )
             .optional("ring-buffers", *ring_buffers)
             .optional("ring-buffer-size", *ring_buffer_size)
             .optional("uring-register-ring", uring_register_ring.map(on_off_name))
@@ -396,6 +407,8 @@ fn check(args: &ServeArgs) -> CliResult<(Backend, Config)> {
         // Room for the largest request redis takes: one bulk string of
         // proto-max-bulk-len with its header.
         config = config.max_input(iomux_resp::Limits::default().max_bulk_len + (64 << 10));
+        // Pub/sub deliveries between loops: bounded, publishers held back.
+        config = config.inbox_capacity(Some(crate::apps::pubsub::INBOX_CAPACITY));
     }
     if let Some(n) = args.ring_buffers {
         config = config.ring_buffers(n.next_power_of_two());
@@ -471,15 +484,21 @@ fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCod
         extra.push(("http_timeouts", serde_json::json!(timeouts)));
         finished.stats
     } else if proto == Proto::Resp {
+        use crate::apps::pubsub::{Hub, PubsubCounts, Registry};
         let keys = crate::apps::resp::Keyspace::new();
-        let finished = runtime.run(|_| {
+        let (registry, senders, limits) = (Registry::shared(), runtime.senders()?, args.pubsub_limit);
+        let finished = runtime.run(|i| {
             pin();
-            crate::apps::resp::RespServer::new(keys.clone(), iomux_resp::Limits::default())
+            let hub = Hub::new(i, registry.clone(), senders.clone(), limits);
+            crate::apps::resp::RespServer::new(keys.clone(), iomux_resp::Limits::default(), hub)
         })?;
         let replies: u64 = finished.handlers.iter().map(|h| h.replies).sum();
         let errors: u64 = finished.handlers.iter().map(|h| h.errors).sum();
+        let mut pubsub = PubsubCounts::default();
+        finished.handlers.iter().for_each(|h| pubsub.add(&h.hub.counts));
         extra.push(("resp_replies", serde_json::json!(replies)));
         extra.push(("resp_errors", serde_json::json!(errors)));
+        extra.push(("pubsub", serde_json::to_value(pubsub)?));
         finished.stats
     } else if let (Proto::Proxy, Some(upstream)) = (proto, &args.upstream) {
         let (buffer, idle) = (args.proxy_buffer as usize, args.idle_timeout.map(Duration::from_secs_f64));

@@ -528,7 +528,7 @@ fn describe(status: ExitStatus) -> String {
 /// Counters that add up over workers; `peak_conns` and `peak_rss_bytes`
 /// too (the workers' peaks need not coincide: the sum bounds the whole
 /// server's from above).
-const SUMMED: [&str; 18] = [
+const SUMMED: [&str; 19] = [
     "loops",
     "accepted",
     "connected",
@@ -541,6 +541,7 @@ const SUMMED: [&str; 18] = [
     "bytes_in",
     "bytes_out",
     "spliced_bytes",
+    "inbox_refused",
     "messages",
     "gathered_sends",
     "turns",
@@ -562,6 +563,7 @@ fn merge(workers: &[Value], backend: Backend, proto: &str) -> Value {
         "sys_cpu_s": f64s("sys_cpu_s").sum::<f64>(),
         "wall_s": f64s("wall_s").fold(0.0, f64::max),
         "peak_output_bytes": u64s("peak_output_bytes").max().unwrap_or(0),
+        "inbox_peak": u64s("inbox_peak").max().unwrap_or(0),
         "uring_setup": workers.iter().map(|w| &w["uring_setup"]).find(|v| !v.is_null()).cloned().unwrap_or(Value::Null),
     });
     for key in SUMMED {

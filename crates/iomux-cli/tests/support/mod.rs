@@ -2,7 +2,7 @@
 //! PRNG, and a lock for tests that need many descriptors at once.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -140,13 +140,7 @@ impl Serve {
 
     /// Resident memory of the server now, in bytes.
     pub fn rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("status");
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .expect("VmRSS")
-            * 1024
+        rss_of(self.pid()).expect("VmRSS")
     }
 
     /// SIGTERM, then the exit status must be 0; returns the stats and stderr.
@@ -378,5 +372,89 @@ impl Drop for Redis {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+// ------------------------------------------------------------ RESP replies
+
+/// The length of the one reply at the start of `b`, None while incomplete.
+pub fn reply_len(b: &[u8]) -> Option<usize> {
+    let line_end = b.windows(2).position(|w| w == b"\r\n")?;
+    let number = || std::str::from_utf8(&b[1..line_end]).ok()?.parse::<i64>().ok();
+    match b.first()? {
+        b'+' | b'-' | b':' => Some(line_end + 2),
+        b'$' => match number()? {
+            n if n < 0 => Some(line_end + 2),
+            n => (b.len() >= line_end + 2 + n as usize + 2).then_some(line_end + 2 + n as usize + 2),
+        },
+        b'*' => {
+            let mut at = line_end + 2;
+            for _ in 0..number()?.max(0) {
+                at += reply_len(&b[at..])?;
+            }
+            Some(at)
+        }
+        other => panic!("not a RESP reply: {:?}", *other as char),
+    }
+}
+
+/// Reads until `n` whole replies have come; they, as bytes.
+pub fn read_replies(s: &mut TcpStream, n: usize, what: &str) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64 << 10];
+    loop {
+        let (mut at, mut count) = (0, 0);
+        while count < n {
+            match reply_len(&got[at..]) {
+                Some(len) => (at, count) = (at + len, count + 1),
+                None => break,
+            }
+        }
+        if count == n {
+            return got;
+        }
+        match s.read(&mut buf) {
+            Ok(0) => panic!("{what}: closed after {count} of {n} replies: {:?}", String::from_utf8_lossy(&got)),
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => panic!("{what}: after {count} of {n} replies: {e}: {:?}", String::from_utf8_lossy(&got)),
+        }
+    }
+}
+
+// ------------------------------------------------------------ memory
+
+/// A process's resident memory (VmRSS), None once it has gone.
+pub fn rss_of(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().trim_end_matches("kB").trim();
+    Some(kib.parse::<u64>().ok()? * 1024)
+}
+
+/// Samples a process's RSS every 20 ms on a thread of its own until
+/// [`PeakRss::stop`], which returns the largest seen.
+pub struct PeakRss {
+    done: Arc<std::sync::atomic::AtomicBool>,
+    sampler: std::thread::JoinHandle<u64>,
+}
+
+impl PeakRss {
+    pub fn start(pid: u32) -> PeakRss {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let d = done.clone();
+        let sampler = std::thread::spawn(move || {
+            let mut peak = 0;
+            while !d.load(std::sync::atomic::Ordering::SeqCst) {
+                peak = peak.max(rss_of(pid).unwrap_or(0));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            peak
+        });
+        PeakRss { done, sampler }
+    }
+
+    pub fn stop(self) -> u64 {
+        self.done.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.sampler.join().expect("the RSS sampler")
     }
 }

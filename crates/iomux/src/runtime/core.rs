@@ -129,6 +129,7 @@ impl<'h, H: Handler> Core<'h, H> {
             || !io.doomed_later.is_empty()
             || !io.reoffer.is_empty()
             || !io.read_closed.is_empty()
+            || io.messages_due
             || io.stop_requested
     }
 
@@ -151,15 +152,27 @@ impl<'h, H: Handler> Core<'h, H> {
 
     /// Hands every queued message to the handler, oldest first.
     fn deliver_messages(&mut self) {
+        self.io.messages_due = false;
         let Some(inbox) = &self.inbox else { return };
-        for msg in inbox.take_all() {
+        if self.io.messages_held {
+            return;
+        }
+        let mut taken = inbox.take_all();
+        while let Some(msg) = taken.pop_front() {
             self.io.stats.messages += 1;
             self.handler.on_message(&mut self.io, msg);
+            if self.io.messages_held && !taken.is_empty() {
+                // Held from a callback: the rest waits, first in line.
+                return inbox.put_back(taken);
+            }
         }
     }
 
     /// After the events: drained notices, timers, deadlines, stop.
     pub(crate) fn end_turn<D: Driver>(&mut self, d: &mut D) {
+        if self.io.messages_due {
+            self.deliver_messages();
+        }
         let later = std::mem::take(&mut self.io.drained_later);
         self.io.drained.extend(later);
         let failed = std::mem::take(&mut self.io.doomed_later);

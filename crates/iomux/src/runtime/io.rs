@@ -188,6 +188,10 @@ pub struct Io<S> {
     pub(crate) pumps: VecDeque<ConnId>,
     /// This loop's notices of room in other loops' inboxes ([`Io::when_room`]).
     pub(crate) room: Option<Arc<RoomSignal>>,
+    /// [`Io::hold_messages`]: messages wait in the inbox.
+    pub(crate) messages_held: bool,
+    /// Released after a hold: what waits is handed over on this turn.
+    pub(crate) messages_due: bool,
 }
 
 impl<S> Io<S> {
@@ -221,6 +225,8 @@ impl<S> Io<S> {
             feeders: HashMap::new(),
             pumps: VecDeque::new(),
             room: None,
+            messages_held: false,
+            messages_due: false,
         }
     }
 
@@ -669,6 +675,25 @@ impl<S> Io<S> {
     pub fn when_room<M>(&mut self, target: &Sender<M>) {
         if let Some(signal) = &self.room {
             target.wait_for_room(signal);
+        }
+    }
+
+    /// Stops handing this loop's messages to
+    /// [`Handler::on_message`](super::Handler::on_message) (from the next
+    /// one on) until [`Io::release_messages`]: they wait in the inbox, in
+    /// order, and with a bounded inbox its producers' `try_send` refuse once
+    /// it is full. A consumer whose own output backs up (a fan-out to slow
+    /// connections) holds its producers back this way, end to end.
+    pub fn hold_messages(&mut self) {
+        self.messages_held = true;
+    }
+
+    /// Hands messages over again after [`Io::hold_messages`]: those that
+    /// waited come on this turn, oldest first.
+    pub fn release_messages(&mut self) {
+        if self.messages_held {
+            self.messages_held = false;
+            self.messages_due = true;
         }
     }
 

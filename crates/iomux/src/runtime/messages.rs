@@ -86,6 +86,17 @@ impl<M> Inbox<M> {
         }
     }
 
+    /// Messages taken but not handled (the loop held its messages): they
+    /// go back to the front, before any sent since.
+    pub(crate) fn put_back(&self, mut rest: VecDeque<M>) {
+        let mut state = self.lock();
+        if state.closed {
+            return;
+        }
+        rest.append(&mut state.queue);
+        state.queue = rest;
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.lock().queue.is_empty()
     }

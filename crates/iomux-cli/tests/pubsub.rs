@@ -1,0 +1,321 @@
+//! Pub/sub in `iomux serve --proto resp --threads 2`, on every backend:
+//! - its replies equal redis-server's byte for byte: (un)subscribe
+//!   confirmations, message and pmessage pushes, counts, PUBSUB, PING and
+//!   the errors of subscribed state (skipped without redis-server, except
+//!   under CI=true);
+//! - fan-out across loops: 50 subscribers, 5 publishers x 2,000 messages,
+//!   every subscriber gets all 10,000, each publisher's in order;
+//! - a subscriber that never reads is dropped at the hard limit while 20
+//!   others get all of 200 MiB, the server's RSS under 64 MiB;
+//! - a burst of publishes keeps each loop's inbox within its capacity and
+//!   loses nothing;
+//! - redis-cli SUBSCRIBE and PUBLISH work against it.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::Duration;
+use support::*;
+
+on_every_backend! {
+    pubsub_replies_equal_redis_servers,
+    every_subscriber_gets_every_message_in_order,
+    a_subscriber_that_never_reads_is_dropped_at_the_hard_limit,
+    a_burst_of_publishes_keeps_the_inboxes_bounded,
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    s.set_nodelay(true).expect("nodelay");
+    s
+}
+
+fn command(s: &mut TcpStream, line: &str, replies: usize) -> Vec<u8> {
+    s.write_all(format!("{line}\r\n").as_bytes()).expect("write");
+    read_replies(s, replies, line)
+}
+
+/// One connection's script: each command and how many replies it gets.
+/// Every (un)subscribe-all leaves at most one name, so the order of the
+/// replies does not depend on redis's hash order.
+const ALONE: &[(&str, usize)] = &[
+    ("UNSUBSCRIBE", 1),
+    ("PUNSUBSCRIBE", 1),
+    ("SUBSCRIBE a b", 2),
+    ("SUBSCRIBE a", 1),
+    ("PSUBSCRIBE h?llo", 1),
+    ("GET k", 1),
+    ("GET", 1),
+    ("FOO bar", 1),
+    ("PING", 1),
+    ("PING x", 1),
+    ("PUBLISH a m", 1),
+    ("PUBSUB NUMSUB a", 1),
+    ("UNSUBSCRIBE a zz", 2),
+    ("PUNSUBSCRIBE h?llo", 1),
+    ("UNSUBSCRIBE", 1),
+    ("PING", 1),
+    ("SUBSCRIBE", 1),
+    ("PUBLISH a", 1),
+    ("PUBSUB NUMSUB a b", 1),
+    ("PUBSUB NUMPAT", 1),
+    ("PUBSUB CHANNELS", 1),
+    ("PUBSUB FOO", 1),
+    ("PUBSUB", 1),
+    ("PUBSUB NUMPAT x", 1),
+    ("PUBSUB CHANNELS a b", 1),
+    ("SUBSCRIBE q", 1),
+    ("PUBSUB FOO", 1),
+    ("PUBSUB CHANNELS", 1),
+    ("PUBSUB NUMPAT x", 1),
+    ("UNSUBSCRIBE", 1),
+];
+
+/// The replies a subscriber and a publisher see, on `addr`.
+fn transcript(addr: SocketAddr) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut s = connect(addr);
+    for (line, n) in ALONE {
+        out.extend(command(&mut s, line, *n));
+    }
+    let mut sub = connect(addr);
+    out.extend(command(&mut sub, "SUBSCRIBE news", 1));
+    out.extend(command(&mut sub, "PSUBSCRIBE n*", 1));
+    out.extend(command(&mut sub, "PSUBSCRIBE x*", 1));
+    let mut publisher = connect(addr);
+    for (line, n) in [
+        ("PUBLISH news hello", 1),
+        ("PUBLISH nope hi", 1),
+        ("PUBLISH other hi", 1),
+        ("PUBSUB NUMSUB news other", 1),
+        ("PUBSUB NUMPAT", 1),
+        ("PUBSUB CHANNELS", 1),
+        ("PUBSUB CHANNELS x*", 1),
+        ("PUBSUB CHANNELS n*", 1),
+    ] {
+        out.extend(command(&mut publisher, line, n));
+    }
+    // news: a message and a pmessage; nope: a pmessage; other: nothing.
+    out.extend(read_replies(&mut sub, 3, "the pushes"));
+    out.extend(command(&mut sub, "UNSUBSCRIBE news", 1));
+    out.extend(command(&mut sub, "QUIT", 1));
+    out
+}
+
+fn pubsub_replies_equal_redis_servers(backend: &str) {
+    let Some(redis) = Redis::start() else { return };
+    let server = Serve::start(backend, &["--proto", "resp", "--threads", "2"]);
+    let (want, got) = (transcript(redis.addr), transcript(server.addr));
+    let (want, got) = (String::from_utf8_lossy(&want), String::from_utf8_lossy(&got));
+    if want != got {
+        let first = want.lines().zip(got.lines()).position(|(a, b)| a != b);
+        panic!(
+            "{backend}: replies differ from redis-server's, first at line {first:?}:\nredis: {want:?}\niomux: {got:?}"
+        );
+    }
+    server.stop();
+}
+
+/// Reads pushes of `channel` until `count` arrived: their payloads.
+fn payloads(s: &mut TcpStream, count: usize, what: &str) -> Vec<Vec<u8>> {
+    let mut got = Vec::with_capacity(count);
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    while got.len() < count {
+        while let Some(len) = reply_len(&buf) {
+            // *3 $7 message $ch ch $n payload: the payload is the last bulk.
+            let reply = &buf[..len];
+            let body = &reply[..len - 2];
+            let start = body.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            got.push(body[start..].to_vec());
+            buf.drain(..len);
+            if got.len() == count {
+                break;
+            }
+        }
+        if got.len() == count {
+            break;
+        }
+        let n = s.read(&mut chunk).unwrap_or_else(|e| panic!("{what}: after {} pushes: {e}", got.len()));
+        assert!(n > 0, "{what}: closed after {} pushes", got.len());
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    got
+}
+
+fn every_subscriber_gets_every_message_in_order(backend: &str) {
+    const SUBSCRIBERS: usize = 50;
+    const PUBLISHERS: usize = 5;
+    const EACH: usize = 2_000;
+    let server = Serve::start(backend, &["--proto", "resp", "--threads", "2"]);
+    let addr = server.addr;
+    let mut subscribers: Vec<TcpStream> = (0..SUBSCRIBERS).map(|_| connect(addr)).collect();
+    for s in &mut subscribers {
+        command(s, "SUBSCRIBE fan", 1);
+    }
+    let readers: Vec<_> = subscribers
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut s)| thread::spawn(move || payloads(&mut s, PUBLISHERS * EACH, &format!("subscriber {i}"))))
+        .collect();
+    let publishers: Vec<_> = (0..PUBLISHERS)
+        .map(|p| {
+            thread::spawn(move || {
+                let mut s = connect(addr);
+                let pipeline: String = (0..EACH).map(|n| format!("PUBLISH fan {p}:{n}\r\n")).collect();
+                s.write_all(pipeline.as_bytes()).expect("publish");
+                let replies = read_replies(&mut s, EACH, "the publisher's replies");
+                let want = format!(":{SUBSCRIBERS}\r\n").repeat(EACH);
+                assert_eq!(String::from_utf8_lossy(&replies), want, "every PUBLISH reaches every subscriber");
+            })
+        })
+        .collect();
+    publishers.into_iter().for_each(|p| p.join().expect("a publisher"));
+    for (i, reader) in readers.into_iter().enumerate() {
+        let got = reader.join().expect("a subscriber");
+        let mut next = [0usize; PUBLISHERS];
+        for payload in got {
+            let text = String::from_utf8(payload).expect("utf-8");
+            let (p, n) = text.split_once(':').expect("p:n");
+            let (p, n): (usize, usize) = (p.parse().unwrap(), n.parse().unwrap());
+            assert_eq!(n, next[p], "{backend}: subscriber {i}, publisher {p}: out of order or lost");
+            next[p] += 1;
+        }
+        assert_eq!(next, [EACH; PUBLISHERS], "{backend}: subscriber {i}");
+    }
+    let (stats, _) = server.stop();
+    assert_eq!(stats["pubsub"]["delivered"].as_u64(), Some((SUBSCRIBERS * PUBLISHERS * EACH) as u64), "{stats}");
+}
+
+/// 200 MiB of 1 KiB messages to 20 subscribers that read and one that
+/// never does: the 20 get every byte; the one is dropped once 32 MiB wait
+/// for it; the server's RSS stays under 64 MiB.
+fn a_subscriber_that_never_reads_is_dropped_at_the_hard_limit(backend: &str) {
+    const READERS: usize = 20;
+    const MESSAGES: usize = 200 << 10;
+    let _heavy = heavy();
+    let server = Serve::start(backend, &["--proto", "resp", "--threads", "2"]);
+    let addr = server.addr;
+    let mut slow = connect(addr);
+    command(&mut slow, "SUBSCRIBE bulk", 1);
+    let payload = "x".repeat(1000);
+    let push_len = format!("*3\r\n$7\r\nmessage\r\n$4\r\nbulk\r\n$1000\r\n{payload}\r\n").len() as u64;
+    let readers: Vec<_> = (0..READERS)
+        .map(|i| {
+            let mut s = connect(addr);
+            command(&mut s, "SUBSCRIBE bulk", 1);
+            thread::spawn(move || {
+                let want = push_len * MESSAGES as u64;
+                let (mut got, mut buf) = (0u64, vec![0u8; 256 << 10]);
+                while got < want {
+                    let n = s.read(&mut buf).unwrap_or_else(|e| panic!("reader {i}: after {got} bytes: {e}"));
+                    assert!(n > 0, "reader {i}: closed after {got} of {want} bytes");
+                    got += n as u64;
+                }
+                got
+            })
+        })
+        .collect();
+    let rss = PeakRss::start(server.pid());
+    let mut publisher = connect(addr);
+    let batch: String = (0..1024).map(|_| format!("PUBLISH bulk {payload}\r\n")).collect();
+    for _ in 0..MESSAGES / 1024 {
+        publisher.write_all(batch.as_bytes()).expect("publish");
+        read_replies(&mut publisher, 1024, "the publisher's replies");
+    }
+    let joined: Vec<_> = readers.into_iter().map(|r| r.join()).collect();
+    if joined.iter().any(|r| r.is_err()) {
+        let (stats, _) = server.stop();
+        panic!("{backend}: a reader failed: {stats}");
+    }
+    for got in joined {
+        assert_eq!(got.unwrap(), push_len * MESSAGES as u64, "{backend}");
+    }
+    let peak = rss.stop();
+    // The slow one was reset: its read ends (after what was sent before).
+    slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut sink = Vec::new();
+    let ended = slow.read_to_end(&mut sink);
+    assert!(ended.is_ok() || ended.is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset), "{backend}");
+    let (stats, _) = server.stop();
+    assert_eq!(stats["pubsub"]["slow_dropped"].as_u64(), Some(1), "{backend}: {stats}");
+    eprintln!("{backend}: RSS peaked at {} KiB", peak >> 10);
+    assert!(peak < 64 << 20, "{backend}: RSS reached {} KiB", peak >> 10);
+}
+
+/// Publishers pipelining 200,000 publishes at once, subscribers on both
+/// loops: every message reaches every subscriber, and no loop's inbox ever
+/// held more than its capacity (publishers were held back instead).
+fn a_burst_of_publishes_keeps_the_inboxes_bounded(backend: &str) {
+    const SUBSCRIBERS: usize = 4;
+    const PUBLISHERS: usize = 4;
+    const EACH: usize = 50_000;
+    let server = Serve::start(backend, &["--proto", "resp", "--threads", "2"]);
+    let addr = server.addr;
+    let mut subscribers: Vec<TcpStream> = (0..SUBSCRIBERS).map(|_| connect(addr)).collect();
+    for s in &mut subscribers {
+        command(s, "SUBSCRIBE burst", 1);
+    }
+    let readers: Vec<_> = subscribers
+        .into_iter()
+        .map(|mut s| thread::spawn(move || payloads(&mut s, PUBLISHERS * EACH, "a subscriber").len()))
+        .collect();
+    let publishers: Vec<_> = (0..PUBLISHERS)
+        .map(|_| {
+            thread::spawn(move || {
+                let mut s = connect(addr);
+                let pipeline = "PUBLISH burst m\r\n".repeat(EACH);
+                let mut r = s.try_clone().unwrap();
+                let reader = thread::spawn(move || read_replies(&mut r, EACH, "the publisher's replies").len());
+                s.write_all(pipeline.as_bytes()).expect("publish");
+                reader.join().expect("replies")
+            })
+        })
+        .collect();
+    publishers.into_iter().for_each(|p| assert!(p.join().expect("a publisher") > 0));
+    for reader in readers {
+        assert_eq!(reader.join().expect("a subscriber"), PUBLISHERS * EACH, "{backend}");
+    }
+    let (stats, _) = server.stop();
+    let (peak, refused) = (stats["inbox_peak"].as_u64().unwrap(), stats["inbox_refused"].as_u64().unwrap());
+    eprintln!("{backend}: inbox peak {peak}, refused {refused}, held {}", stats["pubsub"]["held"]);
+    assert!(peak <= 4096, "{backend}: an inbox held {peak} deliveries: {stats}");
+}
+
+/// redis-cli, the client users have: SUBSCRIBE on one loop, PUBLISH on the
+/// other, the message comes through.
+#[test]
+fn redis_cli_subscribes_and_publishes() {
+    if Command::new("redis-cli").arg("--version").output().is_err() {
+        assert!(std::env::var("CI").is_err(), "CI=true but redis-cli is missing (scripts/install-http-tools)");
+        eprintln!("skipped: no redis-cli (scripts/install-http-tools installs it)");
+        return;
+    }
+    let server = Serve::start("epoll", &["--proto", "resp", "--threads", "2"]);
+    let port = server.addr.port().to_string();
+    let sub = Command::new("redis-cli")
+        .args(["-p", &port, "SUBSCRIBE", "news"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("redis-cli SUBSCRIBE");
+    let mut published = String::new();
+    for _ in 0..100 {
+        let out = Command::new("redis-cli").args(["-p", &port, "PUBLISH", "news", "hello"]).output().expect("PUBLISH");
+        published = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if published == "1" {
+            break;
+        }
+        thread::sleep(Duration::from_millis(20)); // the subscriber is still connecting
+    }
+    assert_eq!(published, "1", "PUBLISH's receivers");
+    thread::sleep(Duration::from_millis(100));
+    let mut sub = sub;
+    let _ = sub.kill();
+    let out = sub.wait_with_output().expect("redis-cli's output");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "subscribe\nnews\n1\nmessage\nnews\nhello\n");
+    server.stop();
+}
