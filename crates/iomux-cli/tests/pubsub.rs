@@ -22,6 +22,7 @@ use support::*;
 
 on_every_backend! {
     pubsub_replies_equal_redis_servers,
+    a_subscriber_that_stops_reading_holds_nobody_back,
     every_subscriber_gets_every_message_in_order,
     a_subscriber_that_never_reads_is_dropped_at_the_hard_limit,
     a_burst_of_publishes_keeps_the_inboxes_bounded,
@@ -102,6 +103,12 @@ fn transcript(addr: SocketAddr) -> Vec<u8> {
     // news: a message and a pmessage; nope: a pmessage; other: nothing.
     out.extend(read_replies(&mut sub, 3, "the pushes"));
     out.extend(command(&mut sub, "UNSUBSCRIBE news", 1));
+    // A PUBLISH, then a SUBSCRIBE in the same write: the message goes to
+    // those subscribed before it, not to its own sender.
+    let mut late = connect(addr);
+    late.write_all(b"PUBLISH news early\r\nSUBSCRIBE news\r\nPING\r\n").expect("write");
+    out.extend(read_replies(&mut late, 3, "PUBLISH, SUBSCRIBE, PING"));
+    out.extend(read_replies(&mut sub, 1, "the early pmessage"));
     out.extend(command(&mut sub, "QUIT", 1));
     out
 }
@@ -189,6 +196,45 @@ fn every_subscriber_gets_every_message_in_order(backend: &str) {
     }
     let (stats, _) = server.stop();
     assert_eq!(stats["pubsub"]["delivered"].as_u64(), Some((SUBSCRIBERS * PUBLISHERS * EACH) as u64), "{stats}");
+}
+
+/// A client with a small receive buffer, as a subscriber far away would be.
+fn small_window_client(addr: SocketAddr) -> TcpStream {
+    use rustix::net::{connect, socket, sockopt, AddressFamily, SocketType};
+    let fd = socket(AddressFamily::INET, SocketType::STREAM, None).expect("socket");
+    sockopt::set_socket_recv_buffer_size(&fd, 4096).expect("SO_RCVBUF");
+    connect(&fd, &addr).expect("connect");
+    let s = TcpStream::from(fd);
+    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    s
+}
+
+/// A subscriber falls behind by a 5.6 MB message, reads some of it, then
+/// stops reading, well under the output limits: after a moment it holds
+/// nobody back. Its publisher and other clients are answered; it is left
+/// to the limits (the review's freeze: publishers paused for good).
+fn a_subscriber_that_stops_reading_holds_nobody_back(backend: &str) {
+    let server = Serve::start(backend, &["--proto", "resp"]);
+    let mut sub = small_window_client(server.addr);
+    command(&mut sub, "SUBSCRIBE ch", 1);
+    let mut publisher = connect(server.addr);
+    let payload = "x".repeat(5_600_000);
+    let publish = format!("*3\r\n$7\r\nPUBLISH\r\n$2\r\nch\r\n${}\r\n{payload}\r\n", payload.len());
+    publisher.write_all(publish.as_bytes()).expect("publish");
+    assert_eq!(read_replies(&mut publisher, 1, "PUBLISH"), b":1\r\n");
+    let mut buf = vec![0u8; 64 << 10];
+    let mut got = 0;
+    while got < 1_830_000 {
+        got += sub.read(&mut buf).expect("the subscriber's read");
+    }
+    // It reads no more. The publisher and another client go on.
+    assert_eq!(command(&mut publisher, "PING", 1), b"+PONG\r\n", "{backend}: the publisher");
+    let mut other = connect(server.addr);
+    assert_eq!(command(&mut other, "SET k v", 1), b"+OK\r\n", "{backend}");
+    assert_eq!(command(&mut other, "GET k", 1), b"$1\r\nv\r\n", "{backend}");
+    assert_eq!(command(&mut publisher, "PUBLISH ch again", 1), b":1\r\n", "{backend}");
+    drop(sub);
+    server.stop();
 }
 
 /// 200 MiB of 1 KiB messages to 20 subscribers that read and one that

@@ -208,10 +208,10 @@ impl Resp {
                         None => commands::execute(store, now_ms, args, out, self.share),
                     };
                     fed.errors += u32::from(out.get(reply_at) == Some(&b'-'));
-                    if pubsub.as_ref().is_some_and(|(_, broker)| broker.hold()) {
-                        break; // the broker holds the publisher back
-                    }
                     match after {
+                        commands::After::Continue if pubsub.as_ref().is_some_and(|(_, broker)| broker.hold()) => {
+                            break; // the broker holds the publisher back
+                        }
                         commands::After::Continue => {}
                         commands::After::Close => {
                             fed.close = true;

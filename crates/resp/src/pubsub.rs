@@ -225,6 +225,10 @@ fn pubsub(sub: &str, args: &[&[u8]], out: &mut Vec<u8>, broker: &mut dyn Broker)
 /// here because PSUBSCRIBE must match exactly as redis does, and glob
 /// crates follow shell or path rules instead.
 pub fn glob_match(pattern: &[u8], string: &[u8]) -> bool {
+    if string.is_empty() {
+        // redis's loop never runs: only the empty pattern matches it.
+        return pattern.is_empty();
+    }
     let (mut p, mut s) = (0, 0);
     // The last `*` seen and the string position it stands at: on a
     // mismatch the star takes one more byte (no recursion, no blow-up).
@@ -343,7 +347,9 @@ mod tests {
             ("h[b-a]llo", "hallo", true),
             ("h\\*llo", "h*llo", true),
             ("h\\*llo", "hello", false),
-            ("*", "", true),
+            ("*", "", false),
+            ("", "", true),
+            ("a*", "a", true),
             ("news.*", "news.tech", true),
             ("news.*", "new", false),
             ("a*b*c", "aXbYbZc", true),

@@ -154,9 +154,12 @@ pub struct Hub {
     waiting: Vec<VecDeque<Delivery>>,
     /// Publishers not read until `waiting` empties.
     held_back: Vec<ConnId>,
-    /// Deliveries for this loop's subscribers, made after the feed that
-    /// published them (the feed holds the publisher's output).
-    local: Vec<Delivery>,
+    /// Pushes for this loop's subscribers, chosen when published and
+    /// queued after the feed (which holds the publisher's output).
+    local: Vec<(ConnId, Bytes)>,
+    /// The current feed published something: its connection is a
+    /// publisher, held back with the others when they must wait.
+    published: bool,
     /// Subscribers over LAG_MARK that read: their queued bytes at the last
     /// look. Publishers wait while any is here.
     lagging: Vec<(ConnId, usize)>,
@@ -186,6 +189,7 @@ impl Hub {
             waiting: vec![VecDeque::new(); loops],
             held_back: Vec::new(),
             local: Vec::new(),
+            published: false,
             lagging: Vec::new(),
             stalled: Vec::new(),
             stall_timer: None,
@@ -206,11 +210,11 @@ impl Hub {
     /// After a feed: this loop's deliveries go out, and a publisher whose
     /// deliveries wait for room is no longer read.
     pub fn after_feed(&mut self, io: &mut Io<RespConn>, conn: ConnId) {
-        for delivery in std::mem::take(&mut self.local) {
-            self.deliver(io, &delivery);
-        }
+        let pushes = std::mem::take(&mut self.local);
+        self.push_all(io, pushes);
         let waits_room = self.waiting.iter().any(|w| !w.is_empty());
-        if (waits_room || !self.lagging.is_empty()) && !self.held_back.contains(&conn) {
+        let publisher = std::mem::take(&mut self.published);
+        if publisher && (waits_room || !self.lagging.is_empty()) && !self.held_back.contains(&conn) {
             io.pause_reading(conn);
             self.held_back.push(conn);
         }
@@ -223,12 +227,17 @@ impl Hub {
         }
     }
 
-    /// Publishers go on once nothing waits for room and nobody lags.
+    /// Messages are taken again once nobody lags (another loop may wait
+    /// for room here: a loop waiting for this one must never wait on it);
+    /// publishers go on once, too, nothing waits for room elsewhere.
     fn maybe_resume(&mut self, io: &mut Io<RespConn>) {
-        if !self.lagging.is_empty() || self.waiting.iter().any(|w| !w.is_empty()) {
+        if !self.lagging.is_empty() {
             return;
         }
         io.release_messages();
+        if self.waiting.iter().any(|w| !w.is_empty()) {
+            return;
+        }
         for conn in std::mem::take(&mut self.held_back) {
             io.resume_reading(conn);
         }
@@ -251,10 +260,10 @@ impl Hub {
             if now == 0 {
                 continue; // closed, or caught up
             }
-            if now < before || now <= LAG_MARK {
+            if now < before {
                 still.push((conn, now)); // it reads
             } else {
-                self.stalled.push(conn);
+                self.stalled.push(conn); // no progress: it holds nobody back
             }
         }
         self.lagging = still;
@@ -302,9 +311,15 @@ impl Hub {
         self.maybe_resume(io);
     }
 
-    /// Queues `delivery`'s pushes to this loop's subscribers of its channel
-    /// and of every pattern that matches it.
+    /// Queues `delivery`'s pushes to this loop's subscribers as they are now.
     fn deliver(&mut self, io: &mut Io<RespConn>, d: &Delivery) {
+        let pushes = self.pushes(d);
+        self.push_all(io, pushes);
+    }
+
+    /// The pushes `d` makes to this loop's subscribers of its channel and of
+    /// every pattern that matches it, each push built once.
+    fn pushes(&self, d: &Delivery) -> Vec<(ConnId, Bytes)> {
         let mut to = Vec::new();
         if let Some(subscribers) = self.channels.get(&d.channel) {
             to.extend(subscribers.iter().map(|&c| (c, d.push.clone())));
@@ -315,6 +330,10 @@ impl Hub {
                 to.extend(subscribers.iter().map(|&c| (c, push.clone())));
             }
         }
+        to
+    }
+
+    fn push_all(&mut self, io: &mut Io<RespConn>, to: Vec<(ConnId, Bytes)>) {
         for (conn, push) in to {
             if io.write_bytes(conn, push) {
                 self.counts.delivered += 1;
@@ -350,6 +369,11 @@ impl Hub {
         for p in subs.patterns() {
             self.subscription(conn, p, true, false);
         }
+        self.forget(conn);
+    }
+
+    /// A connection closed: it is neither held back nor waited for.
+    pub fn forget(&mut self, conn: ConnId) {
         self.held_back.retain(|&c| c != conn);
         self.lagging.retain(|&(c, _)| c != conn);
         self.stalled.retain(|&c| c != conn);
@@ -398,6 +422,7 @@ impl Hub {
 
     fn publish(&mut self, channel: &[u8], payload: &[u8]) -> i64 {
         self.counts.published += 1;
+        self.published = true;
         let (mut receivers, mut loops) = (0i64, vec![false; self.senders.len()]);
         {
             let registry = self.registry();
@@ -428,7 +453,10 @@ impl Hub {
                 continue;
             }
             if l == self.loop_index {
-                self.local.push(delivery.clone());
+                // Its subscribers as of now: one that subscribes later in
+                // the same feed does not get it (as in redis).
+                let pushes = self.pushes(&delivery);
+                self.local.extend(pushes);
             } else if !self.waiting[l].is_empty() {
                 self.waiting[l].push_back(delivery.clone()); // behind those waiting: in order
                 self.counts.held += 1;

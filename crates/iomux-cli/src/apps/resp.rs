@@ -129,7 +129,8 @@ impl Handler for RespServer {
     fn on_close(&mut self, io: &mut Io<RespConn>, conn: ConnId, sub: RespConn, _reason: &CloseReason) {
         if let Some(sub) = sub {
             self.hub.closed(conn, &sub.subs);
-            self.hub.drained(io, conn); // it held nobody back any more
         }
+        self.hub.forget(conn);
+        self.hub.drained(io, conn); // it holds nobody back any more
     }
 }

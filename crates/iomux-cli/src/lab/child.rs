@@ -288,6 +288,11 @@ impl ServerChild {
             first_conn: 0,
             first_idle: 0,
             report_progress: false,
+            subscribers: 20,
+            slow_subscribers: 0,
+            publishers: 1,
+            window: 16,
+            channel: "iomux-load".into(),
         }
     }
 

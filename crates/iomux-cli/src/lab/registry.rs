@@ -112,6 +112,11 @@ registry! {
     /// requests/s and CPU per request by wrk to nginx, CPU per GB of
     /// bulk, RSS per idle proxied connection.
     Proxy => super::experiments::proxy::ProxyBench,
+    /// E7 pub/sub: `iomux serve --proto resp`'s pub/sub beside
+    /// redis-server's, driven by `iomux load --mode pubsub`, in the same
+    /// CPU quota: messages delivered/s to 20 subscribers, a subscriber that
+    /// never reads dropped, peak RSS.
+    Pubsub => super::experiments::pubsub::Pubsub,
 }
 
 /// The view and figures of the experiment named `name` from its JSON text.

@@ -20,6 +20,10 @@ pub enum LoadMode {
     Echo,
     /// Send continuously and read nothing.
     Sink,
+    /// A RESP server's pub/sub: --subscribers SUBSCRIBE, --publishers
+    /// PUBLISH --msg-size byte messages (--window unanswered each) for
+    /// --duration; messages delivered per second.
+    Pubsub,
 }
 
 /// What one loop does.
@@ -499,6 +503,7 @@ impl Client {
             match self.plan.mode {
                 // Its output is empty: on_drained comes next turn and fills it.
                 LoadMode::Sink => io.notify_drained(id),
+                LoadMode::Pubsub => unreachable!("--mode pubsub runs load/pubsub.rs, not this client"),
                 LoadMode::Echo => {
                     if let Some(c) = io.state(id) {
                         if self.stage(c, now) {

@@ -9,6 +9,7 @@ mod hist;
 pub mod merge;
 mod pattern;
 mod procs;
+pub mod pubsub;
 pub mod result;
 pub(crate) mod sources;
 mod split;
@@ -120,6 +121,22 @@ pub struct LoadArgs {
     /// (`iomux merge` adds such files up exactly).
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// pubsub: subscribers that read every message.
+    #[arg(long, default_value_t = 20)]
+    pub subscribers: usize,
+    /// pubsub: subscribers that subscribe and then never read (the server
+    /// should drop them at its output limit).
+    #[arg(long, default_value_t = 0)]
+    pub slow_subscribers: usize,
+    /// pubsub: publishers.
+    #[arg(long, default_value_t = 1)]
+    pub publishers: usize,
+    /// pubsub: PUBLISHes each publisher keeps unanswered.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub window: u32,
+    /// pubsub: the channel.
+    #[arg(long, default_value = "iomux-load")]
+    pub channel: String,
     /// Run as this many processes, each with its share of the connections,
     /// requests and rates (one process may hold only RLIMIT_NOFILE
     /// descriptors); their results are merged exactly.
@@ -242,6 +259,11 @@ impl LoadArgs {
             first_conn,
             first_idle,
             report_progress,
+            subscribers,
+            slow_subscribers,
+            publishers,
+            window,
+            channel,
         } = self;
         let mut f = Flags::default();
         f.value("connect", connect)
@@ -270,7 +292,12 @@ impl LoadArgs {
             .optional("shard-count", *shard_count)
             .path("json", json.as_deref())
             .path("hdr-log", hdr_log.as_deref())
-            .switch("report-progress", *report_progress);
+            .switch("report-progress", *report_progress)
+            .value("subscribers", subscribers)
+            .value("slow-subscribers", slow_subscribers)
+            .value("publishers", publishers)
+            .value("window", window)
+            .value("channel", channel);
         f.into_args()
     }
 }
@@ -348,6 +375,9 @@ pub struct Outcome {
 }
 
 pub fn run(args: LoadArgs) -> CliResult<ExitCode> {
+    if args.mode == LoadMode::Pubsub {
+        return pubsub::run_cli(&args);
+    }
     // Everything that can be refused is refused before any connection.
     let (mut args, shard) = resolve_shard(args, std::env::var(split::INDEX_ENV).ok().as_deref())?;
     checked_duration(&args)?;

@@ -103,10 +103,17 @@ impl<M> Inbox<M> {
 
     /// The loop ended: messages still queued are dropped, later sends fail.
     pub(crate) fn close(&self) {
-        let mut state = self.lock();
-        state.closed = true;
-        state.waker = None;
-        state.queue.clear();
+        let waiting = {
+            let mut state = self.lock();
+            state.closed = true;
+            state.waker = None;
+            state.queue.clear();
+            std::mem::take(&mut state.waiting)
+        };
+        // Those waiting for room hear now: try_send then says Ended.
+        for (signal, loop_index) in waiting {
+            signal.notify(loop_index);
+        }
     }
 }
 

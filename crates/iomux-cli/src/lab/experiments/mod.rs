@@ -13,6 +13,7 @@ mod nginx;
 mod peer_cell;
 pub mod peers;
 pub mod proxy;
+pub mod pubsub;
 mod redis;
 pub mod resp;
 pub mod sink;

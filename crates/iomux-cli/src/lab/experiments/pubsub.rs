@@ -1,0 +1,409 @@
+//! E7 pub/sub: `iomux serve --proto resp` beside redis-server, driven by
+//! `iomux load --mode pubsub` (redis-benchmark has no pub/sub), every
+//! server pinned to the server CPU inside the same CPU quota (server-bound,
+//! as E7's bound cells), the client on the other CPU. Two loads:
+//! - fanout: one publisher (16 PUBLISHes unanswered) of 1 KiB messages to
+//!   20 subscribers that read: messages delivered per second, server CPU
+//!   per million messages; every push is checked byte for byte;
+//! - slow: the same with one more subscriber that never reads: the 20 get
+//!   everything, the slow one is dropped by the server's output limit
+//!   (redis's `client-output-buffer-limit pubsub 32mb 8mb 60`, iomux's
+//!   `--pubsub-limit`), the server's peak RSS.
+
+use super::http_clients::{Tool, INSTALL};
+use super::redis::RedisServer;
+use super::resp::Server;
+use crate::lab::child::{status_kib, ServerChild};
+use crate::lab::harness::envelope::Envelope;
+use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+use crate::lab::harness::stats::Needed;
+use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::harness::{by_name, by_names, no_repeats};
+use crate::lab::quota::{CpuQuota, BOUND_SHARE};
+use crate::lab::render::markdown::cell as shown;
+use crate::lab::Settings;
+use crate::load::pubsub::{Plan, PubsubResult};
+use crate::CliResult;
+use iomux::Backend;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+const SUBSCRIBERS: usize = 20;
+const PAYLOAD: usize = 1024;
+const WINDOW: usize = 16;
+const QUICK_SECONDS: f64 = 1.0;
+const FULL_SECONDS: f64 = 5.0;
+const QUICK_REPS: usize = 1;
+const FULL_REPS: usize = 5;
+const BUDGET_S: f64 = 30.0;
+/// Issue 34's goal: messages delivered per second against redis-server's.
+const GOAL: f64 = 2.0;
+/// The slow cell's bound on the server's peak RSS: the hard limit (32 MiB)
+/// and as much again for everything else.
+const RSS_BOUND_MIB: f64 = 64.0;
+
+/// What the client does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Load {
+    /// 20 subscribers that read.
+    Fanout,
+    /// 20 that read and one that never does.
+    Slow,
+}
+
+impl std::fmt::Display for Load {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Load::Fanout => "fanout",
+            Load::Slow => "slow",
+        })
+    }
+}
+
+#[derive(clap::Args, Debug, Default)]
+pub struct Args {
+    /// iomux backends, comma-separated [default: epoll, uring; --full: all six]
+    #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
+    pub backends: Option<Vec<Backend>>,
+    /// Loads, comma-separated: fanout, slow [default: both]
+    #[arg(long, value_delimiter = ',')]
+    pub loads: Option<Vec<Load>>,
+    #[arg(long, help = format!("Rounds before any is added for undecided claims; servers in another order each \
+                                 round [default: {QUICK_REPS}; --full: {FULL_REPS}]"))]
+    pub reps: Option<usize>,
+    #[arg(long, help = format!("Seconds the publisher publishes per run [default: {QUICK_SECONDS}; --full: \
+                                 {FULL_SECONDS}]"))]
+    pub seconds: Option<f64>,
+    #[arg(long, value_parser = crate::lab::harness::parse_budget, help = crate::lab::harness::budget_help(BUDGET_S, ""))]
+    pub budget: Option<f64>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Params {
+    #[serde(with = "by_names")]
+    servers: Vec<Server>,
+    loads: Vec<Load>,
+    redis: Option<PathBuf>,
+    missing: Vec<String>,
+    seconds: f64,
+    first_rounds: usize,
+    budget_s: f64,
+    bound_share: f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Arm {
+    #[serde(with = "by_name")]
+    server: Server,
+    load: Load,
+}
+
+impl std::fmt::Display for Arm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.server, self.load)
+    }
+}
+
+/// One run of one cell.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Run {
+    pub client: PubsubResult,
+    /// Server CPU (user + system) per million messages delivered.
+    pub cpu_s_per_million: f64,
+    /// The server's peak RSS over the run, in MiB.
+    pub rss_peak_mib: f64,
+    pub throttled_periods: Option<u64>,
+}
+
+impl Run {
+    /// Every message reached every subscriber that reads, unaltered, and
+    /// (slow) the one that does not read was dropped.
+    fn clean(&self, load: Load) -> bool {
+        let c = &self.client;
+        c.errors == 0
+            && c.delivered == c.expected
+            && c.lost_subscribers == 0
+            // The server's own count: a slow one dropped is no longer in it.
+            && (load == Load::Fanout || c.still_subscribed == Some(c.subscribers))
+    }
+}
+
+fn cell(p: &Params, arm: &Arm) -> Result<Run, String> {
+    let (server_cpu, client_cpu) = crate::lab::cell::cpus();
+    let quota = CpuQuota::new(BOUND_SHARE)?;
+    let (addr, pid, stop): (_, _, Box<dyn FnOnce() -> Result<(), String>>) = match arm.server {
+        Server::Iomux(b) => {
+            let child = ServerChild::start_with(b, "resp", server_cpu, None, 1, &[]).map_err(|e| e.to_string())?;
+            (child.addr, child.pid, Box::new(move || child.stop().map(drop).map_err(|e| e.to_string())))
+        }
+        Server::Floor => return Err("E7's floor answers no pub/sub".into()),
+        Server::Redis => {
+            let program = p.redis.as_ref().ok_or("redis-server not found")?;
+            let server = RedisServer::start(program, server_cpu).map_err(|e| e.to_string())?;
+            (server.addr, server.pid(), Box::new(move || server.stop().map_err(|e| e.to_string())))
+        }
+    };
+    let measured = quota.add(pid).and_then(|()| {
+        let plan = Plan {
+            addr,
+            backend: Backend::Epoll,
+            threads: 1,
+            subscribers: SUBSCRIBERS,
+            slow: usize::from(arm.load == Load::Slow),
+            publishers: 1,
+            window: WINDOW,
+            payload: PAYLOAD,
+            channel: "e7".into(),
+            // The slow one must fall past the 32 MiB limit: 3 s of 1 KiB
+            // messages at least (about 100 MiB at this machine's rate).
+            duration: Duration::from_secs_f64(if arm.load == Load::Slow { p.seconds.max(3.0) } else { p.seconds }),
+            timeout: Duration::from_secs(10),
+        };
+        let before = crate::os::process_cpu(pid).map_err(|e| format!("the server's CPU time: {e}"))?;
+        let sampler = PeakRss::start(pid);
+        let client = std::thread::spawn(move || {
+            if let Some(cpu) = client_cpu {
+                crate::os::pin_to_cpu(cpu).map_err(|e| format!("pinning the client: {e}"))?;
+            }
+            crate::load::pubsub::run(plan)
+        })
+        .join()
+        .map_err(|_| "the client panicked".to_string())??;
+        let rss = sampler.stop();
+        let used =
+            crate::os::process_cpu(pid).map_err(|e| format!("the server's CPU time: {e}"))?.saturating_sub(before);
+        Ok(Run {
+            cpu_s_per_million: used.as_secs_f64() / (client.delivered.max(1) as f64 / 1e6),
+            rss_peak_mib: rss as f64 / (1 << 20) as f64,
+            throttled_periods: quota.throttled_periods(),
+            client,
+        })
+    });
+    let stopped = stop();
+    let run = measured?;
+    stopped?;
+    Ok(run)
+}
+
+/// The largest RSS of a process, sampled every 20 ms on a thread of its own.
+struct PeakRss {
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    sampler: std::thread::JoinHandle<u64>,
+}
+
+impl PeakRss {
+    fn start(pid: u32) -> PeakRss {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        let d = done.clone();
+        let sampler = std::thread::spawn(move || {
+            let mut peak = 0;
+            while !d.load(Ordering::SeqCst) {
+                peak = peak.max(status_kib(pid, "VmRSS:") * 1024);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            peak
+        });
+        PeakRss { done, sampler }
+    }
+
+    fn stop(self) -> u64 {
+        self.done.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.sampler.join().unwrap_or(0)
+    }
+}
+
+fn every_cell(p: &Params) -> Vec<Arm> {
+    p.loads.iter().flat_map(|&load| p.servers.iter().map(move |&server| Arm { server, load })).collect()
+}
+
+pub struct Pubsub;
+
+impl Experiment for Pubsub {
+    experiment_types!(Args, Params, Arm, Run);
+
+    const ENTRY: Entry = Entry {
+        name: "pubsub",
+        label: "E7",
+        title: "pub/sub in iomux serve --proto resp beside redis-server, in one CPU quota",
+        smoke: &["--backends", "epoll", "--reps", "1", "--seconds", "0.3", "--budget", "0"],
+        needs: &["redis-server"],
+    };
+    const PUBLISHED: &'static str = "nothing: the documents published nothing on pub/sub. iomux's goal (issue 34): \
+                                     twice redis-server's messages delivered per second for 1 KiB messages to 20 \
+                                     subscribers, in the same CPU quota.";
+
+    fn plan(args: &Args, settings: &Settings) -> CliResult<Params> {
+        let quick = [Backend::Epoll, Backend::Uring];
+        let backends =
+            args.backends.clone().unwrap_or_else(|| if settings.full { Backend::ALL.to_vec() } else { quick.to_vec() });
+        no_repeats("--backends", &backends)?;
+        let loads = args.loads.clone().unwrap_or_else(|| vec![Load::Fanout, Load::Slow]);
+        no_repeats("--loads", &loads)?;
+        let first_rounds = args.reps.unwrap_or(if settings.full { FULL_REPS } else { QUICK_REPS });
+        if first_rounds == 0 {
+            return Err("--reps must be at least 1".into());
+        }
+        let seconds = args.seconds.unwrap_or(if settings.full { FULL_SECONDS } else { QUICK_SECONDS });
+        if !(0.1..=600.0).contains(&seconds) {
+            return Err("--seconds must be between 0.1 and 600".into());
+        }
+        let mut missing = Vec::new();
+        let redis = Tool::RedisServer.find().map_err(|why| missing.push(why)).ok();
+        if let Err(why) = crate::lab::quota::available() {
+            missing.push(format!("{why}: every cell runs in a CPU quota (root and a cgroup CPU controller)"));
+        }
+        let mut servers: Vec<Server> = backends.into_iter().map(Server::Iomux).collect();
+        servers.push(Server::Redis);
+        Ok(Params {
+            servers,
+            loads,
+            redis,
+            missing,
+            seconds,
+            first_rounds,
+            budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
+            bound_share: BOUND_SHARE,
+        })
+    }
+
+    fn budget(p: &Params, _: &Settings) -> Duration {
+        Duration::from_secs_f64(p.budget_s)
+    }
+
+    fn claims(p: &Params) -> Vec<Spec<Arm, Run>> {
+        let mut claims = Vec::new();
+        let iomux = |load: Load| -> Vec<Arm> {
+            p.servers.iter().filter(|s| matches!(s, Server::Iomux(_))).map(|&server| Arm { server, load }).collect()
+        };
+        if p.loads.contains(&Load::Fanout) {
+            let mine = iomux(Load::Fanout);
+            let redis = Arm { server: Server::Redis, load: Load::Fanout };
+            let mut arms = mine.clone();
+            arms.push(redis);
+            claims.push(Spec::iomux(
+                "E7 pub/sub bound: iomux best messages delivered/s / redis's (1 KiB, 20 subscribers)",
+                Needed::AtLeast(GOAL),
+                arms,
+                move |r: &RoundView<Arm, Run>| {
+                    let best = mine
+                        .iter()
+                        .map(|a| r.get(a).map(|x| x.client.delivered_per_sec))
+                        .collect::<Option<Vec<_>>>()?;
+                    Some(best.into_iter().fold(0.0, f64::max) / r.get(&redis)?.client.delivered_per_sec)
+                },
+            ));
+        }
+        for &load in &p.loads {
+            let all: Vec<Arm> = p.servers.iter().map(|&server| Arm { server, load }).collect();
+            let keep = all.clone();
+            let what = match load {
+                Load::Fanout => "E7 pub/sub fanout: runs in which a subscriber missed or got an altered message",
+                Load::Slow => "E7 pub/sub slow: runs in which a reader missed a message or the slow one was kept",
+            };
+            claims.push(Spec::iomux(what, Needed::AtMost(0.0), all, move |r| {
+                keep.iter().map(|a| r.get(a).map(|run: &Run| f64::from(u8::from(!run.clean(load))))).sum()
+            }));
+        }
+        if p.loads.contains(&Load::Slow) {
+            for arm in iomux(Load::Slow) {
+                claims.push(Spec::iomux(
+                    format!("E7 pub/sub slow: {} peak RSS, MiB (hard limit 32 MiB)", arm.server),
+                    Needed::AtMost(RSS_BOUND_MIB),
+                    vec![arm],
+                    move |r: &RoundView<Arm, Run>| Some(r.get(&arm)?.rss_peak_mib),
+                ));
+            }
+        }
+        claims
+    }
+
+    fn metrics() -> Vec<Metric<Run>> {
+        vec![
+            Metric { name: "rate", unit: "1/s", higher_is_better: true, get: |r| r.client.delivered_per_sec },
+            Metric { name: "cost", unit: "s", higher_is_better: false, get: |r| r.cpu_s_per_million },
+        ]
+    }
+
+    fn measure(p: &Params, trial: &mut Trial<Arm, Run>, claims: &[Spec<Arm, Run>], _: &Settings) -> CliResult<()> {
+        let missing = format!("{}; install with {INSTALL}", p.missing.join("; "));
+        if !p.missing.is_empty() {
+            eprintln!("pubsub: {missing}. The cells that need them are not run.");
+        }
+        let quota = crate::lab::quota::available().is_ok();
+        let mut measure = |a: &Arm| -> Measured<Run> {
+            if !quota || (a.server == Server::Redis && p.redis.is_none()) {
+                return Ok(Err(missing.clone()));
+            }
+            Ok(cell(p, a))
+        };
+        let arms = every_cell(p);
+        for _ in 0..p.first_rounds {
+            trial.round(&arms, &mut measure)?;
+        }
+        trial.until_decided(claims, &mut measure)
+    }
+
+    fn reference(arm: &Arm) -> bool {
+        arm.server == Server::Redis
+    }
+
+    fn view(env: &Envelope<Params, Arm, Run>) -> CliResult<View> {
+        let p = &env.params;
+        let intro = format!(
+            "Every server pinned to the server CPU in a cgroup CPU quota of {:.0}% of one CPU, one loop \
+             (`iomux serve --proto resp`, redis-server with `--io-threads 1`); the client, `iomux load --mode pubsub \
+             --subscribers {SUBSCRIBERS} --msg-size {PAYLOAD} --window {WINDOW}`, on the other CPU for {} s a run. \
+             fanout: one publisher, {SUBSCRIBERS} subscribers that read, every push checked byte for byte. slow: the \
+             same and one subscriber that never reads (the server drops it past 32 MiB queued). A fresh server per \
+             run; {} rounds first, each in another order, then more for undecided claims.",
+            p.bound_share * 100.0,
+            p.seconds,
+            p.first_rounds
+        );
+        let mut view = View { intro: vec![intro], ..View::default() };
+        if !p.missing.is_empty() {
+            view.intro.push(format!("Not run: {}; install with {INSTALL}.", p.missing.join("; ")));
+        }
+        for &load in &p.loads {
+            let redis = env.estimate(&Arm { server: Server::Redis, load }, |r| r.client.delivered_per_sec);
+            let mut t = TableView {
+                caption: format!("{load}: 1 KiB messages to {SUBSCRIBERS} subscribers, every server in one quota"),
+                header: [
+                    "server",
+                    "runs",
+                    "delivered/s",
+                    "/ redis",
+                    "server CPU s per million",
+                    "peak RSS MiB",
+                    "clean runs",
+                ]
+                .map(String::from)
+                .to_vec(),
+                rows: Vec::new(),
+            };
+            for &server in &p.servers {
+                let arm = Arm { server, load };
+                let mut name = server.to_string();
+                if let Some(why) = env.note(&arm) {
+                    name = format!("{name} {}", view.footnote(why));
+                }
+                let rate = env.estimate(&arm, |r| r.client.delivered_per_sec);
+                let kept: Vec<&Run> = env.kept(&arm).collect();
+                t.rows.push(vec![
+                    name,
+                    kept.len().to_string(),
+                    shown(rate),
+                    rate.zip(redis).map_or("-".into(), |(a, b)| format!("{:.2}", a.median / b.median)),
+                    shown(env.estimate(&arm, |r| r.cpu_s_per_million)),
+                    shown(env.estimate(&arm, |r| r.rss_peak_mib)),
+                    format!("{}/{}", kept.iter().filter(|r| r.clean(load)).count(), kept.len()),
+                ]);
+            }
+            view.tables.push(t);
+        }
+        Ok(view)
+    }
+}
