@@ -22,6 +22,7 @@ extern "C" {
     fn c_epoll_echo_serve(epoll_fd: c_int, listen_fd: c_int, failed: *mut *const c_char) -> c_int;
     fn c_resp_floor_open(listen_fd: c_int, failed: *mut *const c_char) -> c_int;
     fn c_resp_floor_serve(epoll_fd: c_int, listen_fd: c_int, failed: *mut *const c_char) -> c_int;
+    fn c_pubsub_floor_serve(epoll_fd: c_int, listen_fd: c_int, failed: *mut *const c_char) -> c_int;
     fn c_relay_floor_serve(
         epoll_fd: c_int,
         listen_fd: c_int,
@@ -36,6 +37,11 @@ pub fn serve(listener: TcpListener, ready: impl FnOnce() -> io::Result<()>) -> i
 
 pub fn serve_resp_floor(listener: TcpListener, ready: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
     serve_c(listener, ready, c_resp_floor_open, c_resp_floor_serve)
+}
+
+/// c/pubsub_floor.c: the least a pub/sub server's fan-out can do.
+pub fn serve_pubsub_floor(listener: TcpListener, ready: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+    serve_c(listener, ready, c_resp_floor_open, c_pubsub_floor_serve)
 }
 
 /// The relay floor to `upstream` (IPv4: the lab's loopback).

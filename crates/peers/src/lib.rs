@@ -40,13 +40,17 @@ pub enum Peer {
     CRelayFloor,
     /// The same floor on io_uring (uring_relay_floor.rs).
     UringRelayFloor,
+    /// Not an echo server: the least a pub/sub server's fan-out can do
+    /// (c/pubsub_floor.c), which E7's pub/sub cells measure beside
+    /// redis-server.
+    CPubsubFloor,
 }
 
 impl Peer {
     /// The echo servers.
     pub const ALL: [Peer; 5] = [Peer::Tokio, Peer::MonoioUring, Peer::MonoioLegacy, Peer::Compio, Peer::CEpoll];
     /// Every server `iomux peer` runs: the echo servers and the floors.
-    pub const NAMED: [Peer; 8] = [
+    pub const NAMED: [Peer; 9] = [
         Peer::Tokio,
         Peer::MonoioUring,
         Peer::MonoioLegacy,
@@ -55,6 +59,7 @@ impl Peer {
         Peer::CRespFloor,
         Peer::CRelayFloor,
         Peer::UringRelayFloor,
+        Peer::CPubsubFloor,
     ];
 
     pub fn name(self) -> &'static str {
@@ -67,6 +72,7 @@ impl Peer {
             Peer::CRespFloor => "c-resp-floor",
             Peer::CRelayFloor => "c-relay-floor",
             Peer::UringRelayFloor => "uring-relay-floor",
+            Peer::CPubsubFloor => "c-pubsub-floor",
         }
     }
 
@@ -90,6 +96,7 @@ impl Peer {
             Peer::Compio => compio_echo::serve(listener, ready),
             Peer::CEpoll => c_epoll::serve(listener, ready),
             Peer::CRespFloor => c_epoll::serve_resp_floor(listener, ready),
+            Peer::CPubsubFloor => c_epoll::serve_pubsub_floor(listener, ready),
             Peer::CRelayFloor | Peer::UringRelayFloor => Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("{self} relays to an upstream: serve_relay_floor"),
@@ -184,7 +191,7 @@ mod tests {
         assert!(e.contains("\"nginx\""), "{e}");
         assert!(
             e.contains(
-                "tokio, monoio-uring, monoio-legacy, compio, c-epoll, c-resp-floor, c-relay-floor, uring-relay-floor"
+                "tokio, monoio-uring, monoio-legacy, compio, c-epoll, c-resp-floor, c-relay-floor, uring-relay-floor, c-pubsub-floor"
             ),
             "{e}"
         );

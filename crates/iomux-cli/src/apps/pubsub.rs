@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 
 /// Deliveries a loop's inbox holds before publishers on other loops wait.
 pub const INBOX_CAPACITY: usize = 4096;
+/// A subscriber with less than this queued gets copies of its pushes.
+const COPY_BELOW: usize = 64 << 10;
 /// Queued bytes past which a subscriber that reads holds publishers back.
 const LAG_MARK: usize = 1 << 20;
 /// A lagging subscriber that drains nothing for this long is stalled: it
@@ -335,7 +337,12 @@ impl Hub {
 
     fn push_all(&mut self, io: &mut Io<RespConn>, to: Vec<(ConnId, Bytes)>) {
         for (conn, push) in to {
-            if io.write_bytes(conn, push) {
+            // A subscriber that keeps up gets a copy: its output stays one
+            // contiguous buffer, sent by one plain send. One that lags
+            // shares the push: what waits for it costs no copy each.
+            let queued =
+                if io.buffered(conn) < COPY_BELOW { io.write(conn, &push) } else { io.write_bytes(conn, push) };
+            if queued {
                 self.counts.delivered += 1;
                 self.enforce_limits(io, conn);
                 self.note_lag(io, conn);
