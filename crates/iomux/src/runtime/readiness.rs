@@ -112,11 +112,13 @@ impl Readiness {
             return self.finish_connect(core, id);
         }
         let writable = ev.is_writable() || ev.is_write_closed() || ev.is_error();
+        // Read from the connection at hand: no second lookup per event.
+        let pipe_waits = writable && c.has(SPLICE_OUT_WAIT);
         if c.has_unsent() && writable {
             self.flush(&mut core.io, id);
             core.io.mark_dirty(id);
         }
-        if writable {
+        if pipe_waits {
             core.io.splice_room(id); // a pipe into it waited for room
         }
         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
