@@ -150,10 +150,8 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
     needs.push("chromium");
     tools::bring(&needs, !args.no_install);
     warn_if_busy(&settings);
-    let mut outcomes = Vec::new();
-    for experiment in &experiments {
-        outcomes.push(experiment.run(&settings)?);
-    }
+    let runs = experiments.iter().map(|e| (e.entry(), Box::new(|| e.run(&settings)) as Run<'_>));
+    let (outcomes, failed) = run_each(runs, &settings.out_dir);
     let folder = results::Folder::read(&settings.out_dir)?;
     let report = render::html::write_report(&folder)?;
     for outcome in &outcomes {
@@ -169,7 +167,46 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
     // Each experiment printed its page as it finished; the verdicts come
     // last, so the answer is what the screen shows when the run ends.
     print!("{}", render::terminal::verdicts(&folder));
+    if failed > 0 {
+        eprintln!("iomux bench: {failed} experiment{} failed (see above and the report)", plural(failed));
+        return Ok(ExitCode::FAILURE);
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// One experiment's run, deferred.
+type Run<'a> = Box<dyn FnOnce() -> CliResult<Outcome> + 'a>;
+
+/// Runs every experiment in turn. One that fails is reported, its error
+/// written to `NAME.error.txt` for the report, and the others still run.
+/// Returns the outcomes and how many failed.
+fn run_each<'a>(
+    runs: impl Iterator<Item = (&'static harness::experiment::Entry, Run<'a>)>,
+    out_dir: &std::path::Path,
+) -> (Vec<Outcome>, usize) {
+    let (mut outcomes, mut failed) = (Vec::new(), 0);
+    for (entry, run) in runs {
+        match run() {
+            Ok(outcome) => outcomes.push(outcome),
+            Err(e) => {
+                failed += 1;
+                eprintln!("iomux bench: {} {} failed: {e}; going on with the others", entry.label, entry.name);
+                let file = results::error_file(out_dir, entry.name);
+                if let Err(w) = std::fs::write(&file, format!("{e}\n")) {
+                    eprintln!("iomux bench: cannot write {}: {w}", file.display());
+                }
+            }
+        }
+    }
+    (outcomes, failed)
 }
 
 /// `iomux report DIR`: writes DIR/report.html from the JSON in DIR, and
@@ -202,5 +239,35 @@ fn warn_if_busy(settings: &Settings) {
              busy will be inconclusive; for verdicts, run on a quiet machine.",
             n.describe()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::harness::experiment::{execute, Experiment};
+    use super::*;
+    use crate::lab::experiments::toy::{self, Toy};
+
+    #[test]
+    fn a_failing_experiment_leaves_the_others_measured_and_the_report_written() {
+        let out = std::env::temp_dir().join(format!("iomux-run-each-{}", std::process::id()));
+        std::fs::create_dir_all(&out).unwrap();
+        let settings = Settings::for_test(out.clone());
+        let echo = registry::ENTRIES.iter().find(|e| e.name == "echo").unwrap();
+        let runs: Vec<(&'static harness::experiment::Entry, Run<'_>)> = vec![
+            (echo, Box::new(|| Err("the server would not start".into()))),
+            (&Toy::ENTRY, Box::new(|| execute::<Toy>(&toy::Args::default(), &settings))),
+        ];
+        let (outcomes, failed) = run_each(runs.into_iter(), &out);
+        assert_eq!((outcomes.len(), failed), (1, 1));
+        assert!(out.join("toy.json").exists(), "the experiment after the failure was measured");
+        let folder = results::Folder::read(&out).unwrap();
+        assert_eq!(folder.failed.len(), 1);
+        assert_eq!((folder.failed[0].entry.name, folder.failed[0].error.as_str()), ("echo", "the server would not start"));
+        let report = std::fs::read_to_string(render::html::write_report(&folder).unwrap()).unwrap();
+        assert!(report.contains("E4 echo failed</b>, so its claims are not judged: the server would not start"));
+        let terminal = render::terminal::verdicts(&folder);
+        assert!(terminal.contains("E4 echo failed, so its claims are not judged: the server would not start"));
+        std::fs::remove_dir_all(&out).ok();
     }
 }

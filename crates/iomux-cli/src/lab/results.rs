@@ -2,6 +2,7 @@
 //! claims, figures and noise) and, for results of this schema, its page.
 //! What `iomux report DIR`, `iomux report A B` and the end of a bench read.
 
+use super::harness::claim::Undecided;
 use super::harness::envelope::Header;
 use super::harness::experiment::{Entry, View};
 use super::registry;
@@ -18,10 +19,23 @@ pub struct Result {
     pub older: bool,
 }
 
+/// An experiment that failed in the run: its error, as `iomux bench`
+/// wrote it to `NAME.error.txt` in place of results.
+pub struct Failed {
+    pub entry: &'static Entry,
+    pub error: String,
+}
+
 /// Every experiment found in a folder, in the registry's order.
 pub struct Folder {
     pub dir: PathBuf,
     pub results: Vec<Result>,
+    pub failed: Vec<Failed>,
+}
+
+/// The file that says experiment `name` failed, and why.
+pub fn error_file(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.error.txt"))
 }
 
 impl Folder {
@@ -30,7 +44,11 @@ impl Folder {
     pub fn read(dir: &Path) -> CliResult<Folder> {
         std::fs::read_dir(dir).map_err(|e| format!("cannot read the results folder {}: {e}", dir.display()))?;
         let mut results = Vec::new();
+        let mut failed = Vec::new();
         for entry in registry::ENTRIES {
+            if let Ok(error) = std::fs::read_to_string(error_file(dir, entry.name)) {
+                failed.push(Failed { entry, error: error.trim_end().to_string() });
+            }
             let path = dir.join(format!("{}.json", entry.name));
             let text = match std::fs::read_to_string(&path) {
                 Ok(t) => t,
@@ -56,10 +74,10 @@ impl Folder {
             };
             results.push(Result { entry, header, view, older });
         }
-        if results.is_empty() {
+        if results.is_empty() && failed.is_empty() {
             return Err(format!("{} holds no experiment results (*.json from iomux bench)", dir.display()).into());
         }
-        Ok(Folder { dir: dir.to_path_buf(), results })
+        Ok(Folder { dir: dir.to_path_buf(), results, failed })
     }
 
     /// The first machine description found.
@@ -86,7 +104,7 @@ impl Folder {
                 apart += n.apart;
                 waited_s += n.waited_s;
             }
-            let k = r.header.claims.iter().filter(|c| c.why.starts_with("machine noisy")).count();
+            let k = r.header.claims.iter().filter(|c| c.undecided == Some(Undecided::Noise)).count();
             if k > 0 {
                 undecided.push(format!("{} ({k})", r.entry.label));
             }

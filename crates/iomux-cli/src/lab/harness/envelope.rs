@@ -238,6 +238,7 @@ impl CheckV1 {
             excluded: 0,
             verdict,
             why,
+            undecided: None,
         }
     }
 }

@@ -8,10 +8,10 @@
 //! rounds until the claims decide, judges them, and writes the envelope;
 //! Markdown, HTML, SVG and the terminal are drawn from the envelope alone.
 
-use super::claim::Claim;
+use super::claim::{Claim, Undecided};
 use super::envelope::{self, Envelope, Figure, NoiseSummary, SCHEMA};
 use super::stats::Estimate;
-use super::trial::{Meter, NetworkIsOwn, Spec, Trial};
+use super::trial::{Meter, NetworkIsOwn, Spec, Trial, MAX_ROUNDS};
 use crate::lab::{render, Outcome, Settings};
 use crate::CliResult;
 use serde::de::DeserializeOwned;
@@ -90,7 +90,7 @@ macro_rules! experiment_types {
 pub(crate) use experiment_types;
 
 pub trait Experiment {
-    type Args: Default;
+    type Args: Default + clap::Args;
     /// The checked flags and what the machine allows; written to the JSON.
     type Params: Serialize + DeserializeOwned;
     type Arm: Clone + PartialEq + Display + Serialize + DeserializeOwned;
@@ -198,6 +198,26 @@ pub fn figures<E: Experiment>(env: &Envelope<E::Params, E::Arm, E::Sample>) -> V
     out
 }
 
+/// Ends the reason of a claim that more rounds would decide with what they
+/// cost at this run's pace (`pace`: seconds a round of every arm) and the
+/// command that spends them: `--budget` buys rounds up to [`MAX_ROUNDS`],
+/// `--reps` any number.
+fn say_how_to_decide<A: clap::Args>(claim: &mut Claim, name: &'static str, pace: f64) {
+    let Some(Undecided::MoreRounds { rounds }) = claim.undecided else { return };
+    let quiet = claim.estimate.map_or(0, |e| e.n);
+    let seconds = rounds.saturating_sub(quiet) as f64 * pace;
+    let flags = A::augment_args(clap::Command::new(name));
+    let has = |flag: &str| flags.get_arguments().any(|a| a.get_long() == Some(flag));
+    let command = if rounds <= MAX_ROUNDS && has("budget") {
+        format!(": `iomux bench {name} --budget {:.0}`", (seconds * 1.25).ceil())
+    } else if has("reps") {
+        format!(": `iomux bench {name} --reps {rounds}`")
+    } else {
+        String::new()
+    };
+    claim.why += &format!(", about {:.0} minutes more at this run's pace{command}", (seconds / 60.0).ceil());
+}
+
 /// Runs `E` from its flags: plan, measure, judge, write JSON, Markdown and
 /// SVG, print the Markdown.
 pub fn execute<E: Experiment>(args: &E::Args, settings: &Settings) -> CliResult<Outcome> {
@@ -208,9 +228,13 @@ pub fn execute<E: Experiment>(args: &E::Args, settings: &Settings) -> CliResult<
     let meter: &dyn Meter = if E::NETWORK_IS_OWN { &network_is_own } else { &settings.noise };
     let mut trial = Trial::new(meter, E::ENTRY.name, E::budget(&params, settings));
     E::measure(&params, &mut trial, &specs, settings)?;
-    let claims: Vec<Claim> = specs.iter().map(|s| trial.judge(s)).collect();
+    let mut claims: Vec<Claim> = specs.iter().map(|s| trial.judge(s)).collect();
     let rounds = trial.rounds();
     let (waited, swamped, measured) = (trial.waited(), trial.swamped(), started.elapsed());
+    let pace = (measured.saturating_sub(waited)).as_secs_f64() / rounds.max(1) as f64;
+    for claim in &mut claims {
+        say_how_to_decide::<E::Args>(claim, E::ENTRY.name, pace);
+    }
     eprintln!(
         "{}: measured in {:.0} s ({} rounds; {:.0} s of it waiting for the CPUs to be placed close)",
         E::ENTRY.name,
@@ -243,4 +267,49 @@ pub fn execute<E: Experiment>(args: &E::Args, settings: &Settings) -> CliResult<
     let mut files = vec![envelope::write(&settings.out_dir, &env)?];
     files.extend(render::write_page(&settings.out_dir, E::ENTRY.name, &markdown, view.svg.as_deref())?);
     Ok(Outcome { files })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::harness::claim::{Source, Verdict};
+    use crate::lab::harness::stats::Needed;
+
+    #[derive(clap::Args, Debug, Default)]
+    struct WithBudget {
+        #[arg(long)]
+        budget: Option<f64>,
+        #[arg(long)]
+        reps: Option<usize>,
+    }
+
+    fn undecided(rounds: usize) -> Claim {
+        Claim {
+            quantity: "q".into(),
+            statement: String::new(),
+            source: Source::Iomux,
+            needed: Needed::AtLeast(1.0),
+            estimate: Some(Estimate { median: 1.03, lo: 0.99, hi: 1.06, n: 6, confidence: 0.97 }),
+            excluded: 0,
+            verdict: Verdict::Inconclusive,
+            why: "w".into(),
+            undecided: Some(Undecided::MoreRounds { rounds }),
+        }
+    }
+
+    #[test]
+    fn an_undecided_claim_names_the_time_and_the_command_that_decide_it() {
+        // 14 more rounds at 30 s a round: 7 minutes, a budget of 525 s.
+        let mut c = undecided(20);
+        say_how_to_decide::<WithBudget>(&mut c, "echo", 30.0);
+        assert_eq!(c.why, "w, about 7 minutes more at this run's pace: `iomux bench echo --budget 525`");
+        // Past what a budget buys, --reps.
+        let mut c = undecided(60);
+        say_how_to_decide::<WithBudget>(&mut c, "echo", 30.0);
+        assert!(c.why.ends_with("`iomux bench echo --reps 60`"), "{}", c.why);
+        // An experiment with neither flag: the time alone.
+        let mut c = undecided(20);
+        say_how_to_decide::<crate::lab::experiments::toy::Args>(&mut c, "toy", 30.0);
+        assert_eq!(c.why, "w, about 7 minutes more at this run's pace");
+    }
 }

@@ -423,7 +423,7 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
         let (quiet, all) = self.values(spec);
         let note = spec.arms.iter().find_map(|a| self.note_of(a).map(|n| format!("{a}: {n}")));
         let note = note.or_else(|| spec.refused.clone().filter(|_| !spec.arms.is_empty() && self.rounds > 0));
-        let (estimate, mut verdict, mut why) =
+        let claim::Judgement { estimate, mut verdict, mut why, mut undecided } =
             claim::judge(spec.needed, &Rounds { quiet: &quiet, all: &all, unmeasurable: note.as_deref() });
         // Every round refused while the machine was noisy (an open loop
         // short of its rate with the CPUs busy): the noise, not the
@@ -433,8 +433,9 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
             verdict = claim::Verdict::Inconclusive;
             why = format!(
                 "machine noisy: {why}; {noisy} of its samples ran while other processes used the CPU or \
-                           the CPUs were placed apart"
+                           the CPUs were placed apart: a quieter machine would decide it"
             );
+            undecided = Some(claim::Undecided::Noise);
         }
         Claim {
             quantity: spec.quantity.clone(),
@@ -445,6 +446,7 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
             excluded: all.len() - quiet.len(),
             verdict,
             why,
+            undecided,
         }
     }
 

@@ -193,6 +193,14 @@ fn section(r: &Found) -> Section {
     }
 }
 
+/// An experiment that failed in the run, with its error.
+#[derive(Serialize)]
+struct Failed {
+    label: &'static str,
+    name: &'static str,
+    error: String,
+}
+
 /// Writes `dir/report.html` from the experiments' JSON in `dir`.
 pub fn write_report(folder: &Folder) -> CliResult<PathBuf> {
     let documents: Vec<ClaimRow> = folder
@@ -242,6 +250,7 @@ pub fn write_report(folder: &Folder) -> CliResult<PathBuf> {
             machine_claims => machine,
             headline => headline,
             sections => sections,
+            failed => folder.failed.iter().map(|f| Failed { label: f.entry.label, name: f.entry.name, error: f.error.clone() }).collect::<Vec<_>>(),
         },
     )?;
     let path = folder.dir.join("report.html");
@@ -267,6 +276,7 @@ mod tests {
             excluded: 0,
             verdict,
             why: "w".into(),
+            undecided: None,
         }
     }
 

@@ -39,6 +39,9 @@ pub fn verdicts(folder: &Folder) -> String {
             out += "\n";
         }
     }
+    for f in &folder.failed {
+        out += &format!("{} {} failed, so its claims are not judged: {}\n", f.entry.label, f.entry.name, f.error);
+    }
     let all = || folder.results.iter().flat_map(|r| &r.header.claims);
     let machine = match all().filter(|c| c.source == Source::Machine).count() {
         0 => String::new(),
