@@ -69,7 +69,7 @@ enum Command {
     /// The lab's delay line for E8 where the kernel has no netem: holds
     /// each packet of an NFQUEUE for its delay, then accepts it.
     #[command(hide = true)]
-    Netq(lab::netq::NetqArgs),
+    Netq(lab::rig::netq::NetqArgs),
 }
 
 /// Parses a backend name; the error lists the valid ones.
@@ -89,20 +89,22 @@ fn main() -> ExitCode {
         Command::Limits(args) => limits::run(args),
         Command::Merge(args) => load::merge::run(args),
         Command::Peer(args) => peer::run(args),
-        Command::Netq(args) => lab::netq::run(args),
+        Command::Netq(args) => lab::rig::netq::run(args),
         Command::Report { dir, other: None, .. } => lab::report(&dir).map(|(path, verdicts)| {
             print!("{verdicts}");
             println!("wrote {}", path.display());
-            for line in lab::browser::screenshot_and_check(&path) {
+            for line in lab::rig::browser::screenshot_and_check(&path) {
                 println!("{line}");
             }
             ExitCode::SUCCESS
         }),
-        Command::Report { dir, other: Some(b), out } => lab::compare::write(&dir, &b, out.as_deref()).map(|w| {
-            print!("{}", w.summary);
-            println!("wrote {}", w.path.display());
-            ExitCode::SUCCESS
-        }),
+        Command::Report { dir, other: Some(b), out } => {
+            lab::report::compare::write(&dir, &b, out.as_deref()).map(|w| {
+                print!("{}", w.summary);
+                println!("wrote {}", w.path.display());
+                ExitCode::SUCCESS
+            })
+        }
     };
     match result {
         Ok(code) => code,

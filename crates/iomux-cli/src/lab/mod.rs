@@ -2,37 +2,19 @@
 //! experiments on this machine, prints the published figures beside fresh
 //! ones, and writes JSON, Markdown and SVG for each.
 
-pub mod browser;
-mod cell;
-mod child;
-pub mod compare;
-mod drift;
 pub mod experiments;
 pub mod harness;
-mod kernel_memory;
-mod machine;
-mod measure;
-mod netns;
-pub mod netq;
-mod noise;
-mod output;
-mod placement;
-mod plot;
-pub mod quota;
-mod raw;
 pub mod registry;
 pub mod render;
-pub mod results;
-mod sampler;
-mod syscount;
-mod table;
-mod tools;
-mod wait_peers;
+pub mod report;
+pub mod rig;
 
-pub use table::thousands;
+pub use render::table::thousands;
 
 use crate::CliResult;
-use machine::Machine;
+use report::results;
+use rig::machine::Machine;
+use rig::{browser, child, noise, output, tools};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -244,9 +226,10 @@ fn warn_if_busy(settings: &Settings) {
 
 #[cfg(test)]
 mod tests {
-    use super::harness::experiment::{execute, Experiment};
     use super::*;
     use crate::lab::experiments::toy::{self, Toy};
+    use crate::lab::harness::experiment::Experiment;
+    use crate::lab::registry::execute;
 
     #[test]
     fn a_failing_experiment_leaves_the_others_measured_and_the_report_written() {
@@ -263,7 +246,10 @@ mod tests {
         assert!(out.join("toy.json").exists(), "the experiment after the failure was measured");
         let folder = results::Folder::read(&out).unwrap();
         assert_eq!(folder.failed.len(), 1);
-        assert_eq!((folder.failed[0].entry.name, folder.failed[0].error.as_str()), ("echo", "the server would not start"));
+        assert_eq!(
+            (folder.failed[0].entry.name, folder.failed[0].error.as_str()),
+            ("echo", "the server would not start")
+        );
         let report = std::fs::read_to_string(render::html::write_report(&folder).unwrap()).unwrap();
         assert!(report.contains("E4 echo failed</b>, so its claims are not judged: the server would not start"));
         let terminal = render::terminal::verdicts(&folder);

@@ -2,10 +2,15 @@
 //! the default run and its order, the report's order and labels, and CI's
 //! smoke run: adding an experiment is its file and one line here.
 
-use super::harness::envelope::{Envelope, Figure};
-use super::harness::experiment::{execute, figures, Entry, Experiment, View};
-use super::{Outcome, Settings};
+use crate::lab::harness::claim::Claim;
+use crate::lab::harness::envelope::{self, Envelope, Figure, NoiseSummary, SCHEMA};
+use crate::lab::harness::experiment::{figures, say_how_to_decide, Entry};
+use crate::lab::harness::trial::{Meter, Trial};
+use crate::lab::render::{self, view::Shown, view::View};
+use crate::lab::rig::noise::NetworkIsOwn;
+use crate::lab::{Outcome, Settings};
 use crate::CliResult;
+use std::time::Instant;
 
 /// What the registry needs of an experiment; every [`Experiment`] has it.
 pub trait Registered {
@@ -21,7 +26,7 @@ pub trait Registered {
     fn read_json(text: &str) -> CliResult<Option<(View, Vec<Figure>)>>;
 }
 
-impl<E: Experiment> Registered for E
+impl<E: Shown> Registered for E
 where
     E::Args: clap::Args + std::fmt::Debug,
 {
@@ -37,6 +42,57 @@ where
         let env: Envelope<E::Params, E::Arm, E::Sample> = serde_json::from_str(text)?;
         Ok(Some((E::view(&env)?, figures::<E>(&env))))
     }
+}
+
+/// Runs `E` from its flags: plan, measure, judge, write JSON, Markdown and
+/// SVG, print the Markdown.
+pub fn execute<E: Shown>(args: &E::Args, settings: &Settings) -> CliResult<Outcome> {
+    let params = E::plan(args, settings)?;
+    let started = Instant::now();
+    let specs = E::claims(&params);
+    let network_is_own = NetworkIsOwn(&settings.noise);
+    let meter: &dyn Meter = if E::NETWORK_IS_OWN { &network_is_own } else { &settings.noise };
+    let mut trial = Trial::new(meter, E::ENTRY.name, E::budget(&params, settings));
+    E::measure(&params, &mut trial, &specs, settings)?;
+    let mut claims: Vec<Claim> = specs.iter().map(|s| trial.judge(s)).collect();
+    let rounds = trial.rounds();
+    let (waited, swamped, measured) = (trial.waited(), trial.swamped(), started.elapsed());
+    let pace = (measured.saturating_sub(waited)).as_secs_f64() / rounds.max(1) as f64;
+    for claim in &mut claims {
+        say_how_to_decide::<E::Args>(claim, E::ENTRY.name, pace);
+    }
+    eprintln!(
+        "{}: measured in {:.0} s ({} rounds; {:.0} s of it waiting for the CPUs to be placed close)",
+        E::ENTRY.name,
+        measured.as_secs_f64(),
+        rounds,
+        waited.as_secs_f64()
+    );
+    let (takes, unmeasurable) = trial.finish();
+    let mut env = Envelope {
+        experiment: E::ENTRY.name.into(),
+        schema: SCHEMA,
+        machine: settings.machine.clone(),
+        params,
+        published: E::PUBLISHED.into(),
+        claims,
+        figures: Vec::new(),
+        noise: NoiseSummary {
+            waited_s: waited.as_secs_f64(),
+            measured_s: measured.as_secs_f64(),
+            swamped,
+            ..NoiseSummary::of(rounds, &takes, settings.noise.since(started))
+        },
+        takes,
+        unmeasurable,
+    };
+    env.figures = figures::<E>(&env);
+    let view = E::view(&env)?;
+    let markdown = render::markdown::page(&E::ENTRY, &env.machine, &env.published, &view, &env.claims, &env.noise);
+    println!("{markdown}");
+    let mut files = vec![envelope::write(&settings.out_dir, &env)?];
+    files.extend(render::write_page(&settings.out_dir, E::ENTRY.name, &markdown, view.svg.as_deref())?);
+    Ok(Outcome { files })
 }
 
 macro_rules! registry {
@@ -76,47 +132,47 @@ macro_rules! registry {
 registry! {
     /// E1: empty poll()/epoll_wait()/select()/io_uring waits per second
     /// against the number of registered fds (the book's poll-vs-epoll.c).
-    SyscallRate => super::experiments::syscall_rate::SyscallRate,
+    SyscallRate => crate::lab::experiments::syscall_rate::SyscallRate,
     /// E2: 40,000 round trips by 10 active connections among Z idle ones,
     /// on every backend (the epoll article's poll-vs-epoll test).
-    Idle => super::experiments::idle::Idle,
+    Idle => crate::lab::experiments::idle::Idle,
     /// E3: 40 senders of 100-byte messages, a server that only reads: CPU
     /// and syscalls per byte.
-    Sink => super::experiments::sink::Sink,
+    Sink => crate::lab::experiments::sink::Sink,
     /// E4: many connections echoing 100-byte messages: server syscalls per
     /// echo, throughput, latency, memory per connection.
-    Echo => super::experiments::echo::Echo,
+    Echo => crate::lab::experiments::echo::Echo,
     /// E5: iomux's servers beside tokio, monoio, compio and a plain C
     /// epoll server, one thread on one CPU each: echoes/s, server CPU per
     /// echo, latency, syscalls, memory, under closed and open loops.
-    Peers => super::experiments::peers::Peers,
+    Peers => crate::lab::experiments::peers::Peers,
     /// io_uring's optional features, each off and on: server CPU and
     /// syscalls per echo, E3 loopback CPU per GB.
-    UringFeatures => super::experiments::uring_features::UringFeatures,
+    UringFeatures => crate::lab::experiments::uring_features::UringFeatures,
     /// E6: `iomux serve --proto http` on each backend beside nginx,
     /// measured by wrk and h2load (with and without pipelining):
     /// requests/s, server CPU per request, latency, errors.
-    Http => super::experiments::http::Http,
+    Http => crate::lab::experiments::http::Http,
     /// E7: `iomux serve --proto resp` on each backend beside
     /// redis-server, measured by redis-benchmark (SET, GET, INCR, with and
     /// without pipelining), open and in the same CPU quota: requests/s,
     /// server CPU per request, latency, errors.
-    Resp => super::experiments::resp::Resp,
+    Resp => crate::lab::experiments::resp::Resp,
     /// E8: echo over a faulty network in two network namespaces of the
     /// run's own (loss, duplication, resets, a 100 Mbit/s link, vanished
     /// clients and servers), on each backend: every byte checked, latency,
     /// retransmits, errors by name, connections reclaimed. Needs root.
-    Faults => super::experiments::faults::Faults,
+    Faults => crate::lab::experiments::faults::Faults,
     /// E9: `iomux serve --proto proxy` on each backend beside haproxy
     /// and the C floor of a relay, every proxy in the same CPU quota:
     /// requests/s and CPU per request by wrk to nginx, CPU per GB of
     /// bulk, RSS per idle proxied connection.
-    Proxy => super::experiments::proxy::ProxyBench,
+    Proxy => crate::lab::experiments::proxy::ProxyBench,
     /// E7 pub/sub: `iomux serve --proto resp`'s pub/sub beside
     /// redis-server's, driven by `iomux load --mode pubsub`, in the same
     /// CPU quota: messages delivered/s to 20 subscribers, a subscriber that
     /// never reads dropped, peak RSS.
-    Pubsub => super::experiments::pubsub::Pubsub,
+    Pubsub => crate::lab::experiments::pubsub::Pubsub,
 }
 
 /// The view and figures of the experiment named `name` from its JSON text.

@@ -1,6 +1,6 @@
 //! E8 `faults`: echo over a faulty network on every backend. Server and
 //! load run in two network namespaces of the run's own, joined by a veth
-//! pair (lab/netns.rs); each profile sets its faults there with the
+//! pair (lab/rig/netns.rs); each profile sets its faults there with the
 //! mechanism this kernel has (netem where it exists; else tbf for rate,
 //! nftables for loss, duplication, resets and drops, and the lab's NFQUEUE
 //! delay line, `iomux netq`, for delay and reordering). Every echoed
@@ -13,15 +13,16 @@
 //! --keepalive K` must close every connection; or the server's packets
 //! are dropped and it dies, and `iomux load --keepalive K` must.
 
-use crate::lab::cell;
-use crate::lab::child::{children, ServerChild};
-use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
 use crate::lab::harness::{by_name, by_names, envelope::Envelope};
-use crate::lab::netns::{self, Delay, Net, Side};
-use crate::lab::plot::{grouped_bars, BarSeries};
 use crate::lab::render::markdown::cell as shown;
+use crate::lab::render::plot::{grouped_bars, BarSeries};
+use crate::lab::render::view::{Shown, TableView, View};
+use crate::lab::rig::cell;
+use crate::lab::rig::child::{children, ServerChild};
+use crate::lab::rig::netns::{self, Delay, Net, Side};
 use crate::lab::Settings;
 use crate::load::result::LoadResult;
 use crate::CliResult;
@@ -467,7 +468,7 @@ impl Experiment for Faults {
             "--vanishing",
             "20",
         ],
-        needs: crate::lab::tools::NET.tools,
+        needs: crate::lab::rig::tools::NET.tools,
     };
     /// The emulated links' work (tbf, nftables, veth, the delay line's
     /// NFQUEUE) runs in softirq, kernel threads and interrupts charged to
@@ -655,7 +656,9 @@ impl Experiment for Faults {
         trial.round(&arms, &mut measure)?;
         trial.until_decided(claims, &mut measure)
     }
+}
 
+impl Shown for Faults {
     fn view(env: &Envelope<Params, Arm, Sample>) -> CliResult<View> {
         let p = &env.params;
         let mut view = View {

@@ -7,17 +7,19 @@
 //! itself, so at depth 1 the one client thread sets the pace) and
 //! server-bound (every server in the same 50% CPU quota, wrk only).
 
-use super::http_clients::{self, Client, Report, Tool, INSTALL};
-use super::nginx::Nginx;
-use crate::lab::child::ServerChild;
 use crate::lab::harness::envelope::Envelope;
-use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
 use crate::lab::harness::{by_name, by_names, iomux_server, no_repeats};
-use crate::lab::quota::{self, CpuQuota, Scenario, BOUND_SHARE};
 use crate::lab::render::markdown::cell as shown;
-use crate::lab::{plot, Settings};
+use crate::lab::render::plot;
+use crate::lab::render::view::{Shown, TableView, View};
+use crate::lab::rig::anchors::clients::{self, Client, Report, Tool, INSTALL};
+use crate::lab::rig::anchors::nginx::Nginx;
+use crate::lab::rig::child::ServerChild;
+use crate::lab::rig::quota::{self, CpuQuota, Scenario, BOUND_SHARE};
+use crate::lab::Settings;
 use crate::CliResult;
 use iomux::Backend;
 use serde::{Deserialize, Serialize};
@@ -116,7 +118,7 @@ fn cpu_of(pids: &[u32]) -> Duration {
 
 fn run_cell(arm: &Arm, program: &std::path::Path, seconds: u32, script: &std::path::Path) -> Result<Run, String> {
     let Arm { server, client, depth, scenario } = *arm;
-    let (server_cpu, client_cpu) = crate::lab::cell::cpus();
+    let (server_cpu, client_cpu) = crate::lab::rig::cell::cpus();
     let quota = match scenario {
         Scenario::Open => None,
         Scenario::Bound => Some(CpuQuota::new(BOUND_SHARE)?),
@@ -129,10 +131,9 @@ fn run_cell(arm: &Arm, program: &std::path::Path, seconds: u32, script: &std::pa
             }
         }
         let url = format!("http://{addr}/plaintext");
-        let args = http_clients::args(client, &url, CONNS, depth, seconds, Some(script));
+        let args = clients::args(client, &url, CONNS, depth, seconds, Some(script));
         let before = cpu_of(pids);
-        let (report, used) =
-            http_clients::run(client, program, &args, client_cpu, seconds).map_err(|e| e.to_string())?;
+        let (report, used) = clients::run(client, program, &args, client_cpu, seconds).map_err(|e| e.to_string())?;
         Ok((report, cpu_of(pids).saturating_sub(before), used))
     };
     let (report, server_used, client_used, syscalls) = match server {
@@ -319,7 +320,7 @@ impl Experiment for Http {
             first_rounds,
             seconds: args.seconds.unwrap_or(if settings.full { FULL_SECONDS } else { QUICK_SECONDS }),
             budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
-            pinned: match crate::lab::cell::cpus() {
+            pinned: match crate::lab::rig::cell::cpus() {
                 (Some(s), Some(c)) => Some((s, c)),
                 _ => None,
             },
@@ -435,7 +436,7 @@ impl Experiment for Http {
             };
             let lua = scratch.0.join(format!("pipeline-{}.lua", a.depth));
             if a.depth > 1 && !lua.exists() {
-                std::fs::write(&lua, http_clients::wrk_pipeline_script(a.depth))
+                std::fs::write(&lua, clients::wrk_pipeline_script(a.depth))
                     .map_err(|e| format!("writing {}: {e}", lua.display()))?;
             }
             Ok(run_cell(a, program, p.seconds, &lua))
@@ -450,7 +451,9 @@ impl Experiment for Http {
     fn reference(arm: &Arm) -> bool {
         !matches!(arm.server, Server::Iomux(_))
     }
+}
 
+impl Shown for Http {
     fn view(env: &Envelope<Params, Arm, Run>) -> CliResult<View> {
         let p = &env.params;
         let mut view = View { intro: vec![intro(p)], ..View::default() };

@@ -1,14 +1,15 @@
 //! E2 `idle`: 10 active echo connections among Z idle ones; the time for
 //! 40,000 round trips (the Chinese epoll article's "poll vs epoll" test).
 
-use crate::lab::cell::{self, data_path};
-use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
 use crate::lab::harness::{by_name, by_names, envelope::Envelope};
-use crate::lab::plot::{self, Axes, Series};
 use crate::lab::render::markdown::cell as shown;
-use crate::lab::table::thousands;
+use crate::lab::render::plot::{self, Axes, Series};
+use crate::lab::render::table::thousands;
+use crate::lab::render::view::{Shown, TableView, View};
+use crate::lab::rig::cell::{self, data_path};
 use crate::lab::Settings;
 use crate::CliResult;
 use iomux::Backend;
@@ -175,7 +176,9 @@ impl Experiment for Idle {
         }
         trial.until_decided(claims, &mut measure)
     }
+}
 
+impl Shown for Idle {
     fn view(env: &Envelope<Params, Arm, Sample>) -> CliResult<View> {
         let p = &env.params;
         let mut view = View {
@@ -347,7 +350,7 @@ pub fn fixture(seconds: &[(Backend, usize, f64)], rounds: usize) -> Envelope<Par
     let mut env = Envelope {
         experiment: "idle".into(),
         schema: SCHEMA,
-        machine: crate::lab::machine::Machine::default(),
+        machine: crate::lab::rig::machine::Machine::default(),
         params,
         published: Idle::PUBLISHED.into(),
         claims,

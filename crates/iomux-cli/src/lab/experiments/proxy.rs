@@ -10,19 +10,21 @@
 //!   takes two descriptors), each used once, then held idle: proxy RSS per
 //!   connection.
 
-use super::haproxy::Haproxy;
-use super::http::answers_plaintext;
-use super::http_clients::{self, Client, Report, Tool, INSTALL};
-use super::nginx::Nginx;
-use crate::lab::child::{status_kib, ServerChild};
+use crate::lab::experiments::http::answers_plaintext;
 use crate::lab::harness::envelope::Envelope;
-use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
 use crate::lab::harness::{by_name, by_names, iomux_server, no_repeats};
-use crate::lab::quota::{CpuQuota, BOUND_SHARE};
 use crate::lab::render::markdown::cell as shown;
-use crate::lab::{plot, Settings};
+use crate::lab::render::plot;
+use crate::lab::render::view::{Shown, TableView, View};
+use crate::lab::rig::anchors::clients::{self, Client, Report, Tool, INSTALL};
+use crate::lab::rig::anchors::haproxy::Haproxy;
+use crate::lab::rig::anchors::nginx::Nginx;
+use crate::lab::rig::child::{status_kib, ServerChild};
+use crate::lab::rig::quota::{CpuQuota, BOUND_SHARE};
+use crate::lab::Settings;
 use crate::CliResult;
 use iomux::Backend;
 use serde::{Deserialize, Serialize};
@@ -259,7 +261,7 @@ fn with_proxy<T>(
     maxconn: usize,
     f: impl FnOnce(&Running, &CpuQuota) -> Result<T, String>,
 ) -> Result<T, String> {
-    let (server_cpu, _) = crate::lab::cell::cpus();
+    let (server_cpu, _) = crate::lab::rig::cell::cpus();
     let quota = CpuQuota::new(BOUND_SHARE)?;
     let proxy = Running::start(p, arm, upstream, maxconn, server_cpu).map_err(|e| e.to_string())?;
     let result = quota.add(proxy.pid()).and_then(|()| f(&proxy, &quota));
@@ -270,16 +272,16 @@ fn with_proxy<T>(
 }
 
 fn requests(p: &Params, arm: &Arm) -> Result<Run, String> {
-    let (server_cpu, client_cpu) = crate::lab::cell::cpus();
+    let (server_cpu, client_cpu) = crate::lab::rig::cell::cpus();
     let wrk = p.wrk.as_ref().ok_or("wrk not found")?;
     let nginx = Nginx::start(p.nginx.as_ref().ok_or("nginx not found")?, server_cpu).map_err(|e| e.to_string())?;
     let run = with_proxy(p, arm, nginx.addr, 4096, |proxy, quota| {
         answers_plaintext(proxy.addr()).map_err(|e| format!("{}: through the proxy: {e}", arm.proxy))?;
         let url = format!("http://{}/plaintext", proxy.addr());
-        let args = http_clients::args(Client::Wrk, &url, p.conns, 1, p.seconds, None);
+        let args = clients::args(Client::Wrk, &url, p.conns, 1, p.seconds, None);
         let before = cpu_of(proxy.pid());
         let (report, client) =
-            http_clients::run(Client::Wrk, wrk, &args, client_cpu, p.seconds).map_err(|e| e.to_string())?;
+            clients::run(Client::Wrk, wrk, &args, client_cpu, p.seconds).map_err(|e| e.to_string())?;
         let used = cpu_of(proxy.pid()).saturating_sub(before);
         Ok(Run {
             rate: Some(report.requests_per_sec),
@@ -295,7 +297,7 @@ fn requests(p: &Params, arm: &Arm) -> Result<Run, String> {
 }
 
 fn bulk(p: &Params, arm: &Arm) -> Result<Run, String> {
-    let (_, client_cpu) = crate::lab::cell::cpus();
+    let (_, client_cpu) = crate::lab::rig::cell::cpus();
     let sink = ServerChild::start_with(Backend::Epoll, "sink", client_cpu, None, 1, &[]).map_err(|e| e.to_string())?;
     let bytes = u64::from(p.bulk_mib) << 20;
     let run = with_proxy(p, arm, sink.addr, 4096, |proxy, quota| {
@@ -340,7 +342,7 @@ fn bulk(p: &Params, arm: &Arm) -> Result<Run, String> {
 }
 
 fn many(p: &Params, arm: &Arm) -> Result<Run, String> {
-    let (_, client_cpu) = crate::lab::cell::cpus();
+    let (_, client_cpu) = crate::lab::rig::cell::cpus();
     let echo = ServerChild::start_with(Backend::Epoll, "echo", client_cpu, None, 1, &[]).map_err(|e| e.to_string())?;
     let run = with_proxy(p, arm, echo.addr, p.many + 64, |proxy, quota| {
         let rss = || status_kib(proxy.pid(), "VmRSS:") * 1024;
@@ -447,7 +449,7 @@ impl Experiment for ProxyBench {
         let mut missing = Vec::new();
         let mut found = |tool: Tool| tool.find().map_err(|why| missing.push(why)).ok();
         let (wrk, nginx, haproxy) = (found(Tool::Wrk), found(Tool::Nginx), found(Tool::Haproxy));
-        if let Err(why) = crate::lab::quota::available() {
+        if let Err(why) = crate::lab::rig::quota::available() {
             missing.push(format!("{why}: every cell runs in a CPU quota (root and a cgroup CPU controller)"));
         }
         // Each proxied connection is two descriptors in the proxy's one
@@ -484,7 +486,7 @@ impl Experiment for ProxyBench {
             many_limited,
             first_rounds,
             budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
-            pinned: match crate::lab::cell::cpus() {
+            pinned: match crate::lab::rig::cell::cpus() {
                 (Some(s), Some(c)) => Some((s, c)),
                 _ => None,
             },
@@ -626,7 +628,7 @@ impl Experiment for ProxyBench {
         if !p.missing.is_empty() {
             eprintln!("proxy: {missing}. The cells that need them are not run.");
         }
-        let quota = crate::lab::quota::available().is_ok();
+        let quota = crate::lab::rig::quota::available().is_ok();
         let mut measure = |a: &Arm| -> Measured<Run> {
             let needs_haproxy = a.proxy == Proxy::Haproxy && p.haproxy.is_none();
             let needs_http = a.load == Load::Requests && (p.wrk.is_none() || p.nginx.is_none());
@@ -649,7 +651,9 @@ impl Experiment for ProxyBench {
     fn reference(arm: &Arm) -> bool {
         arm.proxy == Proxy::Haproxy && arm.load == Load::Requests
     }
+}
 
+impl Shown for ProxyBench {
     fn view(env: &Envelope<Params, Arm, Run>) -> CliResult<View> {
         let p = &env.params;
         let mut view = View { intro: vec![intro(p)], ..View::default() };

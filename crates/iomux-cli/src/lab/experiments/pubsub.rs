@@ -14,17 +14,18 @@
 //! (c/pubsub_floor.c: each read's publishes in one batch, one write of it
 //! per subscriber, nothing else): what this machine allows.
 
-use super::http_clients::{Tool, INSTALL};
-use super::redis::RedisServer;
-use super::resp::Server;
-use crate::lab::child::{status_kib, ServerChild};
+use crate::lab::experiments::resp::Server;
 use crate::lab::harness::envelope::Envelope;
-use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
 use crate::lab::harness::{by_name, by_names, no_repeats};
-use crate::lab::quota::{CpuQuota, BOUND_SHARE};
 use crate::lab::render::markdown::cell as shown;
+use crate::lab::render::view::{Shown, TableView, View};
+use crate::lab::rig::anchors::clients::{Tool, INSTALL};
+use crate::lab::rig::anchors::redis::RedisServer;
+use crate::lab::rig::child::{status_kib, ServerChild};
+use crate::lab::rig::quota::{CpuQuota, BOUND_SHARE};
 use crate::lab::Settings;
 use crate::load::pubsub::{Plan, PubsubResult};
 use crate::CliResult;
@@ -140,7 +141,7 @@ impl Run {
 }
 
 fn cell(p: &Params, arm: &Arm) -> Result<Run, String> {
-    let (server_cpu, client_cpu) = crate::lab::cell::cpus();
+    let (server_cpu, client_cpu) = crate::lab::rig::cell::cpus();
     let quota = CpuQuota::new(BOUND_SHARE)?;
     let (addr, pid, stop): (_, _, Box<dyn FnOnce() -> Result<(), String>>) = match arm.server {
         Server::Iomux(b) => {
@@ -273,7 +274,7 @@ impl Experiment for Pubsub {
         }
         let mut missing = Vec::new();
         let redis = Tool::RedisServer.find().map_err(|why| missing.push(why)).ok();
-        if let Err(why) = crate::lab::quota::available() {
+        if let Err(why) = crate::lab::rig::quota::available() {
             missing.push(format!("{why}: every cell runs in a CPU quota (root and a cgroup CPU controller)"));
         }
         let mut servers: Vec<Server> = backends.into_iter().map(Server::Iomux).collect();
@@ -377,7 +378,7 @@ impl Experiment for Pubsub {
         if !p.missing.is_empty() {
             eprintln!("pubsub: {missing}. The cells that need them are not run.");
         }
-        let quota = crate::lab::quota::available().is_ok();
+        let quota = crate::lab::rig::quota::available().is_ok();
         let mut measure = |a: &Arm| -> Measured<Run> {
             if !quota || (a.server == Server::Redis && p.redis.is_none()) {
                 return Ok(Err(missing.clone()));
@@ -394,7 +395,9 @@ impl Experiment for Pubsub {
     fn reference(arm: &Arm) -> bool {
         arm.server == Server::Redis
     }
+}
 
+impl Shown for Pubsub {
     fn view(env: &Envelope<Params, Arm, Run>) -> CliResult<View> {
         let p = &env.params;
         let intro = format!(

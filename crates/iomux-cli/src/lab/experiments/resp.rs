@@ -14,16 +14,18 @@
 //! reaches on this kernel and machine, and iomux over it is iomux's own
 //! part.
 
-use super::redis::{self, RedisServer};
-use crate::lab::child::ServerChild;
 use crate::lab::harness::envelope::Envelope;
-use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
 use crate::lab::harness::{by_name, by_names, iomux_server, no_repeats};
-use crate::lab::quota::{self, CpuQuota, Scenario, BOUND_SHARE};
 use crate::lab::render::markdown::cell as shown;
-use crate::lab::{plot, Settings};
+use crate::lab::render::plot;
+use crate::lab::render::view::{Shown, TableView, View};
+use crate::lab::rig::anchors::redis::{self, RedisServer};
+use crate::lab::rig::child::ServerChild;
+use crate::lab::rig::quota::{self, CpuQuota, Scenario, BOUND_SHARE};
+use crate::lab::Settings;
 use crate::CliResult;
 use iomux::Backend;
 use serde::{Deserialize, Serialize};
@@ -201,7 +203,7 @@ pub struct Run {
 
 fn run_cell(p: &Params, arm: &Arm) -> Result<Run, String> {
     let Some((redis_server, benchmark)) = &p.programs else { return Err(p.missing.join("; ")) };
-    let (server_cpu, client_cpu) = crate::lab::cell::cpus();
+    let (server_cpu, client_cpu) = crate::lab::rig::cell::cpus();
     let requests = p.requests_at(arm.depth);
     let quota = match arm.scenario {
         Scenario::Open => None,
@@ -373,7 +375,7 @@ impl Experiment for Resp {
         let programs = match redis::programs() {
             Ok(found) => Some(found),
             Err(why) => {
-                missing.push(format!("{why}; install it with {}", super::http_clients::INSTALL));
+                missing.push(format!("{why}; install it with {}", crate::lab::rig::anchors::clients::INSTALL));
                 None
             }
         };
@@ -394,7 +396,7 @@ impl Experiment for Resp {
             requests: args.requests.unwrap_or(if settings.full { FULL_REQUESTS } else { QUICK_REQUESTS }),
             first_rounds,
             budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
-            pinned: match crate::lab::cell::cpus() {
+            pinned: match crate::lab::rig::cell::cpus() {
                 (Some(s), Some(c)) => Some((s, c)),
                 _ => None,
             },
@@ -487,7 +489,9 @@ impl Experiment for Resp {
     fn reference(arm: &Arm) -> bool {
         !matches!(arm.server, Server::Iomux(_))
     }
+}
 
+impl Shown for Resp {
     fn view(env: &Envelope<Params, Arm, Run>) -> CliResult<View> {
         let p = &env.params;
         let mut view = View { intro: vec![intro(p)], ..View::default() };
@@ -644,10 +648,10 @@ mod tests {
     #[test]
     fn open_runs_where_no_scenario_can() {
         let mut none = Vec::new();
-        let notes = super::open_if_none(&mut none);
+        let notes = crate::lab::experiments::resp::open_if_none(&mut none);
         assert_eq!((none, notes.len()), (vec![Scenario::Open], 1));
         let mut bound = vec![Scenario::Bound];
-        assert!(super::open_if_none(&mut bound).is_empty());
+        assert!(crate::lab::experiments::resp::open_if_none(&mut bound).is_empty());
         assert_eq!(bound, vec![Scenario::Bound]);
     }
 

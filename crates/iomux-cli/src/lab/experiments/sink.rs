@@ -1,14 +1,15 @@
 //! E3 `sink`: 40 connections send 100-byte messages without pause; the
 //! server only reads. What it costs the server per byte (seed 002).
 
-use crate::lab::cell;
-use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
 use crate::lab::harness::{by_name, by_names, envelope::Envelope};
-use crate::lab::plot;
 use crate::lab::render::markdown::cell as shown;
-use crate::lab::table::kinds;
+use crate::lab::render::plot;
+use crate::lab::render::table::kinds;
+use crate::lab::render::view::{Shown, TableView, View};
+use crate::lab::rig::cell;
 use crate::lab::Settings;
 use crate::load::LoadMode;
 use crate::CliResult;
@@ -213,7 +214,9 @@ impl Experiment for Sink {
         }
         trial.until_decided(claims, &mut measure)
     }
+}
 
+impl Shown for Sink {
     fn view(env: &Envelope<Params, Arm, Sample>) -> CliResult<View> {
         let p = &env.params;
         let intro = format!(

@@ -2,10 +2,11 @@
 //! twice the time? docs/lab.md shows this file whole, and a test runs it.
 
 use crate::lab::harness::envelope::Envelope;
-use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
 use crate::lab::render::markdown::cell as shown;
+use crate::lab::render::view::{Shown, TableView, View};
 use crate::lab::Settings;
 use crate::CliResult;
 use serde::{Deserialize, Serialize};
@@ -91,7 +92,9 @@ impl Experiment for Toy {
         trial.round(&[Arm { len: p.len }, Arm { len: 2 * p.len }], &mut measure)?;
         trial.until_decided(claims, &mut measure)
     }
+}
 
+impl Shown for Toy {
     fn view(env: &Envelope<Params, Arm, Sample>) -> CliResult<View> {
         let p = &env.params;
         let rows = [p.len, 2 * p.len]

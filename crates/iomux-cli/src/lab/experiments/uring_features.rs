@@ -7,16 +7,17 @@
 //! batched waits a few active connections among idle ones (latency), and
 //! for a registered ring an empty `io_uring_enter` (ns).
 
-use super::sink;
-use crate::lab::cell;
+use crate::lab::experiments::sink;
 use crate::lab::harness::envelope::Envelope;
-use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
-use crate::lab::measure::calls_per_sec;
-use crate::lab::plot;
 use crate::lab::render::markdown::cell as shown;
-use crate::lab::table::thousands;
+use crate::lab::render::plot;
+use crate::lab::render::table::thousands;
+use crate::lab::render::view::{Shown, TableView, View};
+use crate::lab::rig::cell;
+use crate::lab::rig::measure::calls_per_sec;
 use crate::lab::Settings;
 use crate::stats::FeatureState;
 use crate::CliResult;
@@ -335,7 +336,9 @@ impl Experiment for UringFeatures {
         }
         trial.until_decided(claims, &mut measure)
     }
+}
 
+impl Shown for UringFeatures {
     fn view(env: &Envelope<Params, Arm, Sample>) -> CliResult<View> {
         let p = &env.params;
         let mut view = View {

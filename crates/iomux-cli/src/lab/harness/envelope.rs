@@ -2,11 +2,10 @@
 //! every experiment writes, read back by the report, the summary and
 //! `iomux report A B` through types, never by key.
 
-use super::claim::{Claim, Source, Verdict};
-use super::stats::{Estimate, Needed};
-use super::trial::{Take, MAX_RETAKES, SAMPLE_THRESHOLD};
-use crate::lab::machine::Machine;
-use crate::lab::noise::Noise;
+use crate::lab::harness::claim::{Claim, Source, Verdict};
+use crate::lab::harness::facts::{Machine, Noise, CPUS};
+use crate::lab::harness::stats::{Estimate, Needed};
+use crate::lab::harness::trial::{Take, MAX_RETAKES, SAMPLE_THRESHOLD};
 use crate::CliResult;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -45,7 +44,7 @@ pub struct NoiseSummary {
     /// Takes measured again or left out because other processes used more
     /// than `threshold` of a CPU during them, or the CPUs were apart.
     pub excluded: usize,
-    /// Of those, the takes with the CPUs placed apart (`lab::placement`).
+    /// Of those, the takes with the CPUs placed apart (`lab::rig::placement`).
     #[serde(default)]
     pub apart: usize,
     /// Seconds spent waiting, before takes, for the CPUs to be placed
@@ -90,7 +89,7 @@ impl NoiseSummary {
             return "Nothing was measured, so there is no noise reading.".into();
         }
         let whole = self.whole.as_ref().map_or(String::new(), |n| format!(" Over the whole run: {}.", n.describe()));
-        let (cpus, busy) = (super::super::placement::CPUS, self.excluded - self.apart.min(self.excluded));
+        let (cpus, busy) = (CPUS, self.excluded - self.apart.min(self.excluded));
         let excluded = match (busy, self.apart) {
             (0, 0) => format!(
                 "none ran while other processes used more than {:.0}% of a CPU or CPUs {} and {} were placed apart",
@@ -105,7 +104,7 @@ impl NoiseSummary {
                 self.threshold * 100.0,
                 cpus.0,
                 cpus.1,
-                super::trial::APART,
+                crate::lab::harness::trial::APART,
                 self.max_retakes
             ),
         };

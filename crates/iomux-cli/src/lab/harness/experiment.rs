@@ -8,16 +8,16 @@
 //! rounds until the claims decide, judges them, and writes the envelope;
 //! Markdown, HTML, SVG and the terminal are drawn from the envelope alone.
 
-use super::claim::{Claim, Undecided};
-use super::envelope::{self, Envelope, Figure, NoiseSummary, SCHEMA};
-use super::stats::Estimate;
-use super::trial::{Meter, NetworkIsOwn, Spec, Trial, MAX_ROUNDS};
-use crate::lab::{render, Outcome, Settings};
+use crate::lab::harness::claim::{Claim, Undecided};
+use crate::lab::harness::envelope::{Envelope, Figure};
+use crate::lab::harness::stats::Estimate;
+use crate::lab::harness::trial::{Spec, Trial, MAX_ROUNDS};
+use crate::lab::Settings;
 use crate::CliResult;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::fmt::Display;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How the lab lists an experiment.
 #[derive(Clone, Copy, Debug)]
@@ -41,40 +41,6 @@ pub struct Metric<S> {
     pub unit: &'static str,
     pub higher_is_better: bool,
     pub get: fn(&S) -> f64,
-}
-
-/// A table of an experiment's page, cells as shown.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct TableView {
-    pub caption: String,
-    pub header: Vec<String>,
-    pub rows: Vec<Vec<String>>,
-}
-
-/// An experiment's results as a person reads them; plain text, no markup.
-#[derive(Clone, Debug, Default)]
-pub struct View {
-    /// Paragraphs above the tables: method, published figures.
-    pub intro: Vec<String>,
-    pub tables: Vec<TableView>,
-    /// Footnotes: why some cells could not be measured.
-    pub notes: Vec<String>,
-    pub svg: Option<String>,
-}
-
-impl View {
-    /// "[k]": the mark of footnote k, which says `why` (each reason noted
-    /// once).
-    pub fn footnote(&mut self, why: &str) -> String {
-        let k = match self.notes.iter().position(|n| n == why) {
-            Some(i) => i + 1,
-            None => {
-                self.notes.push(why.to_string());
-                self.notes.len()
-            }
-        };
-        format!("[{k}]")
-    }
 }
 
 /// An [`Experiment`] impl's four types in one line:
@@ -136,9 +102,6 @@ pub trait Experiment {
     fn reference(_arm: &Self::Arm) -> bool {
         false
     }
-
-    /// Tables and plot, from the envelope alone.
-    fn view(env: &Envelope<Self::Params, Self::Arm, Self::Sample>) -> CliResult<View>;
 
     /// The unit of `metric`'s figure for `arm`, where it depends on the
     /// arm (the report pools the spread of figures of one unit).
@@ -202,7 +165,7 @@ pub fn figures<E: Experiment>(env: &Envelope<E::Params, E::Arm, E::Sample>) -> V
 /// cost at this run's pace (`pace`: seconds a round of every arm) and the
 /// command that spends them: `--budget` buys rounds up to [`MAX_ROUNDS`],
 /// `--reps` any number.
-fn say_how_to_decide<A: clap::Args>(claim: &mut Claim, name: &'static str, pace: f64) {
+pub fn say_how_to_decide<A: clap::Args>(claim: &mut Claim, name: &'static str, pace: f64) {
     let Some(Undecided::MoreRounds { rounds }) = claim.undecided else { return };
     let quiet = claim.estimate.map_or(0, |e| e.n);
     let seconds = rounds.saturating_sub(quiet) as f64 * pace;
@@ -216,57 +179,6 @@ fn say_how_to_decide<A: clap::Args>(claim: &mut Claim, name: &'static str, pace:
         String::new()
     };
     claim.why += &format!(", about {:.0} minutes more at this run's pace{command}", (seconds / 60.0).ceil());
-}
-
-/// Runs `E` from its flags: plan, measure, judge, write JSON, Markdown and
-/// SVG, print the Markdown.
-pub fn execute<E: Experiment>(args: &E::Args, settings: &Settings) -> CliResult<Outcome> {
-    let params = E::plan(args, settings)?;
-    let started = Instant::now();
-    let specs = E::claims(&params);
-    let network_is_own = NetworkIsOwn(&settings.noise);
-    let meter: &dyn Meter = if E::NETWORK_IS_OWN { &network_is_own } else { &settings.noise };
-    let mut trial = Trial::new(meter, E::ENTRY.name, E::budget(&params, settings));
-    E::measure(&params, &mut trial, &specs, settings)?;
-    let mut claims: Vec<Claim> = specs.iter().map(|s| trial.judge(s)).collect();
-    let rounds = trial.rounds();
-    let (waited, swamped, measured) = (trial.waited(), trial.swamped(), started.elapsed());
-    let pace = (measured.saturating_sub(waited)).as_secs_f64() / rounds.max(1) as f64;
-    for claim in &mut claims {
-        say_how_to_decide::<E::Args>(claim, E::ENTRY.name, pace);
-    }
-    eprintln!(
-        "{}: measured in {:.0} s ({} rounds; {:.0} s of it waiting for the CPUs to be placed close)",
-        E::ENTRY.name,
-        measured.as_secs_f64(),
-        rounds,
-        waited.as_secs_f64()
-    );
-    let (takes, unmeasurable) = trial.finish();
-    let mut env = Envelope {
-        experiment: E::ENTRY.name.into(),
-        schema: SCHEMA,
-        machine: settings.machine.clone(),
-        params,
-        published: E::PUBLISHED.into(),
-        claims,
-        figures: Vec::new(),
-        noise: NoiseSummary {
-            waited_s: waited.as_secs_f64(),
-            measured_s: measured.as_secs_f64(),
-            swamped,
-            ..NoiseSummary::of(rounds, &takes, settings.noise.since(started))
-        },
-        takes,
-        unmeasurable,
-    };
-    env.figures = figures::<E>(&env);
-    let view = E::view(&env)?;
-    let markdown = render::markdown::page(&E::ENTRY, &env.machine, &env.published, &view, &env.claims, &env.noise);
-    println!("{markdown}");
-    let mut files = vec![envelope::write(&settings.out_dir, &env)?];
-    files.extend(render::write_page(&settings.out_dir, E::ENTRY.name, &markdown, view.svg.as_deref())?);
-    Ok(Outcome { files })
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 pub mod claim;
 pub mod envelope;
 pub mod experiment;
-pub mod pooled;
+pub mod facts;
 pub mod stats;
 pub mod trial;
 

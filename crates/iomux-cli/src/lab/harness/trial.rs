@@ -3,8 +3,8 @@
 //! when other processes used the CPU during it), and more rounds, within a
 //! time budget, until every claim's interval decides.
 
-use super::claim::{self, Claim, Rounds, Source};
-use super::stats::{Estimate, Needed};
+use crate::lab::harness::claim::{self, Claim, Rounds, Source};
+use crate::lab::harness::stats::{Estimate, Needed};
 use crate::progress::Progress;
 use crate::CliResult;
 use serde::{Deserialize, Serialize};
@@ -43,7 +43,7 @@ pub const MAX_ROUNDS: usize = 40;
 
 /// A cross-CPU round trip above this many times the run's close reference
 /// (the 10th percentile of its readings) means the two CPUs are placed
-/// apart (see `lab::placement`): a sample taken then is measured again.
+/// apart (see `lab::rig::placement`): a sample taken then is measured again.
 /// Close readings are 50-70 ns, apart ones 290-340.
 pub const APART: f64 = 2.5;
 
@@ -92,33 +92,6 @@ pub struct Quiet;
 impl Meter for Quiet {
     fn others_since(&self, _: Instant) -> Option<f64> {
         Some(0.0)
-    }
-}
-
-impl Meter for crate::lab::noise::Monitor {
-    fn others_since(&self, since: Instant) -> Option<f64> {
-        self.since(since).map(|n| n.other_cpu_share)
-    }
-
-    fn placement(&self) -> Option<Placement> {
-        crate::lab::placement::read().map(|(ns, closest_ns)| Placement { ns, closest_ns })
-    }
-}
-
-/// The machine's noise with the kernel's work counted as the bench's own:
-/// for an experiment whose own traffic makes the kernel's network work
-/// (E8's emulated links, run in softirq, ksoftirqd and interrupts charged
-/// to no process of the bench). Others are the user-space processes
-/// outside the bench, by their own clocks, and steal.
-pub struct NetworkIsOwn<'a>(pub &'a crate::lab::noise::Monitor);
-
-impl Meter for NetworkIsOwn<'_> {
-    fn others_since(&self, since: Instant) -> Option<f64> {
-        self.0.since(since).map(|n| n.user_space_share)
-    }
-
-    fn placement(&self) -> Option<Placement> {
-        self.0.placement()
     }
 }
 
@@ -372,8 +345,8 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
         while reading.apart() && start.elapsed() < patience && self.waited < PLACEMENT_WAIT_TOTAL {
             self.progress.step(&format!(
                 "{label} (waiting: CPUs {} and {} placed apart, {:.0} ns a round trip against {:.0} ns usually)",
-                crate::lab::placement::CPUS.0,
-                crate::lab::placement::CPUS.1,
+                crate::lab::harness::facts::CPUS.0,
+                crate::lab::harness::facts::CPUS.1,
                 reading.ns,
                 reading.closest_ns
             ));
@@ -660,7 +633,7 @@ mod tests {
             seen,
             vec![("a", false, true, Some(60.0)), ("b", true, false, Some(330.0)), ("b", false, true, Some(58.0))]
         );
-        let noise = super::super::envelope::NoiseSummary::of(1, &trial.takes, None);
+        let noise = crate::lab::harness::envelope::NoiseSummary::of(1, &trial.takes, None);
         assert_eq!((noise.excluded, noise.apart), (1, 1));
     }
 

@@ -3,7 +3,7 @@
 
 use crate::lab::harness::claim::{Claim, Source, Verdict};
 use crate::lab::harness::experiment::Entry;
-use crate::lab::results::{Folder, Result as Found};
+use crate::lab::report::results::{Folder, Result as Found};
 use crate::CliResult;
 use minijinja::Environment;
 use serde::Serialize;
@@ -150,7 +150,7 @@ struct Section {
     title: &'static str,
     intro: Vec<String>,
     published: String,
-    tables: Vec<crate::lab::harness::experiment::TableView>,
+    tables: Vec<crate::lab::render::view::TableView>,
     notes: Vec<String>,
     svg: Option<String>,
     older: bool,
@@ -186,7 +186,7 @@ fn section(r: &Found) -> Section {
         older: r.older,
         schema: r.header.schema,
         noise: r.header.noise.as_ref().map_or_else(
-            || crate::lab::noise::Noise::markdown(r.header.legacy_noise.as_ref()).trim().replace("**", ""),
+            || crate::lab::rig::noise::Noise::markdown(r.header.legacy_noise.as_ref()).trim().replace("**", ""),
             |n| n.sentence(),
         ),
         claims: r.header.claims.iter().map(|c| ClaimRow::of(r.entry, c)).collect(),

@@ -3,10 +3,11 @@
 
 use crate::lab::harness::claim::{number, Claim, Verdict};
 use crate::lab::harness::envelope::NoiseSummary;
-use crate::lab::harness::experiment::{Entry, TableView, View};
+use crate::lab::harness::experiment::Entry;
 use crate::lab::harness::stats::Estimate;
-use crate::lab::machine::Machine;
-use crate::lab::table::Table;
+use crate::lab::render::table::Table;
+use crate::lab::render::view::{TableView, View};
+use crate::lab::rig::machine::Machine;
 
 /// "0.512 ±1.2%": a median and its interval's half width, for table cells.
 pub fn cell(e: Option<Estimate>) -> String {

@@ -1,9 +1,13 @@
-//! Renderers of typed results: Markdown pages, the HTML report and the
-//! terminal's verdicts. None of them reads anything but the envelope.
+//! Renderers of typed results: Markdown pages, the HTML report, the
+//! terminal's verdicts, tables and plots. None of them reads anything but
+//! the envelope.
 
 pub mod html;
 pub mod markdown;
+pub mod plot;
+pub mod table;
 pub mod terminal;
+pub mod view;
 
 use crate::CliResult;
 use std::path::{Path, PathBuf};

@@ -2,10 +2,10 @@
 //! the machine allows, then how the machine's noise bore on them. The last thing a bench
 //! prints, and what `iomux report DIR` prints.
 
-use super::html::counts;
 use crate::lab::harness::claim::Source;
-use crate::lab::results::Folder;
-use crate::lab::table::Table;
+use crate::lab::render::html::counts;
+use crate::lab::render::table::Table;
+use crate::lab::report::results::Folder;
 
 pub fn verdicts(folder: &Folder) -> String {
     let mut out = String::from("\n==== Verdicts on this machine ====\n");

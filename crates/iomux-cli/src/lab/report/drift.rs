@@ -13,9 +13,9 @@
 //!   with the machine. How far they moved, and how far apart, says how
 //!   far a figure may move without a change of its own.
 
-use super::harness::envelope::Figure;
-use super::harness::pooled::{t_quantile, Takes};
-use super::harness::stats::median;
+use crate::lab::harness::envelope::Figure;
+use crate::lab::harness::stats::median;
+use crate::lab::harness::stats::pooled::{t_quantile, Takes};
 use std::collections::BTreeMap;
 
 /// Fewest repeated figures measured in a round for its effect to be read.

@@ -5,16 +5,19 @@
 //! for readability; nothing is ever written, so every wait finds nothing.
 //! Each sample counts back-to-back waits with a zero timeout.
 
+mod raw;
+mod wait_peers;
+
+use crate::lab::experiments::syscall_rate::wait_peers::{MioPeer, PollingPeer};
 use crate::lab::harness::envelope::Envelope;
-use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::{median, Needed};
 use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
-use crate::lab::measure::calls_per_sec;
-use crate::lab::plot::{self, Axes, Series};
-use crate::lab::raw;
 use crate::lab::render::markdown::cell as shown;
-use crate::lab::table::thousands;
-use crate::lab::wait_peers::{MioPeer, PollingPeer};
+use crate::lab::render::plot::{self, Axes, Series};
+use crate::lab::render::table::thousands;
+use crate::lab::render::view::{Shown, TableView, View};
+use crate::lab::rig::measure::calls_per_sec;
 use crate::lab::Settings;
 use crate::CliResult;
 use iomux::lab::PollRing;
@@ -514,7 +517,9 @@ impl Experiment for SyscallRate {
     fn reference(arm: &Arm) -> bool {
         matches!(arm.subject, Subject::NullSyscall | Subject::RawPoll | Subject::RawEpoll | Subject::RawUringEnter)
     }
+}
 
+impl Shown for SyscallRate {
     fn view(env: &Envelope<Params, Arm, Sample>) -> CliResult<View> {
         let p = &env.params;
         let book = |n: usize| p.book.iter().find(|b| b.fds == n);

@@ -3,15 +3,18 @@
 //! Up to what one process holds, server and load run as one process each;
 //! beyond it (the article's million) as several each (`echo_large`).
 
-use super::echo_large;
-use crate::lab::cell;
-use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+mod kernel_memory;
+pub mod large;
+
+use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
 use crate::lab::harness::{by_name, by_names, envelope::Envelope};
-use crate::lab::plot;
 use crate::lab::render::markdown::cell as shown;
-use crate::lab::table::{kinds, thousands};
+use crate::lab::render::plot;
+use crate::lab::render::table::{kinds, thousands};
+use crate::lab::render::view::{Shown, TableView, View};
+use crate::lab::rig::cell;
 use crate::lab::Settings;
 use crate::CliResult;
 use iomux::Backend;
@@ -155,9 +158,9 @@ pub struct Sample {
 pub struct Echo;
 
 /// One run of E4 at `p`'s size against `backend`.
-fn run_once(p: &Params, backend: Backend, trace: Option<crate::lab::child::Tracer>) -> CliResult<Sample> {
+fn run_once(p: &Params, backend: Backend, trace: Option<crate::lab::rig::child::Tracer>) -> CliResult<Sample> {
     if p.large() {
-        return echo_large::run(backend, p.conns, p.messages, p.procs, trace);
+        return large::run(backend, p.conns, p.messages, p.procs, trace);
     }
     let n = if backend == Backend::Select { p.conns.min(SELECT_CONNS) } else { p.conns };
     let c = cell::run(backend, "echo", trace, |a| {
@@ -176,7 +179,7 @@ impl Sample {
     pub fn of(
         n: usize,
         load: &crate::load::result::LoadResult,
-        server: &crate::lab::child::ServerResult,
+        server: &crate::lab::rig::child::ServerResult,
         rss_bytes_per_conn: f64,
         kernel: Option<KernelMemory>,
     ) -> Sample {
@@ -252,11 +255,11 @@ impl Experiment for Echo {
             if let Some(b) = backends.iter().find(|b| **b == Backend::Select) {
                 return Err(format!("{b} cannot hold {conns} connections (FD_SETSIZE is 1024)").into());
             }
-            echo_large::require(conns, args.procs)?;
+            large::require(conns, args.procs)?;
         } else {
             cell::require_loopback("E4", conns)?;
         }
-        let procs = if large { echo_large::procs_for(conns, args.procs) } else { 0 };
+        let procs = if large { large::procs_for(conns, args.procs) } else { 0 };
         Ok(Params {
             backends,
             conns,
@@ -338,7 +341,9 @@ impl Experiment for Echo {
         }
         trial.until_decided(claims, &mut measure)
     }
+}
 
+impl Shown for Echo {
     fn view(env: &Envelope<Params, Arm, Sample>) -> CliResult<View> {
         let p = &env.params;
         let mut view = View { intro: vec![intro(p)], ..View::default() };

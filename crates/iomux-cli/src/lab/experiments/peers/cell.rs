@@ -17,10 +17,10 @@
 //! 10 ms) record on that clock meanwhile, and the window is cut out of
 //! their samples afterwards, interpolating at its two edges.
 
-use crate::lab::cell::{cpus, LOAD_BACKEND};
-use crate::lab::child::ServerChild;
-use crate::lab::sampler::{Readings, Sampler, Timeline};
-use crate::lab::syscount::SyscallCounter;
+use crate::lab::rig::cell::{cpus, LOAD_BACKEND};
+use crate::lab::rig::child::ServerChild;
+use crate::lab::rig::sampler::{Readings, Sampler, Timeline};
+use crate::lab::rig::syscount::SyscallCounter;
 use crate::load::result::LoadResult;
 use crate::CliResult;
 use iomux::Backend;

@@ -85,7 +85,7 @@ impl Nginx {
             if let Ok(Some(status)) = nginx.child.try_wait() {
                 return Err(format!("nginx exited at start with {status}: {}", nginx.error_log()).into());
             }
-            match super::http::answers_plaintext(addr) {
+            match crate::lab::experiments::http::answers_plaintext(addr) {
                 Ok(()) => return Ok(nginx),
                 Err(e) if Instant::now() > deadline => {
                     return Err(
@@ -101,7 +101,7 @@ impl Nginx {
     pub fn pids(&self) -> Vec<u32> {
         let master = self.child.id();
         let mut pids = vec![master];
-        pids.extend(crate::lab::child::children(master));
+        pids.extend(crate::lab::rig::child::children(master));
         pids
     }
 
@@ -123,7 +123,7 @@ impl Drop for Nginx {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             // The workers end with their master (nginx's own design).
-            for pid in crate::lab::child::children(self.child.id()) {
+            for pid in crate::lab::rig::child::children(self.child.id()) {
                 if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
                     let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
                 }

@@ -2,7 +2,7 @@
 //! persistence, one I/O thread, pinned), and redis-benchmark, the client
 //! (pinned to the other CPU), its CSV report parsed.
 
-use super::http_clients::Tool;
+use crate::lab::rig::anchors::clients::Tool;
 use crate::CliResult;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
@@ -188,11 +188,11 @@ pub fn args(addr: SocketAddr, test: &str, conns: u32, depth: u32, requests: u64)
 /// Runs redis-benchmark pinned to `cpu` (killed after `limit`); returns
 /// its report and the CPU it used.
 pub fn run(program: &Path, args: &[String], cpu: Option<usize>, limit: Duration) -> CliResult<(Report, Duration)> {
-    let (out, used) = super::http_clients::run_pinned(program, args, cpu, limit, "redis-benchmark")?;
+    let (out, used) = crate::lab::rig::anchors::clients::run_pinned(program, args, cpu, limit, "redis-benchmark")?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     // It exits 0 even when a request failed; it says "Error" then.
     if String::from_utf8_lossy(&out.stderr).contains("Error") || stdout.contains("Error") {
-        return Err(format!("redis-benchmark: {}", super::http_clients::first_said(&out)).into());
+        return Err(format!("redis-benchmark: {}", crate::lab::rig::anchors::clients::first_said(&out)).into());
     }
     let report = parse_csv(&stdout).map_err(|e| format!("redis-benchmark's report: {e}\n{stdout}"))?;
     Ok((report, used))

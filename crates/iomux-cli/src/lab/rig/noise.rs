@@ -10,7 +10,7 @@
 //! counts as others' too. Sampled every [`PERIOD`] by a thread, so the
 //! busiest second of an experiment shows as well as its mean.
 
-use serde::{Deserialize, Serialize};
+pub use crate::lab::harness::facts::Noise;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -174,35 +174,6 @@ fn read_now() -> Option<Reading> {
     Some(Reading { at: Instant::now(), idle_s, cpus, steal_s, softirq_s, own_s, foreign_s })
 }
 
-/// What others used over one stretch of time.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct Noise {
-    pub seconds: f64,
-    /// Others' CPU seconds per second (1.0 = a whole CPU), steal included.
-    pub other_cpu_share: f64,
-    pub steal_share: f64,
-    /// Of others' share, softirq time: network work, which an experiment
-    /// whose own traffic causes it may count as its own (E8).
-    #[serde(default)]
-    pub softirq_share: f64,
-    /// User-space processes outside the bench alone, steal included: the
-    /// others of an experiment whose kernel work (softirq, kernel threads,
-    /// interrupts charged to no process) is all its own (E8).
-    #[serde(default)]
-    pub user_space_share: f64,
-    /// The busiest one-second window's share.
-    pub peak_other_cpu_share: f64,
-    /// When that window began, in seconds from the experiment's start: to
-    /// find what ran then.
-    #[serde(default)]
-    pub peak_at_s: f64,
-    /// What the bench itself used, for scale.
-    pub own_cpu_share: f64,
-    pub mean_threshold: f64,
-    pub peak_threshold: f64,
-    pub busy: bool,
-}
-
 impl Noise {
     /// From readings in time order; None with fewer than two.
     fn from_readings(r: &[Reading]) -> Option<Noise> {
@@ -320,6 +291,35 @@ impl Drop for Monitor {
             t.thread().unpark();
             let _ = t.join();
         }
+    }
+}
+
+use crate::lab::harness::trial::{Meter, Placement};
+
+impl Meter for Monitor {
+    fn others_since(&self, since: Instant) -> Option<f64> {
+        self.since(since).map(|n| n.other_cpu_share)
+    }
+
+    fn placement(&self) -> Option<Placement> {
+        crate::lab::rig::placement::read().map(|(ns, closest_ns)| Placement { ns, closest_ns })
+    }
+}
+
+/// The machine's noise with the kernel's work counted as the bench's own:
+/// for an experiment whose own traffic makes the kernel's network work
+/// (E8's emulated links, run in softirq, ksoftirqd and interrupts charged
+/// to no process of the bench). Others are the user-space processes
+/// outside the bench, by their own clocks, and steal.
+pub struct NetworkIsOwn<'a>(pub &'a Monitor);
+
+impl Meter for NetworkIsOwn<'_> {
+    fn others_since(&self, since: Instant) -> Option<f64> {
+        self.0.since(since).map(|n| n.user_space_share)
+    }
+
+    fn placement(&self) -> Option<Placement> {
+        self.0.placement()
     }
 }
 

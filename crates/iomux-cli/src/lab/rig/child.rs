@@ -4,7 +4,7 @@
 //! Optionally run under `perf stat` (or `strace -c`) to cross-check the
 //! library's own syscall count.
 
-use super::netns::{self, Net};
+use crate::lab::rig::netns::{self, Net};
 use crate::load::LoadArgs;
 use crate::CliResult;
 use iomux::Backend;

@@ -600,12 +600,12 @@ mod tests {
                 std::fs::copy(&path, dir.0.join(path.file_name().unwrap())).unwrap();
             }
         }
-        let report = super::super::report(&dir.0).unwrap().0;
+        let report = crate::lab::report(&dir.0).unwrap().0;
         let shot = dir.0.join("screenshot.png");
         let Some(c) = checked(&report, &shot) else { return };
 
         assert!(c.errors.is_empty(), "page errors: {:#?}", c.errors);
-        let plotted = super::super::registry::ENTRIES
+        let plotted = crate::lab::registry::ENTRIES
             .iter()
             .filter(|e| {
                 fixture.join(format!("{}.json", e.name)).exists() && fixture.join(format!("{}.svg", e.name)).exists()

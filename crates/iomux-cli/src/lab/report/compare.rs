@@ -3,15 +3,15 @@
 //! verdicts, and every figure's change B/A with its 95% interval, "no
 //! change within noise" where the interval says so.
 
-use super::drift::{Drift, RoundEffects};
-use super::harness::claim::{number, Claim};
-use super::harness::envelope::Figure;
-use super::harness::experiment::TableView;
-use super::harness::pooled::Spread;
-use super::harness::stats::{median, Change, NOISE_THRESHOLD};
-use super::render::html::render;
-use super::results::Folder;
-use super::table::Table;
+use crate::lab::harness::claim::{number, Claim};
+use crate::lab::harness::envelope::Figure;
+use crate::lab::harness::stats::pooled::Spread;
+use crate::lab::harness::stats::{median, Change, NOISE_THRESHOLD};
+use crate::lab::render::html::render;
+use crate::lab::render::table::Table;
+use crate::lab::render::view::TableView;
+use crate::lab::report::drift::{Drift, RoundEffects};
+use crate::lab::report::results::Folder;
 use crate::CliResult;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -440,9 +440,9 @@ fn folder_name(dir: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::drift::Drift;
     use crate::lab::experiments::idle::fixture;
     use crate::lab::harness::envelope;
+    use crate::lab::report::drift::Drift;
     use iomux::Backend::{Epoll, Poll};
 
     /// Asserts that the summary holds every one of `parts`.

@@ -1,20 +1,7 @@
-//! What machine a result was measured on, for every report.
+//! Reads the machine's description (`harness::facts::Machine`) from
+//! /proc, the fd limit and the CPU count.
 
-use serde::{Deserialize, Serialize};
-
-/// Fields an older file lacks read as empty.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Machine {
-    pub kernel: String,
-    pub cpu_model: String,
-    pub cpus: usize,
-    pub memory_bytes: u64,
-    /// RLIMIT_NOFILE (soft, after raising it to the hard limit).
-    pub nofile: u64,
-    pub nofile_hard: u64,
-    pub io_uring_disabled: Option<String>,
-}
+pub use crate::lab::harness::facts::Machine;
 
 fn read_trim(path: &str) -> Option<String> {
     std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
@@ -48,17 +35,5 @@ impl Machine {
             nofile_hard,
             io_uring_disabled: read_trim("/proc/sys/kernel/io_uring_disabled"),
         }
-    }
-
-    /// One line for the top of a table.
-    pub fn summary(&self) -> String {
-        format!(
-            "Linux {}, {} x {}, {:.1} GiB, RLIMIT_NOFILE {}",
-            self.kernel,
-            self.cpus,
-            self.cpu_model,
-            self.memory_bytes as f64 / (1u64 << 30) as f64,
-            self.nofile
-        )
     }
 }

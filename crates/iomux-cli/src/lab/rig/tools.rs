@@ -5,7 +5,7 @@
 //! otherwise it says exactly what to run. The scripts are compiled in, so
 //! the binary brings them wherever it is run from.
 
-use super::experiments::http_clients::Tool;
+use crate::lab::rig::anchors::clients::Tool;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -24,21 +24,21 @@ pub const HTTP: Kit = Kit {
     tools: &["wrk", "h2load", "nginx", "redis-server", "redis-benchmark", "haproxy"],
     for_what: "E6 (bench http), E7 (bench resp) and E9 (bench proxy)",
     script: "scripts/install-http-tools",
-    text: include_str!("../../../../scripts/install-http-tools"),
+    text: include_str!("../../../../../scripts/install-http-tools"),
 };
 
 pub const CHROMIUM: Kit = Kit {
     tools: &["chromium"],
     for_what: "report.png (the report drawn by a browser)",
     script: "scripts/install-chromium",
-    text: include_str!("../../../../scripts/install-chromium"),
+    text: include_str!("../../../../../scripts/install-chromium"),
 };
 
 pub const NET: Kit = Kit {
     tools: &["nft", "tc", "ip", "iptables"],
     for_what: "E8 (bench faults)",
     script: "scripts/install-net-tools",
-    text: include_str!("../../../../scripts/install-net-tools"),
+    text: include_str!("../../../../../scripts/install-net-tools"),
 };
 
 const KITS: [&Kit; 3] = [&HTTP, &CHROMIUM, &NET];
@@ -98,8 +98,8 @@ fn present(tool: &str) -> bool {
         "redis-server" => Tool::RedisServer.find().is_ok(),
         "redis-benchmark" => Tool::RedisBenchmark.find().is_ok(),
         "haproxy" => Tool::Haproxy.find().is_ok(),
-        "chromium" => super::browser::chromium_path().is_file(),
-        t if NET.tools.contains(&t) => super::netns::tool_present(t),
+        "chromium" => crate::lab::rig::browser::chromium_path().is_file(),
+        t if NET.tools.contains(&t) => crate::lab::rig::netns::tool_present(t),
         other => unreachable!("no kit brings {other}"),
     }
 }

@@ -3,17 +3,21 @@
 //! server, each on one thread pinned to one CPU, under the same loads:
 //! echoes/s, server CPU per echo, latency, syscalls, memory.
 
-use super::peer_cell::{self, Failure, Load, Run, Server, Syscalls};
-use crate::lab::child::Tracer;
+pub mod cell;
+
 use crate::lab::harness::envelope::Envelope;
-use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric, TableView, View};
+use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::{Estimate, Needed};
 use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
 use crate::lab::harness::{by_name, by_names, iomux_server};
 use crate::lab::render::markdown::cell as shown;
-use crate::lab::table::thousands;
-use crate::lab::{plot, Settings};
+use crate::lab::render::plot;
+use crate::lab::render::table::thousands;
+use crate::lab::render::view::{Shown, TableView, View};
+use crate::lab::rig::child::Tracer;
+use crate::lab::Settings;
 use crate::CliResult;
+use cell::{Failure, Load, Run, Server, Syscalls};
 use iomux::Backend;
 use iomux_peers::Peer;
 use serde::{Deserialize, Serialize};
@@ -344,7 +348,7 @@ impl Experiment for Peers {
         if servers.contains(&Server::Iomux(Backend::Select)) && most > 1000 {
             return Err(format!("iomux-select cannot hold {most} connections (FD_SETSIZE is 1024)").into());
         }
-        crate::lab::cell::require_loopback("E5", most)?;
+        crate::lab::rig::cell::require_loopback("E5", most)?;
         let perf = settings.tracer == Some(Tracer::Perf);
         Ok(Params {
             servers,
@@ -356,7 +360,7 @@ impl Experiment for Peers {
             open_rate: OPEN_RATE,
             open_tick_us: OPEN_TICK_US,
             msg_size: 100,
-            load_backend: crate::lab::cell::LOAD_BACKEND,
+            load_backend: crate::lab::rig::cell::LOAD_BACKEND,
             saturated_at: SATURATED,
             sustained_at: SUSTAINED,
             pinned: pinning(),
@@ -496,7 +500,7 @@ impl Experiment for Peers {
             };
             let count = if a.perf { Syscalls::Perf } else { Syscalls::Not };
             cell += 1;
-            Ok(match peer_cell::run(&a.server, load, count, &scratch.0, &format!("{}-{cell}", a.scenario)) {
+            Ok(match cell::run(&a.server, load, count, &scratch.0, &format!("{}-{cell}", a.scenario)) {
                 Ok(run) => Ok(run),
                 Err(Failure::NoPerf(why)) => {
                     perf_dropped = Some(format!("{a}: {why}"));
@@ -533,7 +537,9 @@ impl Experiment for Peers {
     fn compared(arm: &Arm) -> bool {
         !arm.perf
     }
+}
 
+impl Shown for Peers {
     fn view(env: &Envelope<Params, Arm, Run>) -> CliResult<View> {
         let p = &env.params;
         let mut view = View { intro: vec![intro(p)], ..View::default() };
@@ -615,7 +621,7 @@ fn best_cpu(env: &Envelope<Params, Arm, Run>, p: &Params, s: Scenario) -> Option
 
 /// The server's CPU and the load's, when the machine has two to pin to.
 fn pinning() -> Option<(usize, usize)> {
-    match crate::lab::cell::cpus() {
+    match crate::lab::rig::cell::cpus() {
         (Some(server), Some(load)) => Some((server, load)),
         _ => None,
     }

@@ -40,7 +40,7 @@ pub struct Net {
 
 /// A profile's delay line: `iomux netq` with these arguments in each
 /// namespace, fed every TCP packet at the namespace's input.
-pub type Delay = crate::lab::netq::NetqArgs;
+pub type Delay = crate::lab::rig::netq::NetqArgs;
 
 /// Runs `cmd`, failing with what it printed.
 fn run(cmd: &mut Command, stdin: Option<&str>) -> CliResult<()> {

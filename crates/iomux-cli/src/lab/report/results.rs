@@ -2,10 +2,11 @@
 //! claims, figures and noise) and, for results of this schema, its page.
 //! What `iomux report DIR`, `iomux report A B` and the end of a bench read.
 
-use super::harness::claim::Undecided;
-use super::harness::envelope::Header;
-use super::harness::experiment::{Entry, View};
-use super::registry;
+use crate::lab::harness::claim::Undecided;
+use crate::lab::harness::envelope::Header;
+use crate::lab::harness::experiment::Entry;
+use crate::lab::registry;
+use crate::lab::render::view::View;
 use crate::CliResult;
 use std::path::{Path, PathBuf};
 
@@ -81,7 +82,7 @@ impl Folder {
     }
 
     /// The first machine description found.
-    pub fn machine(&self) -> Option<&super::machine::Machine> {
+    pub fn machine(&self) -> Option<&crate::lab::rig::machine::Machine> {
         self.results.iter().find_map(|r| r.header.machine.as_ref())
     }
 
@@ -117,8 +118,8 @@ impl Folder {
                 ));
             }
         }
-        let threshold = super::harness::trial::SAMPLE_THRESHOLD * 100.0;
-        let cpus = super::placement::CPUS;
+        let threshold = crate::lab::harness::trial::SAMPLE_THRESHOLD * 100.0;
+        let cpus = crate::lab::rig::placement::CPUS;
         let mut text = match (takes, excluded) {
             (0, _) => String::new(),
             (_, 0) => format!(

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The two CPUs the lab's experiments pin their servers and loads to.
-pub const CPUS: (usize, usize) = (0, 1);
+pub use crate::lab::harness::facts::CPUS;
 
 /// Round trips per batch: about 30 us when close, 170 us when apart.
 const TRIPS: u64 = 500;

@@ -1,5 +1,7 @@
 //! Markdown tables, aligned so they read well in a terminal too.
 
+pub use crate::lab::harness::claim::thousands;
+
 pub struct Table {
     headers: Vec<String>,
     rows: Vec<Vec<String>>,
@@ -46,25 +48,6 @@ impl Table {
         }
         out
     }
-}
-
-/// A whole number with thousands separators: 1234567 -> "1,234,567".
-pub fn thousands(x: f64) -> String {
-    if !x.is_finite() {
-        return "-".into();
-    }
-    let digits = format!("{:.0}", x.abs());
-    let mut out = String::new();
-    for (i, ch) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    if x < 0.0 {
-        out.insert(0, '-');
-    }
-    out
 }
 
 /// Syscalls by name as one cell: "read 1,000, write 998".

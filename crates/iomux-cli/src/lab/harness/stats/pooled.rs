@@ -9,7 +9,7 @@
 //! assumes a kind's relative spread is alike in every cell of the
 //! experiment; `iomux report A B` marks each interval that rests on it.
 
-use super::stats::{Change, CONFIDENCE};
+use crate::lab::harness::stats::{Change, CONFIDENCE};
 
 /// Fewest degrees of freedom behind a pooled spread: with fewer, the
 /// spread itself is too uncertain to lend.
@@ -26,7 +26,7 @@ pub struct Spread {
 }
 
 /// One figure's takes on one side, as compared: each divided by its
-/// round's effect where one was read (`lab::drift`).
+/// round's effect where one was read (`lab::report::drift`).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Takes {
     pub values: Vec<f64>,

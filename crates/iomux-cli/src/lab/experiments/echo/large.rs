@@ -4,10 +4,10 @@
 //! of its own so that none of its descriptors count against the lab's.
 //! Kernel memory is sampled while the connections are held.
 
-use super::echo::{KernelMemory, Sample};
-use crate::lab::cell::{cpus, LOAD_BACKEND};
-use crate::lab::child::{ServerChild, Tracer};
-use crate::lab::kernel_memory::Sampler;
+use crate::lab::experiments::echo::kernel_memory::Sampler;
+use crate::lab::experiments::echo::{KernelMemory, Sample};
+use crate::lab::rig::cell::{cpus, LOAD_BACKEND};
+use crate::lab::rig::child::{ServerChild, Tracer};
 use crate::limits::{self, Need};
 use crate::load::result::LoadResult;
 use crate::CliResult;

@@ -3,7 +3,7 @@
 //! on the Unix clock, so that a window known only afterwards (the load's)
 //! can be cut out of them.
 
-use super::sampler::{unix_now, Timeline};
+use crate::lab::rig::sampler::{unix_now, Timeline};
 use crate::CliResult;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

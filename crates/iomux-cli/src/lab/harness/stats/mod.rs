@@ -14,6 +14,8 @@
 //! independent samples, with a rank interval (below); figures with too
 //! few samples for one borrow their kind's spread (`pooled`).
 
+pub mod pooled;
+
 use serde::{Deserialize, Serialize};
 
 /// The confidence every decision asks for.

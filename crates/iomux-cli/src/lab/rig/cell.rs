@@ -1,7 +1,7 @@
 //! One measured cell of a client/server experiment: start the server on
 //! its CPU, run the load on the other, stop the server, keep both reports.
 
-use super::child::{ServerChild, ServerResult, Tracer};
+use crate::lab::rig::child::{ServerChild, ServerResult, Tracer};
 use crate::load::{self, LoadArgs};
 use crate::CliResult;
 use iomux::runtime::Control;
