@@ -53,7 +53,13 @@ pub fn execute<E: Shown>(args: &E::Args, settings: &Settings) -> CliResult<Outco
     let network_is_own = NetworkIsOwn(&settings.noise);
     let meter: &dyn Meter = if E::NETWORK_IS_OWN { &network_is_own } else { &settings.noise };
     let mut trial = Trial::new(meter, E::ENTRY.name, E::budget(&params, settings));
-    E::measure(&params, &mut trial, &specs, settings)?;
+    let mut measure = E::rig(&params, &mut trial, settings)?;
+    for round in 0..E::first_rounds(&params) {
+        let arms = E::first_arms(&params, round, &trial);
+        trial.round(&arms, &mut *measure)?;
+    }
+    trial.until_decided(&specs, &mut *measure)?;
+    drop(measure);
     let mut claims: Vec<Claim> = specs.iter().map(|s| trial.judge(s)).collect();
     let rounds = trial.rounds();
     let (waited, swamped, measured) = (trial.waited(), trial.swamped(), started.elapsed());

@@ -15,7 +15,7 @@
 
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
-use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::{by_name, by_names, envelope::Envelope};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot::{grouped_bars, BarSeries};
@@ -610,25 +610,21 @@ impl Experiment for Faults {
         ]
     }
 
-    fn measure(
-        p: &Params,
-        trial: &mut Trial<Arm, Sample>,
-        claims: &[Spec<Arm, Sample>],
-        _: &Settings,
-    ) -> CliResult<()> {
-        let arms: Vec<Arm> = p
-            .profiles
-            .iter()
-            .flat_map(|&profile| p.backends.iter().map(move |&backend| Arm { profile, backend }))
-            .collect();
+    fn first_rounds(_: &Params) -> usize {
+        1
+    }
+
+    fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Sample>) -> Vec<Arm> {
+        p.profiles.iter().flat_map(|&profile| p.backends.iter().map(move |&backend| Arm { profile, backend })).collect()
+    }
+
+    fn rig<'a>(p: &'a Params, _: &mut Trial<Arm, Sample>, _: &'a Settings) -> CliResult<Measure<'a, Arm, Sample>> {
         let net = match &p.unavailable {
-            Some(why) => {
-                let why = why.clone();
-                return trial.round(&arms, &mut |_| Ok(Err(why.clone())));
-            }
+            // Every arm carries why, and none is tried again.
+            Some(why) => return Ok(Box::new(move |_: &Arm| Ok(Err(why.clone())))),
             None => Net::create()?,
         };
-        let mut measure = |a: &Arm| -> Measured<Sample> {
+        Ok(Box::new(move |a: &Arm| -> Measured<Sample> {
             if let Some(why) = cannot_hold(p, *a) {
                 return Ok(Err(why));
             }
@@ -652,9 +648,7 @@ impl Experiment for Faults {
             net.set_faults(Side::Server, None, None, None)?;
             net.set_faults(Side::Client, None, None, None)?;
             sample.map(Ok)
-        };
-        trial.round(&arms, &mut measure)?;
-        trial.until_decided(claims, &mut measure)
+        }))
     }
 }
 

@@ -10,7 +10,7 @@
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
-use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::{by_name, by_names, iomux_server, no_repeats};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot;
@@ -421,7 +421,15 @@ impl Experiment for Http {
         ]
     }
 
-    fn measure(p: &Params, trial: &mut Trial<Arm, Run>, claims: &[Spec<Arm, Run>], _: &Settings) -> CliResult<()> {
+    fn first_rounds(p: &Params) -> usize {
+        p.first_rounds
+    }
+
+    fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Run>) -> Vec<Arm> {
+        every_cell(p, |_| true)
+    }
+
+    fn rig<'a>(p: &'a Params, _: &mut Trial<Arm, Run>, _: &'a Settings) -> CliResult<Measure<'a, Arm, Run>> {
         let missing = format!("{}; install them with {INSTALL}", p.missing.join("; "));
         if !p.missing.is_empty() {
             eprintln!("http: {missing}. The cells that need them are not run.");
@@ -429,7 +437,7 @@ impl Experiment for Http {
         let scratch = crate::os::PrivateDir::new("iomux-lab-http", "the wrk script")
             .map_err(|e| format!("creating a folder for the wrk script: {e}"))?;
         let nginx = Tool::Nginx.find().is_ok();
-        let mut measure = |a: &Arm| -> Measured<Run> {
+        Ok(Box::new(move |a: &Arm| -> Measured<Run> {
             let program = p.clients.iter().find(|(c, _)| *c == a.client).map(|(_, path)| path);
             let Some(program) = program.filter(|_| nginx || a.server != Server::Nginx) else {
                 return Ok(Err(missing.clone()));
@@ -440,12 +448,7 @@ impl Experiment for Http {
                     .map_err(|e| format!("writing {}: {e}", lua.display()))?;
             }
             Ok(run_cell(a, program, p.seconds, &lua))
-        };
-        let arms = every_cell(p, |_| true);
-        for _ in 0..p.first_rounds {
-            trial.round(&arms, &mut measure)?;
-        }
-        trial.until_decided(claims, &mut measure)
+        }))
     }
 
     fn reference(arm: &Arm) -> bool {

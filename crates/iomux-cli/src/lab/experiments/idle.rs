@@ -3,7 +3,7 @@
 
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
-use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::{by_name, by_names, envelope::Envelope};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot::{self, Axes, Series};
@@ -161,20 +161,21 @@ impl Experiment for Idle {
         ]
     }
 
-    fn measure(
-        p: &Params,
-        trial: &mut Trial<Arm, Sample>,
-        claims: &[Spec<Arm, Sample>],
-        _: &Settings,
-    ) -> CliResult<()> {
-        let mut measure = |a: &Arm| run_once(a.backend, a.idle);
-        let mut arms: Vec<Arm> =
-            p.backends.iter().flat_map(|&backend| p.idle.iter().map(move |&idle| Arm { backend, idle })).collect();
-        for _ in 0..p.first_rounds {
-            trial.round(&arms, &mut measure)?;
-            arms.retain(|a| trial.kept(a).all(|s| s.seconds <= SLOW_S));
-        }
-        trial.until_decided(claims, &mut measure)
+    fn first_rounds(p: &Params) -> usize {
+        p.first_rounds
+    }
+
+    /// Every arm, but those whose runs took more than SLOW_S: not repeated.
+    fn first_arms(p: &Params, _: usize, trial: &Trial<Arm, Sample>) -> Vec<Arm> {
+        p.backends
+            .iter()
+            .flat_map(|&backend| p.idle.iter().map(move |&idle| Arm { backend, idle }))
+            .filter(|a| trial.kept(a).all(|s| s.seconds <= SLOW_S))
+            .collect()
+    }
+
+    fn rig<'a>(_: &'a Params, _: &mut Trial<Arm, Sample>, _: &'a Settings) -> CliResult<Measure<'a, Arm, Sample>> {
+        Ok(Box::new(|a: &Arm| run_once(a.backend, a.idle)))
     }
 }
 

@@ -14,7 +14,7 @@ use crate::lab::experiments::http::answers_plaintext;
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
-use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::{by_name, by_names, iomux_server, no_repeats};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot;
@@ -623,13 +623,21 @@ impl Experiment for ProxyBench {
         }
     }
 
-    fn measure(p: &Params, trial: &mut Trial<Arm, Run>, claims: &[Spec<Arm, Run>], _: &Settings) -> CliResult<()> {
+    fn first_rounds(p: &Params) -> usize {
+        p.first_rounds
+    }
+
+    fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Run>) -> Vec<Arm> {
+        every_cell(p)
+    }
+
+    fn rig<'a>(p: &'a Params, _: &mut Trial<Arm, Run>, _: &'a Settings) -> CliResult<Measure<'a, Arm, Run>> {
         let missing = format!("{}; install with {INSTALL}", p.missing.join("; "));
         if !p.missing.is_empty() {
             eprintln!("proxy: {missing}. The cells that need them are not run.");
         }
         let quota = crate::lab::rig::quota::available().is_ok();
-        let mut measure = |a: &Arm| -> Measured<Run> {
+        Ok(Box::new(move |a: &Arm| -> Measured<Run> {
             let needs_haproxy = a.proxy == Proxy::Haproxy && p.haproxy.is_none();
             let needs_http = a.load == Load::Requests && (p.wrk.is_none() || p.nginx.is_none());
             if !quota || needs_haproxy || needs_http {
@@ -640,12 +648,7 @@ impl Experiment for ProxyBench {
                 Load::Bulk => bulk(p, a),
                 Load::Many => many(p, a),
             })
-        };
-        let arms = every_cell(p);
-        for _ in 0..p.first_rounds {
-            trial.round(&arms, &mut measure)?;
-        }
-        trial.until_decided(claims, &mut measure)
+        }))
     }
 
     fn reference(arm: &Arm) -> bool {

@@ -18,7 +18,7 @@ use crate::lab::experiments::resp::Server;
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
-use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::{by_name, by_names, no_repeats};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::view::{Shown, TableView, View};
@@ -373,23 +373,26 @@ impl Experiment for Pubsub {
         ]
     }
 
-    fn measure(p: &Params, trial: &mut Trial<Arm, Run>, claims: &[Spec<Arm, Run>], _: &Settings) -> CliResult<()> {
+    fn first_rounds(p: &Params) -> usize {
+        p.first_rounds
+    }
+
+    fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Run>) -> Vec<Arm> {
+        every_cell(p)
+    }
+
+    fn rig<'a>(p: &'a Params, _: &mut Trial<Arm, Run>, _: &'a Settings) -> CliResult<Measure<'a, Arm, Run>> {
         let missing = format!("{}; install with {INSTALL}", p.missing.join("; "));
         if !p.missing.is_empty() {
             eprintln!("pubsub: {missing}. The cells that need them are not run.");
         }
         let quota = crate::lab::rig::quota::available().is_ok();
-        let mut measure = |a: &Arm| -> Measured<Run> {
+        Ok(Box::new(move |a: &Arm| -> Measured<Run> {
             if !quota || (a.server == Server::Redis && p.redis.is_none()) {
                 return Ok(Err(missing.clone()));
             }
             Ok(cell(p, a))
-        };
-        let arms = every_cell(p);
-        for _ in 0..p.first_rounds {
-            trial.round(&arms, &mut measure)?;
-        }
-        trial.until_decided(claims, &mut measure)
+        }))
     }
 
     fn reference(arm: &Arm) -> bool {

@@ -17,7 +17,7 @@
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
-use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::{by_name, by_names, iomux_server, no_repeats};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot;
@@ -474,16 +474,19 @@ impl Experiment for Resp {
         ]
     }
 
-    fn measure(p: &Params, trial: &mut Trial<Arm, Run>, claims: &[Spec<Arm, Run>], _: &Settings) -> CliResult<()> {
+    fn first_rounds(p: &Params) -> usize {
+        p.first_rounds
+    }
+
+    fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Run>) -> Vec<Arm> {
+        every_cell(p, |_| true)
+    }
+
+    fn rig<'a>(p: &'a Params, _: &mut Trial<Arm, Run>, _: &'a Settings) -> CliResult<Measure<'a, Arm, Run>> {
         for why in &p.missing {
             eprintln!("resp: {why}");
         }
-        let mut measure = |a: &Arm| -> Measured<Run> { Ok(run_cell(p, a)) };
-        let arms = every_cell(p, |_| true);
-        for _ in 0..p.first_rounds {
-            trial.round(&arms, &mut measure)?;
-        }
-        trial.until_decided(claims, &mut measure)
+        Ok(Box::new(move |a: &Arm| -> Measured<Run> { Ok(run_cell(p, a)) }))
     }
 
     fn reference(arm: &Arm) -> bool {

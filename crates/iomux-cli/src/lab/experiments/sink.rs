@@ -3,7 +3,7 @@
 
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
-use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::{by_name, by_names, envelope::Envelope};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot;
@@ -198,21 +198,19 @@ impl Experiment for Sink {
         ]
     }
 
-    fn measure(
-        p: &Params,
-        trial: &mut Trial<Arm, Sample>,
-        claims: &[Spec<Arm, Sample>],
-        _: &Settings,
-    ) -> CliResult<()> {
-        let mut measure = |a: &Arm| -> Measured<Sample> { cell(a.backend, a.paced, p.seconds, &[]).map(Ok) };
-        let arms: Vec<Arm> = [true, false]
+    fn first_rounds(p: &Params) -> usize {
+        p.first_rounds
+    }
+
+    fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Sample>) -> Vec<Arm> {
+        [true, false]
             .into_iter()
             .flat_map(|paced| p.backends.iter().map(move |&backend| Arm { backend, paced }))
-            .collect();
-        for _ in 0..p.first_rounds {
-            trial.round(&arms, &mut measure)?;
-        }
-        trial.until_decided(claims, &mut measure)
+            .collect()
+    }
+
+    fn rig<'a>(p: &'a Params, _: &mut Trial<Arm, Sample>, _: &'a Settings) -> CliResult<Measure<'a, Arm, Sample>> {
+        Ok(Box::new(move |a: &Arm| -> Measured<Sample> { cell(a.backend, a.paced, p.seconds, &[]).map(Ok) }))
     }
 }
 

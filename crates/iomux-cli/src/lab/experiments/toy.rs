@@ -4,7 +4,7 @@
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
-use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::harness::trial::{Measure, RoundView, Spec, Trial};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::view::{Shown, TableView, View};
 use crate::lab::Settings;
@@ -77,20 +77,21 @@ impl Experiment for Toy {
         vec![Metric { name: "time", unit: "ns", higher_is_better: false, get: |s| s.ns }]
     }
 
-    fn measure(
-        p: &Params,
-        trial: &mut Trial<Arm, Sample>,
-        claims: &[Spec<Arm, Sample>],
-        _: &Settings,
-    ) -> CliResult<()> {
-        let mut measure = |a: &Arm| -> Measured<Sample> {
+    fn first_rounds(_: &Params) -> usize {
+        1
+    }
+
+    fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Sample>) -> Vec<Arm> {
+        vec![Arm { len: p.len }, Arm { len: 2 * p.len }]
+    }
+
+    fn rig<'a>(_: &'a Params, _: &mut Trial<Arm, Sample>, _: &'a Settings) -> CliResult<Measure<'a, Arm, Sample>> {
+        Ok(Box::new(|a: &Arm| {
             let v: Vec<u64> = (0..a.len as u64).collect();
             let start = Instant::now();
             std::hint::black_box(v.iter().sum::<u64>());
             Ok(Ok(Sample { ns: start.elapsed().as_nanos() as f64 }))
-        };
-        trial.round(&[Arm { len: p.len }, Arm { len: 2 * p.len }], &mut measure)?;
-        trial.until_decided(claims, &mut measure)
+        }))
     }
 }
 

@@ -11,7 +11,7 @@ use crate::lab::experiments::sink;
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
-use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot;
 use crate::lab::render::table::thousands;
@@ -275,12 +275,28 @@ impl Experiment for UringFeatures {
         }
     }
 
-    fn measure(
-        p: &Params,
-        trial: &mut Trial<Arm, Sample>,
-        claims: &[Spec<Arm, Sample>],
-        _: &Settings,
-    ) -> CliResult<()> {
+    fn first_rounds(p: &Params) -> usize {
+        p.first_rounds
+    }
+
+    fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Sample>) -> Vec<Arm> {
+        let mut arms: Vec<Arm> = Vec::new();
+        for (config, _) in p.configs() {
+            arms.push(arm(&config, Workload::Echo));
+            arms.push(arm(&config, Workload::Sink));
+        }
+        for f in &p.features {
+            let (on, off) = f.on_off();
+            match target(f).1 {
+                w @ (Workload::Bulk | Workload::Few) => arms.extend([arm(&on, w), arm(&off, w)]),
+                Workload::Enter => arms.extend([arm("plain", Workload::Enter), arm("registered", Workload::Enter)]),
+                _ => {}
+            }
+        }
+        arms
+    }
+
+    fn rig<'a>(p: &'a Params, _: &mut Trial<Arm, Sample>, _: &'a Settings) -> CliResult<Measure<'a, Arm, Sample>> {
         let ring = |registered: bool| -> CliResult<PollRing> {
             let mut r = PollRing::new::<OwnedFd>(&[]).map_err(|e| format!("io_uring: {e}"))?;
             if registered {
@@ -289,7 +305,7 @@ impl Experiment for UringFeatures {
             Ok(r)
         };
         let (mut plain, mut registered) = (ring(false)?, ring(true)?);
-        let mut measure = |a: &Arm| -> Measured<Sample> {
+        Ok(Box::new(move |a: &Arm| -> Measured<Sample> {
             let flags = p.flags_of(&a.config);
             let sample = match a.workload {
                 Workload::Echo => {
@@ -317,24 +333,7 @@ impl Experiment for UringFeatures {
                 }
             };
             Ok(Ok(sample))
-        };
-        let mut arms: Vec<Arm> = Vec::new();
-        for (config, _) in p.configs() {
-            arms.push(arm(&config, Workload::Echo));
-            arms.push(arm(&config, Workload::Sink));
-        }
-        for f in &p.features {
-            let (on, off) = f.on_off();
-            match target(f).1 {
-                w @ (Workload::Bulk | Workload::Few) => arms.extend([arm(&on, w), arm(&off, w)]),
-                Workload::Enter => arms.extend([arm("plain", Workload::Enter), arm("registered", Workload::Enter)]),
-                _ => {}
-            }
-        }
-        for _ in 0..p.first_rounds {
-            trial.round(&arms, &mut measure)?;
-        }
-        trial.until_decided(claims, &mut measure)
+        }))
     }
 }
 

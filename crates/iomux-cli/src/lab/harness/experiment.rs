@@ -11,7 +11,7 @@
 use crate::lab::harness::claim::{Claim, Undecided};
 use crate::lab::harness::envelope::{Envelope, Figure};
 use crate::lab::harness::stats::Estimate;
-use crate::lab::harness::trial::{Spec, Trial, MAX_ROUNDS};
+use crate::lab::harness::trial::{Measure, Spec, Trial, MAX_ROUNDS};
 use crate::lab::Settings;
 use crate::CliResult;
 use serde::de::DeserializeOwned;
@@ -76,14 +76,22 @@ pub trait Experiment {
 
     fn metrics() -> Vec<Metric<Self::Sample>>;
 
-    /// Measures every arm in its first rounds, then calls
-    /// `trial.until_decided(claims, ...)` with the same measurement.
-    fn measure(
-        params: &Self::Params,
+    /// Rounds every arm gets before the claims are looked at.
+    fn first_rounds(params: &Self::Params) -> usize;
+
+    /// The arms of first round `round`; `trial` holds what the rounds
+    /// before it measured (an arm too slow to repeat may be left out).
+    fn first_arms(params: &Self::Params, round: usize, trial: &Trial<Self::Arm, Self::Sample>) -> Vec<Self::Arm>;
+
+    /// What measures one arm once, set up once for the run: it may keep
+    /// what it learnt between arms (a server that cannot start is not
+    /// tried again), and may group the trial's arms. The driver runs the
+    /// first rounds with it, then the rounds that undecided claims need.
+    fn rig<'a>(
+        params: &'a Self::Params,
         trial: &mut Trial<Self::Arm, Self::Sample>,
-        claims: &[Spec<Self::Arm, Self::Sample>],
-        settings: &Settings,
-    ) -> CliResult<()>;
+        settings: &'a Settings,
+    ) -> CliResult<Measure<'a, Self::Arm, Self::Sample>>;
 
     /// Whether the kernel's softirq time counts as the experiment's own
     /// in the noise reading of each sample (its traffic causes it).

@@ -191,6 +191,9 @@ impl<K, S> Spec<K, S> {
 /// on this machine (it is then not tried again).
 pub type Measured<S> = CliResult<Result<S, String>>;
 
+/// Measures one arm once: an experiment's rig, as the driver runs it.
+pub type Measure<'a, K, S> = Box<dyn FnMut(&K) -> Measured<S> + 'a>;
+
 /// The arms' order in round `round`: row `round` of a Williams design.
 /// Row r is 0, 1, n-1, 2, n-2, 3, ... each plus r (mod n); for an odd n
 /// the next n rows are those reversed. So in the first rounds each arm

@@ -8,7 +8,7 @@ pub mod large;
 
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
-use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::{by_name, by_names, envelope::Envelope};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot;
@@ -321,25 +321,23 @@ impl Experiment for Echo {
         ]
     }
 
-    fn measure(
-        p: &Params,
-        trial: &mut Trial<Arm, Sample>,
-        claims: &[Spec<Arm, Sample>],
-        s: &Settings,
-    ) -> CliResult<()> {
+    fn first_rounds(p: &Params) -> usize {
+        p.first_rounds
+    }
+
+    fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Sample>) -> Vec<Arm> {
+        p.backends.iter().map(|&backend| Arm { backend }).collect()
+    }
+
+    fn rig<'a>(p: &'a Params, _: &mut Trial<Arm, Sample>, s: &'a Settings) -> CliResult<Measure<'a, Arm, Sample>> {
         // The tracer cross-checks the library's count once, on epoll's
         // first run.
         let mut cross_checked = false;
-        let mut measure = |a: &Arm| -> Measured<Sample> {
+        Ok(Box::new(move |a: &Arm| -> Measured<Sample> {
             let trace = if !cross_checked && a.backend == Backend::Epoll { s.tracer } else { None };
             cross_checked |= trace.is_some();
             run_once(p, a.backend, trace).map(Ok)
-        };
-        let arms: Vec<Arm> = p.backends.iter().map(|&backend| Arm { backend }).collect();
-        for _ in 0..p.first_rounds {
-            trial.round(&arms, &mut measure)?;
-        }
-        trial.until_decided(claims, &mut measure)
+        }))
     }
 }
 

@@ -8,7 +8,7 @@ pub mod cell;
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::{Estimate, Needed};
-use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::{by_name, by_names, iomux_server};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot;
@@ -476,16 +476,35 @@ impl Experiment for Peers {
         ]
     }
 
-    fn measure(p: &Params, trial: &mut Trial<Arm, Run>, claims: &[Spec<Arm, Run>], _: &Settings) -> CliResult<()> {
+    fn first_rounds(p: &Params) -> usize {
+        p.first_rounds
+    }
+
+    /// Every cell; in the first round also each cell's perf run.
+    fn first_arms(p: &Params, round: usize, _: &Trial<Arm, Run>) -> Vec<Arm> {
+        let arms: Vec<Arm> = p.scenarios.iter().flat_map(|&s| cells(&p.servers, s, |_| true)).collect();
+        let perf = (round == 0 && p.perf_seconds.is_some()).then(|| arms.iter().map(|a| Arm { perf: true, ..*a }));
+        let perf: Vec<Arm> = perf.into_iter().flatten().collect();
+        arms.into_iter().chain(perf).collect()
+    }
+
+    fn rig<'a>(p: &'a Params, trial: &mut Trial<Arm, Run>, _: &'a Settings) -> CliResult<Measure<'a, Arm, Run>> {
         let scratch = crate::os::PrivateDir::new("iomux-lab-peers", "load results")
             .map_err(|e| format!("creating a folder for the load results: {e}"))?;
+        // A claim compares servers of one scenario. This machine has spells
+        // of 10-40 s in which every process's CPU per echo is about 30%
+        // higher (server and load alike, with no other process busy and a
+        // CPU-bound probe unchanged); a scenario's servers run back to back
+        // (6 s rather than a whole round's 18 s) so that fewer of its
+        // rounds straddle the start or end of one.
+        trial.group_by(|a| ((a.scenario.conns as u64) << 1) | u64::from(a.scenario.open));
         // A server that cannot start is not tried again: its every cell
         // carries the reason. Once perf cannot attach to a server it is not
         // tried again either (each try would wait for it to give up).
         let mut cannot_start: Vec<(Server, String)> = Vec::new();
         let mut perf_dropped: Option<String> = None;
         let mut cell = 0;
-        let mut measure = |a: &Arm| -> Measured<Run> {
+        Ok(Box::new(move |a: &Arm| -> Measured<Run> {
             if let Some((_, why)) = cannot_start.iter().find(|(s, _)| *s == a.server) {
                 return Ok(Err(why.clone()));
             }
@@ -512,24 +531,7 @@ impl Experiment for Peers {
                 }
                 Err(Failure::Failed(why)) => Err(why),
             })
-        };
-        // A claim compares servers of one scenario. This machine has spells
-        // of 10-40 s in which every process's CPU per echo is about 30%
-        // higher (server and load alike, with no other process busy and a
-        // CPU-bound probe unchanged); a scenario's servers run back to back
-        // (6 s rather than a whole round's 18 s) so that fewer of its
-        // rounds straddle the start or end of one.
-        trial.group_by(|a| ((a.scenario.conns as u64) << 1) | u64::from(a.scenario.open));
-        let arms: Vec<Arm> = p.scenarios.iter().flat_map(|&s| cells(&p.servers, s, |_| true)).collect();
-        let perf: Vec<Arm> = arms.iter().map(|a| Arm { perf: true, ..*a }).collect();
-        for round in 0..p.first_rounds {
-            let mut these = arms.clone();
-            if round == 0 && p.perf_seconds.is_some() {
-                these.extend(perf.iter().copied());
-            }
-            trial.round(&these, &mut measure)?;
-        }
-        trial.until_decided(claims, &mut measure)
+        }))
     }
 
     /// A perf run's times are slowed by perf itself; only its syscall

@@ -12,7 +12,7 @@ use crate::lab::experiments::syscall_rate::wait_peers::{MioPeer, PollingPeer};
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::{median, Needed};
-use crate::lab::harness::trial::{Measured, RoundView, Spec, Trial};
+use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot::{self, Axes, Series};
 use crate::lab::render::table::thousands;
@@ -481,19 +481,22 @@ impl Experiment for SyscallRate {
         vec![Metric { name: "calls/s", unit: "calls/s", higher_is_better: true, get: |s| s.calls_per_sec }]
     }
 
-    fn measure(
-        p: &Params,
-        trial: &mut Trial<Arm, Sample>,
-        claims: &[Spec<Arm, Sample>],
-        _: &Settings,
-    ) -> CliResult<()> {
+    fn first_rounds(p: &Params) -> usize {
+        p.first_rounds
+    }
+
+    fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Sample>) -> Vec<Arm> {
+        arms_of(&p.fds, &Subject::ALL)
+    }
+
+    fn rig<'a>(p: &'a Params, trial: &mut Trial<Arm, Sample>, _: &'a Settings) -> CliResult<Measure<'a, Arm, Sample>> {
         let duration = Duration::from_secs_f64(p.seconds_per_run);
         // One N's fds at a time: all N's at once would pass the open-files
         // limit. A round takes each N's arms together, so it builds each
         // N's set-up once.
         trial.group_by(|a| a.fds as u64);
         let mut current: Option<(usize, Setup)> = None;
-        let mut measure = |a: &Arm| -> Measured<Sample> {
+        Ok(Box::new(move |a: &Arm| -> Measured<Sample> {
             if current.as_ref().is_none_or(|c| c.0 != a.fds) {
                 current = None;
                 current = Some((a.fds, Setup::new(a.fds)?));
@@ -504,12 +507,7 @@ impl Experiment for SyscallRate {
                 calls,
                 syscalls,
             }))
-        };
-        let arms = arms_of(&p.fds, &Subject::ALL);
-        for _ in 0..p.first_rounds {
-            trial.round(&arms, &mut measure)?;
-        }
-        trial.until_decided(claims, &mut measure)
+        }))
     }
 
     /// Bare syscalls: mio and polling are not, for they share rustix and
