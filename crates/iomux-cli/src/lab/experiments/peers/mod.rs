@@ -3,6 +3,11 @@
 //! server, each on one thread pinned to one CPU, under the same loads:
 //! echoes/s, server CPU per echo, latency, syscalls, memory.
 
+mod cases;
+use cases::*;
+
+mod view;
+
 pub mod cell;
 
 use crate::lab::harness::envelope::Envelope;
@@ -71,83 +76,6 @@ const BUDGET_S: f64 = 60.0;
 /// of two counts, syscalls over echoes, settles sooner than a time).
 const QUICK_PERF_SECONDS: f64 = 0.5;
 
-/// A closed loop of N connections, or an open loop of N connections at
-/// [`OPEN_RATE`] in all.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Scenario {
-    pub conns: usize,
-    pub open: bool,
-}
-
-impl std::fmt::Display for Scenario {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.name())
-    }
-}
-
-impl std::str::FromStr for Scenario {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Scenario, String> {
-        parse_scenario(s)
-    }
-}
-
-impl Scenario {
-    pub fn name(&self) -> String {
-        format!("{}-{}", if self.open { "open" } else { "closed" }, self.conns)
-    }
-
-    fn describe(&self) -> String {
-        if self.open {
-            format!("{} connections, open loop at {} msgs/s in all", thousands(self.conns as f64), thousands(OPEN_RATE))
-        } else {
-            format!("{} connections, closed loop", thousands(self.conns as f64))
-        }
-    }
-}
-
-const DEFAULT_SCENARIOS: [Scenario; 4] = [
-    Scenario { conns: 100, open: false },
-    Scenario { conns: 1000, open: false },
-    Scenario { conns: 10_000, open: false },
-    Scenario { conns: 1000, open: true },
-];
-
-fn default_servers(full: bool) -> Vec<Server> {
-    let iomux = IOMUX_BACKENDS.iter().filter(|&&b| full || b != Backend::EpollEt);
-    iomux.map(|&b| Server::Iomux(b)).chain(Peer::ALL.map(Server::Peer)).collect()
-}
-
-fn peer_names() -> String {
-    Peer::ALL.map(Peer::name).join(", ")
-}
-
-/// `iomux-BACKEND` or a peer's name.
-fn parse_server(s: &str) -> Result<Server, String> {
-    if let Some(backend) = iomux_server(s) {
-        return backend.map(Server::Iomux);
-    }
-    // Only the echo servers: the RESP floor is a peer too, but no echo.
-    s.parse::<Peer>().ok().filter(|p| Peer::ALL.contains(p)).map(Server::Peer).ok_or_else(|| {
-        format!("unknown server '{s}': iomux-BACKEND (e.g. iomux-epoll, iomux-uring) or one of {}", peer_names())
-    })
-}
-
-/// `closed-N` or `open-N`.
-fn parse_scenario(s: &str) -> Result<Scenario, String> {
-    let bad = || format!("'{s}' is not a scenario: closed-N or open-N, N connections (e.g. closed-100, open-1000)");
-    let (kind, n) = s.split_once('-').ok_or_else(bad)?;
-    let conns: usize = n.parse().map_err(|_| bad())?;
-    if conns == 0 {
-        return Err(format!("{s}: a scenario needs at least one connection"));
-    }
-    match kind {
-        "closed" => Ok(Scenario { conns, open: false }),
-        "open" => Ok(Scenario { conns, open: true }),
-        _ => Err(bad()),
-    }
-}
-
 // The help texts are built from the lists and constants they describe,
 // so that they cannot drift from them.
 #[derive(clap::Args, Debug, Default)]
@@ -163,37 +91,6 @@ pub struct Args {
     pub seconds: Option<f64>,
     #[arg(long, value_parser = crate::lab::harness::parse_budget, help = crate::lab::harness::budget_help(BUDGET_S, ""))]
     pub budget: Option<f64>,
-}
-
-fn servers_help() -> String {
-    let names = |full| default_servers(full).iter().map(Server::name).collect::<Vec<_>>().join(",");
-    format!(
-        "Servers, comma-separated: iomux-BACKEND, or a peer ({}) [default: {}; --full: {}]",
-        peer_names(),
-        names(false),
-        names(true)
-    )
-}
-
-/// The default scenarios: quick settings leave out closed-10000
-/// (connecting 10,000 for each cell of every round).
-fn default_scenarios(full: bool) -> Vec<Scenario> {
-    DEFAULT_SCENARIOS.iter().copied().filter(|s| full || s.conns < 10_000 || s.open).collect()
-}
-
-fn scenarios_help() -> String {
-    let names = |full| default_scenarios(full).iter().map(Scenario::name).collect::<Vec<_>>().join(",");
-    format!(
-        "Scenarios, comma-separated: closed-N (N connections, closed loop) or open-N (N connections, {} msgs/s \
-         in all) [default: {}; --full: {}]",
-        thousands(OPEN_RATE),
-        names(false),
-        names(true)
-    )
-}
-
-fn seconds_help() -> String {
-    format!("Seconds of load per cell, after connecting [default: {QUICK_SECONDS}; --full: {FULL_SECONDS}]")
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -232,19 +129,6 @@ pub struct Arm {
 impl std::fmt::Display for Arm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} {}{}", self.server.name(), self.scenario.name(), if self.perf { " (perf)" } else { "" })
-    }
-}
-
-impl std::fmt::Display for Server {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.name())
-    }
-}
-
-impl std::str::FromStr for Server {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Server, String> {
-        parse_server(s)
     }
 }
 
@@ -541,172 +425,12 @@ impl Experiment for Peers {
     }
 }
 
-impl Shown for Peers {
-    fn view(env: &Envelope<Params, Arm, Run>) -> CliResult<View> {
-        let p = &env.params;
-        let mut view = View { intro: vec![intro(p)], ..View::default() };
-        for &s in &p.scenarios {
-            let best = best_cpu(env, p, s);
-            let mut t = TableView {
-                caption: format!("{}: {}", s.name(), s.describe()),
-                header: [
-                    "server",
-                    "runs",
-                    "echoes/s",
-                    "server CPU us/echo",
-                    "load CPU us/echo",
-                    "p50 us",
-                    "p99 us",
-                    "p99.9 us",
-                    "syscalls/echo",
-                    "RSS KiB",
-                    "bottleneck",
-                    "iomux best / this, CPU",
-                ]
-                .map(String::from)
-                .to_vec(),
-                rows: Vec::new(),
-            };
-            for &server in &p.servers {
-                let arm = Arm { server, scenario: s, perf: false };
-                let mut name = server.name();
-                if let Some(why) = env.note(&arm) {
-                    name = format!("{name} {}", view.footnote(&format!("{arm}: {why}")));
-                }
-                let short = env.kept(&arm).filter(|r| !sustained(&s, r)).count();
-                if short > 0 {
-                    let why = format!(
-                        "{arm}: rate not sustained in {short} run(s) (echoes/s under {:.0}% of {} or the load \
-                         saturated); the claims leave those rounds out",
-                        SUSTAINED * 100.0,
-                        thousands(OPEN_RATE)
-                    );
-                    name = format!("{name} {}", view.footnote(&why));
-                }
-                let med = |f: fn(&Run) -> f64| env.estimate(&arm, f).map(|e| e.median);
-                let fixed = |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
-                let cpu = med(|r| r.cpu_us_per_echo);
-                let perf = Arm { perf: true, ..arm };
-                let syscalls = env.takes.iter().find(|t| t.arm == perf).and_then(|t| t.value.syscalls_per_echo);
-                let bottleneck = med(|r| r.server_util).zip(med(|r| r.load_util)).map(|(s, l)| bottleneck(s, l));
-                t.rows.push(vec![
-                    name,
-                    env.kept(&arm).count().to_string(),
-                    shown(env.estimate(&arm, |r| r.echoes_per_sec)),
-                    shown(env.estimate(&arm, |r| r.cpu_us_per_echo)),
-                    fixed(med(|r| r.load_cpu_us_per_echo), 3),
-                    fixed(med(|r| r.p50_us), 0),
-                    fixed(med(|r| r.p99_us), 0),
-                    fixed(med(|r| r.p999_us), 0),
-                    fixed(syscalls, 3),
-                    med(|r| r.rss_bytes.unwrap_or(f64::NAN)).map_or("-".into(), |v| thousands(v / 1024.0)),
-                    bottleneck.unwrap_or("-").into(),
-                    fixed(best.zip(cpu).map(|(b, c)| b / c), 3),
-                ]);
-            }
-            view.tables.push(t);
-        }
-        view.svg = Some(svg(env)?);
-        Ok(view)
-    }
-}
-
-/// The best (lowest) median CPU per echo of iomux's servers in `s`.
-fn best_cpu(env: &Envelope<Params, Arm, Run>, p: &Params, s: Scenario) -> Option<f64> {
-    p.servers
-        .iter()
-        .filter(|v| v.is_iomux())
-        .filter_map(|&server| env.estimate(&Arm { server, scenario: s, perf: false }, |r| r.cpu_us_per_echo))
-        .map(|e| e.median)
-        .reduce(f64::min)
-}
-
 /// The server's CPU and the load's, when the machine has two to pin to.
 fn pinning() -> Option<(usize, usize)> {
     match crate::lab::rig::cell::cpus() {
         (Some(server), Some(load)) => Some((server, load)),
         _ => None,
     }
-}
-
-fn intro(p: &Params) -> String {
-    let placement = match p.pinned {
-        Some((server, load)) => format!(
-            "Every server runs on one thread pinned to CPU {server} (`iomux serve --backend B --cpu {server}`, \
-             `iomux peer --server NAME --cpu {server}`), the load (`iomux load`, backend {}, one thread) on CPU \
-             {load}, and so do the lab's sampling thread and perf during a cell.",
-            p.load_backend
-        ),
-        None => format!(
-            "This machine has one CPU, so nothing is pinned: every server runs on one thread, and it shares \
-             the CPU with the load (`iomux load`, backend {}, one thread) and the lab's sampling.",
-            p.load_backend
-        ),
-    };
-    let syscalls = match p.perf_seconds {
-        Some(s) => format!(
-            "`perf stat -e raw_syscalls:sys_enter -p PID` over the window, in one more run of each cell ({s} s of \
-             load; perf slows every syscall, so that run's times are not used)"
-        ),
-        None => "not measured, so the column is empty for every server: perf is not available here, and no count \
-                 of the servers' own is comparable (iomux's covers its whole run, connecting and closing included; \
-                 the peers keep none)"
-            .into(),
-    };
-    format!(
-        "{placement} {}-byte messages. Every server's listening socket has TCP_NODELAY, which the connections it \
-         accepts inherit. Each cell starts a fresh server; the load connects (not measured), then sends for {} s \
-         with no warm-up. The window runs from the load's start of measuring to the answer to its last message: \
-         echoes/s and both sides' CPU are taken over it. Without a warm-up, a connection's first-round costs fall \
-         in the window. CPU is user + system time of the whole process, read from outside the same way for every \
-         server (its CPU clock, every 2 ms; read from another process that clock can lag by up to one scheduler \
-         tick at each edge of the window). The load's CPU is its own report over the same window. Each round runs \
-         every cell once, the servers in the order of a row of a Williams design (none always first, none always \
-         after the same one); {} rounds first, then more for the cells of undecided claims. Cells: median ± half \
-         its 95% interval. Syscalls per echo: {syscalls}. RSS: the server's VmRSS at the end of the window. \
-         Bottleneck: the side(s) using at least {:.0}% of one CPU over the window. Open loop: the load sends on a \
-         {} us grid; a run whose echoes/s fell below {:.0}% of {} or whose load was saturated is left out of the \
-         claims. The last column is iomux's best CPU per echo in the scenario over this server's (below 1: iomux \
-         spends less).",
-        p.msg_size,
-        p.seconds,
-        p.first_rounds,
-        p.saturated_at * 100.0,
-        p.open_tick_us,
-        p.sustained_at * 100.0,
-        thousands(p.open_rate),
-    )
-}
-
-fn svg(env: &Envelope<Params, Arm, Run>) -> CliResult<String> {
-    let p = &env.params;
-    let groups: Vec<String> = p.scenarios.iter().map(Scenario::name).collect();
-    let series: Vec<plot::BarSeries> = p
-        .servers
-        .iter()
-        .map(|&server| plot::BarSeries {
-            name: server.name(),
-            values: p
-                .scenarios
-                .iter()
-                .map(|&scenario| {
-                    let e: Option<Estimate> =
-                        env.estimate(&Arm { server, scenario, perf: false }, |r| r.cpu_us_per_echo);
-                    e.map_or((f64::NAN, f64::NAN, f64::NAN), |e| (e.median, e.lo, e.hi))
-                })
-                .collect(),
-        })
-        .collect();
-    plot::grouped_bars(
-        "E5: server CPU per echo (median, whiskers its 95% interval)",
-        &format!(
-            "scenario: closed-N = N connections, closed loop; open-N = N connections at {} msgs/s",
-            thousands(OPEN_RATE)
-        ),
-        "server CPU per echo (µs, user + system)",
-        &groups,
-        &series,
-    )
 }
 
 #[cfg(test)]

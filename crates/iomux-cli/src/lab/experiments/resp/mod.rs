@@ -14,6 +14,11 @@
 //! reaches on this kernel and machine, and iomux over it is iomux's own
 //! part.
 
+mod cells;
+use cells::*;
+
+mod view;
+
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
@@ -199,69 +204,6 @@ pub struct Run {
     pub errors: u64,
     /// Server-bound: periods in which the quota held the server back.
     pub throttled_periods: Option<u64>,
-}
-
-fn run_cell(p: &Params, arm: &Arm) -> Result<Run, String> {
-    let Some((redis_server, benchmark)) = &p.programs else { return Err(p.missing.join("; ")) };
-    let (server_cpu, client_cpu) = crate::lab::rig::cell::cpus();
-    let requests = p.requests_at(arm.depth);
-    let quota = match arm.scenario {
-        Scenario::Open => None,
-        Scenario::Bound => Some(CpuQuota::new(BOUND_SHARE)?),
-    };
-    let measure = |addr: std::net::SocketAddr, pid: u32| -> Result<(redis::Report, Duration, Duration), String> {
-        if arm.test == Test::Get {
-            redis::ask(addr, &["SET", redis::GET_KEY[0], redis::GET_KEY[1]]).map_err(|e| format!("{arm}: {e}"))?;
-        }
-        if let Some(q) = &quota {
-            q.add(pid)?;
-        }
-        let args = redis::args(addr, arm.test.name(), p.conns, arm.depth, requests);
-        let before = crate::os::process_cpu(pid).map_err(|e| format!("the server's CPU time: {e}"))?;
-        // Bounded: even at 1,000 requests/s the run ends well within it.
-        let limit = Duration::from_secs(requests / 1000 + 30);
-        let (report, used) = redis::run(benchmark, &args, client_cpu, limit).map_err(|e| e.to_string())?;
-        let after = crate::os::process_cpu(pid).map_err(|e| format!("the server's CPU time: {e}"))?;
-        Ok((report, after.saturating_sub(before), used))
-    };
-    let (report, server_used, client_used, syscalls, errors) = match arm.server {
-        Server::Iomux(backend) => {
-            let child =
-                ServerChild::start_with(backend, "resp", server_cpu, None, 1, &[]).map_err(|e| e.to_string())?;
-            let measured = measure(child.addr, child.pid);
-            let stats = child.stop().map_err(|e| e.to_string())?.typed;
-            let (report, s, c) = measured?;
-            let replies = stats.resp_replies.map_or(f64::NAN, |n| n as f64);
-            let syscalls = stats.syscalls_total as f64 / replies;
-            (report, s, c, syscalls.is_finite().then_some(syscalls), stats.resp_errors.unwrap_or(0))
-        }
-        Server::Floor => {
-            let child = ServerChild::start_peer("c-resp-floor", server_cpu).map_err(|e| e.to_string())?;
-            let measured = measure(child.addr, child.pid);
-            child.stop().map_err(|e| e.to_string())?;
-            let (report, s, c) = measured?;
-            (report, s, c, None, 0)
-        }
-        Server::Redis => {
-            let server = RedisServer::start(redis_server, server_cpu).map_err(|e| e.to_string())?;
-            let measured = measure(server.addr, server.pid());
-            let errors = redis::error_replies(server.addr);
-            server.stop().map_err(|e| e.to_string())?;
-            let (report, s, c) = measured?;
-            (report, s, c, None, errors?)
-        }
-    };
-    let seconds = requests as f64 / report.requests_per_sec;
-    Ok(Run {
-        server_cpu_us_per_request: server_used.as_secs_f64() * 1e6 / requests as f64,
-        server_util: server_used.as_secs_f64() / seconds,
-        client_util: client_used.as_secs_f64() / seconds,
-        syscalls_per_request: syscalls,
-        errors,
-        throttled_periods: quota.as_ref().and_then(CpuQuota::throttled_periods),
-        requests,
-        report,
-    })
 }
 
 fn every_cell(p: &Params, pick: impl Fn(&Arm) -> bool) -> Vec<Arm> {
@@ -492,158 +434,6 @@ impl Experiment for Resp {
     fn reference(arm: &Arm) -> bool {
         !matches!(arm.server, Server::Iomux(_))
     }
-}
-
-impl Shown for Resp {
-    fn view(env: &Envelope<Params, Arm, Run>) -> CliResult<View> {
-        let p = &env.params;
-        let mut view = View { intro: vec![intro(p)], ..View::default() };
-        for why in &p.missing {
-            view.intro.push(format!("Not run: {why}."));
-        }
-        view.intro.extend(p.notes.iter().cloned());
-        for &scenario in &p.scenarios {
-            for &test in &p.tests {
-                for &depth in &p.depths {
-                    view.tables.push(table(env, &mut view.notes, Arm { server: Server::Redis, test, depth, scenario }));
-                }
-            }
-        }
-        if !env.takes.is_empty() {
-            view.svg = Some(svg(env)?);
-        }
-        Ok(view)
-    }
-}
-
-/// The table of one test, depth and scenario; `redis` names them.
-fn table(env: &Envelope<Params, Arm, Run>, notes: &mut Vec<String>, redis: Arm) -> TableView {
-    let p = &env.params;
-    let mut footnote = |why: &str| {
-        let mut v = View { notes: std::mem::take(notes), ..View::default() };
-        let mark = v.footnote(why);
-        *notes = v.notes;
-        mark
-    };
-    let reference = env.estimate(&redis, |r| r.report.requests_per_sec);
-    let mut t = TableView {
-        caption: format!("{} -P {}, {}", redis.test.name().to_uppercase(), redis.depth, redis.scenario),
-        header: [
-            "server",
-            "runs",
-            "requests/s",
-            "/ redis",
-            "server CPU us/req",
-            "server CPU",
-            "client CPU",
-            "p50 us",
-            "p99 us",
-            "errors",
-            "syscalls/req",
-        ]
-        .map(String::from)
-        .to_vec(),
-        rows: Vec::new(),
-    };
-    for &server in &p.servers {
-        if server == Server::Floor && redis.depth != FLOOR_DEPTH {
-            continue;
-        }
-        let arm = Arm { server, ..redis };
-        let mut name = server.to_string();
-        if let Some(why) = env.note(&arm) {
-            name = format!("{name} {}", footnote(why));
-        }
-        let med = |f: fn(&Run) -> f64| env.estimate(&arm, f).map(|e| e.median);
-        let fixed = |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
-        let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.0}%", v * 100.0));
-        let client_util = med(|r| r.client_util);
-        if client_util.is_some_and(|u| u >= SATURATED) {
-            let why = format!(
-                "{arm}: the client used {:.0}% of its CPU: these requests/s measure the client",
-                client_util.unwrap_or(f64::NAN) * 100.0
-            );
-            name = format!("{name} {}", footnote(&why));
-        }
-        if arm.scenario == Scenario::Bound && env.kept(&arm).any(|r| r.throttled_periods == Some(0)) {
-            name = format!("{name} {}", footnote(&format!("{arm}: the quota never held the server back in some runs")));
-        }
-        let rate = env.estimate(&arm, |r| r.report.requests_per_sec);
-        t.rows.push(vec![
-            name,
-            env.kept(&arm).count().to_string(),
-            shown(rate),
-            fixed(rate.zip(reference).map(|(r, n)| r.median / n.median), 2),
-            shown(env.estimate(&arm, |r| r.server_cpu_us_per_request)),
-            pct(med(|r| r.server_util)),
-            pct(client_util),
-            fixed(med(|r| r.report.p50_us), 0),
-            fixed(med(|r| r.report.p99_us), 0),
-            env.kept(&arm).map(|r| r.errors).sum::<u64>().to_string(),
-            fixed(med(|r| r.syscalls_per_request.unwrap_or(f64::NAN)), 3),
-        ]);
-    }
-    t
-}
-
-fn intro(p: &Params) -> String {
-    let placement = match p.pinned {
-        Some((s, c)) => format!("Every server runs pinned to CPU {s}, redis-benchmark to CPU {c}."),
-        None => "This machine has one CPU, so nothing is pinned.".to_string(),
-    };
-    format!(
-        "{placement} Servers: `iomux serve --proto resp --backend B` (one loop) and redis-server (`--save '' \
-         --appendonly no --io-threads 1`). Client: `redis-benchmark -c {c} -n N -P D -t TEST --csv` with N = {n} \
-         x D (one key, 3-byte values; GET's key is set first). At -P 1, the floor: a C server (`iomux peer --server \
-         c-resp-floor`) that answers each request with a canned reply and does nothing else, so it spends only what \
-         the kernel does (syscalls, TCP over loopback, sleeping and waking). Each run gets a fresh server. \
-         Scenarios: open (the server has its CPU to itself) and bound (the server in a cgroup CPU quota of {share:.0}% \
-         of one CPU, the same for every server, so the client has headroom and the requests/s measure the server). \
-         Server CPU: user + system time of the server process over the client's run, per request; CPU shares are of \
-         one CPU over the run. A side at {sat:.0}% or more of its CPU sets the pace. Syscalls/request (iomux only): \
-         the server's own counters over its life over its replies. Errors: error replies the server counted \
-         (redis: INFO's total_error_replies). {r} rounds first, each in another order of the cells, then more for \
-         undecided claims; cells: median ± half its 95% interval.",
-        c = p.conns,
-        n = p.requests_at(1),
-        share = p.bound_share * 100.0,
-        sat = p.saturated_at * 100.0,
-        r = p.first_rounds,
-    )
-}
-
-fn svg(env: &Envelope<Params, Arm, Run>) -> CliResult<String> {
-    let p = &env.params;
-    let mut groups = Vec::new();
-    for &scenario in &p.scenarios {
-        for &test in &p.tests {
-            for &depth in &p.depths {
-                groups.push((format!("{} -P {depth} {scenario}", test.name().to_uppercase()), test, depth, scenario));
-            }
-        }
-    }
-    let series: Vec<plot::BarSeries> = p
-        .servers
-        .iter()
-        .map(|&server| plot::BarSeries {
-            name: server.to_string(),
-            values: groups
-                .iter()
-                .map(|&(_, test, depth, scenario)| {
-                    let e = env.estimate(&Arm { server, test, depth, scenario }, |r| r.report.requests_per_sec);
-                    e.map_or((f64::NAN, f64::NAN, f64::NAN), |e| (e.median, e.lo, e.hi))
-                })
-                .collect(),
-        })
-        .collect();
-    let names: Vec<String> = groups.into_iter().map(|(n, ..)| n).collect();
-    plot::grouped_bars(
-        "E7: RESP requests/s by redis-benchmark, 50 connections (median, whiskers its 95% interval)",
-        "test, pipelining depth, scenario",
-        "requests/s",
-        &names,
-        &series,
-    )
 }
 
 #[cfg(test)]

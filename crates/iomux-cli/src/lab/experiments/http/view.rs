@@ -1,0 +1,157 @@
+//! E6's page: its tables, intro and plot.
+
+use super::*;
+
+impl Shown for Http {
+    fn view(env: &Envelope<Params, Arm, Run>) -> CliResult<View> {
+        let p = &env.params;
+        let mut view = View { intro: vec![intro(p)], ..View::default() };
+        if !p.missing.is_empty() {
+            view.intro.push(format!("Not run: {}; install with {INSTALL}.", p.missing.join("; ")));
+        }
+        let tables = p.scenarios.iter().flat_map(|&scenario| {
+            CLIENTS
+                .into_iter()
+                .filter(move |&c| scenario == Scenario::Open || c == Client::Wrk)
+                .map(move |c| (scenario, c))
+        });
+        for (scenario, client) in tables {
+            for &depth in &p.depths {
+                let nginx = env
+                    .estimate(&Arm { server: Server::Nginx, client, depth, scenario }, |r| r.report.requests_per_sec);
+                let wrk = client == Client::Wrk;
+                let mut t = TableView {
+                    caption: match scenario {
+                        Scenario::Open => format!("{} depth {depth}", client.name()),
+                        Scenario::Bound => format!("{} depth {depth}, every server in a 50% CPU quota", client.name()),
+                    },
+                    header: [
+                        "server",
+                        "runs",
+                        "requests/s",
+                        "/ nginx",
+                        "server CPU us/req",
+                        "server CPU",
+                        "client CPU",
+                        if wrk { "p50 us" } else { "mean us" },
+                        if wrk { "p99 us" } else { "-" },
+                        "errors",
+                        "syscalls/req",
+                    ]
+                    .map(String::from)
+                    .to_vec(),
+                    rows: Vec::new(),
+                };
+                for &server in &p.servers {
+                    let arm = Arm { server, client, depth, scenario };
+                    let mut name = server.to_string();
+                    if let Some(why) = env.note(&arm) {
+                        name = format!("{name} {}", view.footnote(why));
+                    }
+                    let med = |f: fn(&Run) -> f64| env.estimate(&arm, f).map(|e| e.median);
+                    let fixed = |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
+                    let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.0}%", v * 100.0));
+                    let client_util = med(|r| r.client_util);
+                    if client_util.is_some_and(|u| u >= SATURATED) {
+                        let why = format!(
+                            "{arm}: the client used {:.0}% of its CPU: these requests/s measure the client",
+                            client_util.unwrap_or(f64::NAN) * 100.0
+                        );
+                        name = format!("{name} {}", view.footnote(&why));
+                    }
+                    if scenario == Scenario::Bound && env.kept(&arm).any(|r| r.throttled_periods == Some(0)) {
+                        let why = format!("{arm}: the quota never held the server back in some runs");
+                        name = format!("{name} {}", view.footnote(&why));
+                    }
+                    let rate = env.estimate(&arm, |r| r.report.requests_per_sec);
+                    t.rows.push(vec![
+                        name,
+                        env.kept(&arm).count().to_string(),
+                        shown(rate),
+                        fixed(rate.zip(nginx).map(|(r, n)| r.median / n.median), 2),
+                        shown(env.estimate(&arm, |r| r.server_cpu_us_per_request)),
+                        pct(med(|r| r.server_util)),
+                        pct(client_util),
+                        fixed(
+                            med(if wrk {
+                                |r| r.report.p50_us.unwrap_or(f64::NAN)
+                            } else {
+                                |r| r.report.mean_us.unwrap_or(f64::NAN)
+                            }),
+                            0,
+                        ),
+                        if wrk { fixed(med(|r| r.report.p99_us.unwrap_or(f64::NAN)), 0) } else { "-".into() },
+                        env.kept(&arm).map(|r| r.report.errors).sum::<u64>().to_string(),
+                        fixed(med(|r| r.syscalls_per_request.unwrap_or(f64::NAN)), 3),
+                    ]);
+                }
+                view.tables.push(t);
+            }
+        }
+        if !env.takes.is_empty() {
+            view.svg = Some(svg(env)?);
+        }
+        Ok(view)
+    }
+}
+
+pub(super) fn intro(p: &Params) -> String {
+    let placement = match p.pinned {
+        Some((s, c)) => format!("Every server runs pinned to CPU {s}, the client to CPU {c}."),
+        None => "This machine has one CPU, so nothing is pinned.".to_string(),
+    };
+    format!(
+        "{placement} Servers: `iomux serve --proto http --backend B` (one loop) and nginx (`worker_processes 1`, \
+         `access_log off`, `keepalive_requests` unlimited, `location = /plaintext {{ return 200 \"Hello, \
+         World!\"; }}`). Clients: `wrk -t1 -c{c} -d{s}s --latency` (depth > 1: a generated Lua script sends that \
+         many `GET /plaintext` per write) and `h2load --h1 -t1 -c{c} -D {s}` (`-m D`: D requests pipelined). Each \
+         client run gets a fresh server, checked to answer `GET /plaintext` first. Requests/s are the client's \
+         own. Server CPU: user + system time of the server's processes (nginx: master and worker) from just \
+         before the client starts to its exit, over the requests; CPU shares are of one CPU over the client's \
+         measured seconds. A side at {:.0}% or more of its CPU sets the pace: when the client is, the requests/s \
+         measure the client. Syscalls/request (iomux only): the server's own counters over its life over its \
+         responses. Server-bound (\"in a 50% CPU quota\"): every server in a cgroup CPU quota of {:.0}% of one CPU, \
+         by wrk alone, so the client has headroom and the requests/s measure the server. {} rounds first, each in \
+         another order of the cells, then more for undecided claims; cells: median ± half its 95% interval.",
+        p.saturated_at * 100.0,
+        BOUND_SHARE * 100.0,
+        p.first_rounds,
+        c = p.conns,
+        s = p.seconds,
+    )
+}
+
+pub(super) fn svg(env: &Envelope<Params, Arm, Run>) -> CliResult<String> {
+    let p = &env.params;
+    let mut groups = Vec::new();
+    for &scenario in &p.scenarios {
+        for client in CLIENTS.into_iter().filter(|&c| scenario == Scenario::Open || c == Client::Wrk) {
+            for &depth in &p.depths {
+                let bound = if scenario == Scenario::Bound { " bound" } else { "" };
+                groups.push((format!("{} depth {depth}{bound}", client.name()), client, depth, scenario));
+            }
+        }
+    }
+    let series: Vec<plot::BarSeries> = p
+        .servers
+        .iter()
+        .map(|&server| plot::BarSeries {
+            name: server.to_string(),
+            values: groups
+                .iter()
+                .map(|&(_, client, depth, scenario)| {
+                    let e = env.estimate(&Arm { server, client, depth, scenario }, |r| r.report.requests_per_sec);
+                    e.map_or((f64::NAN, f64::NAN, f64::NAN), |e| (e.median, e.lo, e.hi))
+                })
+                .collect(),
+        })
+        .collect();
+    let names: Vec<String> = groups.into_iter().map(|(n, ..)| n).collect();
+    plot::grouped_bars(
+        "E6: HTTP GET /plaintext requests/s, 100 connections (median, whiskers its 95% interval)",
+        "client and pipelining depth (requests per write)",
+        "requests/s",
+        &names,
+        &series,
+    )
+}

@@ -1,0 +1,155 @@
+//! E7's page: its tables, intro and plot.
+
+use super::*;
+
+impl Shown for Resp {
+    fn view(env: &Envelope<Params, Arm, Run>) -> CliResult<View> {
+        let p = &env.params;
+        let mut view = View { intro: vec![intro(p)], ..View::default() };
+        for why in &p.missing {
+            view.intro.push(format!("Not run: {why}."));
+        }
+        view.intro.extend(p.notes.iter().cloned());
+        for &scenario in &p.scenarios {
+            for &test in &p.tests {
+                for &depth in &p.depths {
+                    view.tables.push(table(env, &mut view.notes, Arm { server: Server::Redis, test, depth, scenario }));
+                }
+            }
+        }
+        if !env.takes.is_empty() {
+            view.svg = Some(svg(env)?);
+        }
+        Ok(view)
+    }
+}
+
+/// The table of one test, depth and scenario; `redis` names them.
+pub(super) fn table(env: &Envelope<Params, Arm, Run>, notes: &mut Vec<String>, redis: Arm) -> TableView {
+    let p = &env.params;
+    let mut footnote = |why: &str| {
+        let mut v = View { notes: std::mem::take(notes), ..View::default() };
+        let mark = v.footnote(why);
+        *notes = v.notes;
+        mark
+    };
+    let reference = env.estimate(&redis, |r| r.report.requests_per_sec);
+    let mut t = TableView {
+        caption: format!("{} -P {}, {}", redis.test.name().to_uppercase(), redis.depth, redis.scenario),
+        header: [
+            "server",
+            "runs",
+            "requests/s",
+            "/ redis",
+            "server CPU us/req",
+            "server CPU",
+            "client CPU",
+            "p50 us",
+            "p99 us",
+            "errors",
+            "syscalls/req",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: Vec::new(),
+    };
+    for &server in &p.servers {
+        if server == Server::Floor && redis.depth != FLOOR_DEPTH {
+            continue;
+        }
+        let arm = Arm { server, ..redis };
+        let mut name = server.to_string();
+        if let Some(why) = env.note(&arm) {
+            name = format!("{name} {}", footnote(why));
+        }
+        let med = |f: fn(&Run) -> f64| env.estimate(&arm, f).map(|e| e.median);
+        let fixed = |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
+        let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.0}%", v * 100.0));
+        let client_util = med(|r| r.client_util);
+        if client_util.is_some_and(|u| u >= SATURATED) {
+            let why = format!(
+                "{arm}: the client used {:.0}% of its CPU: these requests/s measure the client",
+                client_util.unwrap_or(f64::NAN) * 100.0
+            );
+            name = format!("{name} {}", footnote(&why));
+        }
+        if arm.scenario == Scenario::Bound && env.kept(&arm).any(|r| r.throttled_periods == Some(0)) {
+            name = format!("{name} {}", footnote(&format!("{arm}: the quota never held the server back in some runs")));
+        }
+        let rate = env.estimate(&arm, |r| r.report.requests_per_sec);
+        t.rows.push(vec![
+            name,
+            env.kept(&arm).count().to_string(),
+            shown(rate),
+            fixed(rate.zip(reference).map(|(r, n)| r.median / n.median), 2),
+            shown(env.estimate(&arm, |r| r.server_cpu_us_per_request)),
+            pct(med(|r| r.server_util)),
+            pct(client_util),
+            fixed(med(|r| r.report.p50_us), 0),
+            fixed(med(|r| r.report.p99_us), 0),
+            env.kept(&arm).map(|r| r.errors).sum::<u64>().to_string(),
+            fixed(med(|r| r.syscalls_per_request.unwrap_or(f64::NAN)), 3),
+        ]);
+    }
+    t
+}
+
+pub(super) fn intro(p: &Params) -> String {
+    let placement = match p.pinned {
+        Some((s, c)) => format!("Every server runs pinned to CPU {s}, redis-benchmark to CPU {c}."),
+        None => "This machine has one CPU, so nothing is pinned.".to_string(),
+    };
+    format!(
+        "{placement} Servers: `iomux serve --proto resp --backend B` (one loop) and redis-server (`--save '' \
+         --appendonly no --io-threads 1`). Client: `redis-benchmark -c {c} -n N -P D -t TEST --csv` with N = {n} \
+         x D (one key, 3-byte values; GET's key is set first). At -P 1, the floor: a C server (`iomux peer --server \
+         c-resp-floor`) that answers each request with a canned reply and does nothing else, so it spends only what \
+         the kernel does (syscalls, TCP over loopback, sleeping and waking). Each run gets a fresh server. \
+         Scenarios: open (the server has its CPU to itself) and bound (the server in a cgroup CPU quota of {share:.0}% \
+         of one CPU, the same for every server, so the client has headroom and the requests/s measure the server). \
+         Server CPU: user + system time of the server process over the client's run, per request; CPU shares are of \
+         one CPU over the run. A side at {sat:.0}% or more of its CPU sets the pace. Syscalls/request (iomux only): \
+         the server's own counters over its life over its replies. Errors: error replies the server counted \
+         (redis: INFO's total_error_replies). {r} rounds first, each in another order of the cells, then more for \
+         undecided claims; cells: median ± half its 95% interval.",
+        c = p.conns,
+        n = p.requests_at(1),
+        share = p.bound_share * 100.0,
+        sat = p.saturated_at * 100.0,
+        r = p.first_rounds,
+    )
+}
+
+pub(super) fn svg(env: &Envelope<Params, Arm, Run>) -> CliResult<String> {
+    let p = &env.params;
+    let mut groups = Vec::new();
+    for &scenario in &p.scenarios {
+        for &test in &p.tests {
+            for &depth in &p.depths {
+                groups.push((format!("{} -P {depth} {scenario}", test.name().to_uppercase()), test, depth, scenario));
+            }
+        }
+    }
+    let series: Vec<plot::BarSeries> = p
+        .servers
+        .iter()
+        .map(|&server| plot::BarSeries {
+            name: server.to_string(),
+            values: groups
+                .iter()
+                .map(|&(_, test, depth, scenario)| {
+                    let e = env.estimate(&Arm { server, test, depth, scenario }, |r| r.report.requests_per_sec);
+                    e.map_or((f64::NAN, f64::NAN, f64::NAN), |e| (e.median, e.lo, e.hi))
+                })
+                .collect(),
+        })
+        .collect();
+    let names: Vec<String> = groups.into_iter().map(|(n, ..)| n).collect();
+    plot::grouped_bars(
+        "E7: RESP requests/s by redis-benchmark, 50 connections (median, whiskers its 95% interval)",
+        "test, pipelining depth, scenario",
+        "requests/s",
+        &names,
+        &series,
+    )
+}

@@ -1,0 +1,248 @@
+//! Tests of the trial: balanced order, retakes, noisy rounds, the looks and the budget.
+
+/// How often arm `b` runs directly after arm `a`, over `rounds`.
+fn follows(n: usize, rounds: usize) -> Vec<Vec<usize>> {
+    let mut after = vec![vec![0; n]; n];
+    for r in 0..rounds {
+        for pair in order(n, r).windows(2) {
+            after[pair[0]][pair[1]] += 1;
+        }
+    }
+    after
+}
+
+#[test]
+fn each_round_runs_every_arm_once_in_a_balanced_order() {
+    for n in 1..=9 {
+        for rounds in 1..=3 * n {
+            let mut first = vec![0; n];
+            for r in 0..rounds {
+                let o = order(n, r);
+                let mut sorted = o.clone();
+                sorted.sort();
+                assert_eq!(sorted, (0..n).collect::<Vec<_>>(), "n {n}, round {r}: {o:?}");
+                first[o[0]] += 1;
+            }
+            let most = first.iter().max().copied().unwrap_or(0);
+            assert!(most <= rounds.div_ceil(n), "n {n}, {rounds} rounds: first {first:?}");
+        }
+        // Carry-over balance: over a whole design each arm runs
+        // directly after every other equally often.
+        let (period, times) = if n % 2 == 0 { (n, 1) } else { (2 * n, 2) };
+        let after = follows(n, period);
+        for a in 0..n {
+            for b in 0..n {
+                assert_eq!(after[a][b], if a == b { 0 } else { times }, "n {n}: {b} after {a}: {after:?}");
+            }
+        }
+    }
+    assert_eq!(order(8, 0), vec![0, 1, 7, 2, 6, 3, 5, 4]);
+    assert_eq!(order(2, 1), vec![1, 0], "two arms alternate: A B, B A");
+    assert_eq!(order(1, 5), vec![0]);
+    assert!(order(0, 0).is_empty());
+}
+
+use super::*;
+use std::cell::{Cell, RefCell};
+
+/// A meter that reads busy for the takes numbered in `busy`.
+struct Scripted {
+    busy: Vec<usize>,
+    taken: Cell<usize>,
+}
+
+impl Meter for Scripted {
+    fn others_since(&self, _: Instant) -> Option<f64> {
+        let n = self.taken.get();
+        self.taken.set(n + 1);
+        Some(if self.busy.contains(&n) { 0.9 } else { 0.01 })
+    }
+}
+
+fn ratio_spec(needed: Needed) -> Spec<&'static str, f64> {
+    Spec::iomux("b / a", needed, vec!["a", "b"], |v| Some(v.get(&"b")? / v.get(&"a")?))
+}
+
+#[test]
+fn rounds_follow_the_williams_rows() {
+    let meter = Scripted { busy: vec![], taken: Cell::new(0) };
+    let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
+    let order = RefCell::new(String::new());
+    let mut measure = |k: &&str| -> Measured<f64> {
+        order.borrow_mut().push_str(k);
+        Ok(Ok(1.0))
+    };
+    for _ in 0..4 {
+        trial.round(&["a", "b", "c"], &mut measure).unwrap();
+    }
+    assert_eq!(order.into_inner(), "abcbcacabcba");
+}
+
+/// A quiet machine whose CPUs' round trips read `readings` in turn.
+struct Placed {
+    readings: RefCell<std::collections::VecDeque<f64>>,
+    closest: Cell<f64>,
+}
+
+impl Meter for Placed {
+    fn others_since(&self, _: Instant) -> Option<f64> {
+        Some(0.0)
+    }
+
+    fn placement(&self) -> Option<Placement> {
+        let ns = self.readings.borrow_mut().pop_front()?;
+        self.closest.set(self.closest.get().min(ns));
+        Some(Placement { ns, closest_ns: self.closest.get() })
+    }
+}
+
+#[test]
+fn a_take_with_the_cpus_apart_is_taken_again() {
+    // Before and after each take: a close, b apart after, b again close.
+    let meter =
+        Placed { readings: RefCell::new([50.0, 60.0, 55.0, 330.0, 52.0, 58.0].into()), closest: Cell::new(f64::MAX) };
+    let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::ZERO);
+    trial.round(&["a", "b"], &mut |_: &&str| -> Measured<f64> { Ok(Ok(1.0)) }).unwrap();
+    let seen: Vec<(&str, bool, bool, Option<f64>)> =
+        trial.takes.iter().map(|t| (t.arm, t.apart, t.kept, t.cross_cpu_ns)).collect();
+    assert_eq!(
+        seen,
+        vec![("a", false, true, Some(60.0)), ("b", true, false, Some(330.0)), ("b", false, true, Some(58.0))]
+    );
+    let noise = crate::lab::harness::envelope::NoiseSummary::of(1, &trial.takes, None);
+    assert_eq!((noise.excluded, noise.apart), (1, 1));
+}
+
+#[test]
+fn grouped_arms_run_together() {
+    let meter = Scripted { busy: vec![], taken: Cell::new(0) };
+    let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
+    trial.group_by(|k| u64::from(k.as_bytes()[0]));
+    let order = RefCell::new(Vec::new());
+    let mut measure = |k: &&str| -> Measured<f64> {
+        order.borrow_mut().push(k.to_string());
+        Ok(Ok(1.0))
+    };
+    for _ in 0..2 {
+        trial.round(&["a1", "a2", "b1", "b2"], &mut measure).unwrap();
+    }
+    assert_eq!(order.into_inner(), ["a1", "a2", "b1", "b2", "b2", "b1", "a2", "a1"]);
+}
+
+#[test]
+fn a_busy_take_is_taken_again_and_counted() {
+    // Takes 1 and 2 (b's first two tries in round 0) read busy.
+    let meter = Scripted { busy: vec![1, 2], taken: Cell::new(0) };
+    let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
+    let mut measure = |_: &&str| -> Measured<f64> { Ok(Ok(1.0)) };
+    trial.round(&["a", "b"], &mut measure).unwrap();
+    assert_eq!(trial.takes.len(), 4);
+    assert_eq!(trial.takes.iter().filter(|t| !t.kept).count(), 2);
+    assert_eq!(trial.kept(&"b").count(), 1);
+}
+
+#[test]
+fn rounds_are_added_until_the_interval_decides() {
+    let meter = Scripted { busy: vec![], taken: Cell::new(0) };
+    let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
+    let n = Cell::new(0u32);
+    // b is twice a, with a little jitter.
+    let mut measure = |k: &&str| -> Measured<f64> {
+        n.set(n.get() + 1);
+        let jitter = 1.0 + f64::from(n.get() % 3) * 0.01;
+        Ok(Ok(if *k == "b" { 2.0 * jitter } else { jitter }))
+    };
+    let specs = [ratio_spec(Needed::AtLeast(1.5))];
+    trial.round(&["a", "b"], &mut measure).unwrap();
+    trial.until_decided(&specs, &mut measure).unwrap();
+    assert_eq!(trial.rounds(), MIN_ROUNDS, "stops as soon as six rounds decide");
+    let claim = trial.judge(&specs[0]);
+    assert_eq!(claim.verdict, claim::Verdict::Holds, "{}", claim.why);
+}
+
+#[test]
+fn the_budget_bounds_an_undecidable_claim() {
+    let meter = Scripted { busy: vec![], taken: Cell::new(0) };
+    let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_millis(30));
+    let b_taken = Cell::new(0u32);
+    // The ratio swings around the threshold for ever.
+    let mut measure = |k: &&str| -> Measured<f64> {
+        std::thread::sleep(Duration::from_millis(2));
+        if *k == "a" {
+            return Ok(Ok(1.0));
+        }
+        b_taken.set(b_taken.get() + 1);
+        Ok(Ok(if b_taken.get().is_multiple_of(2) { 1.2 } else { 0.8 }))
+    };
+    let specs = [ratio_spec(Needed::AtLeast(1.0))];
+    trial.until_decided(&specs, &mut measure).unwrap();
+    assert!(trial.rounds() < MAX_ROUNDS, "stopped by the 30 ms budget after {} rounds", trial.rounds());
+    assert!(trial.rounds() >= MIN_ROUNDS, "the six rounds an interval needs are not the budget's to refuse");
+    assert!(LOOKS.contains(&trial.rounds()), "{} rounds: every round run is read by a look", trial.rounds());
+    assert_eq!(trial.judge(&specs[0]).verdict, claim::Verdict::Inconclusive);
+}
+
+#[test]
+fn an_unmeasurable_arm_is_not_tried_again_and_names_its_claim() {
+    let meter = Scripted { busy: vec![], taken: Cell::new(0) };
+    let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
+    let tries = Cell::new(0);
+    let mut measure = |k: &&str| -> Measured<f64> {
+        if *k == "b" {
+            tries.set(tries.get() + 1);
+            return Ok(Err("cannot here".into()));
+        }
+        Ok(Ok(1.0))
+    };
+    let specs = [ratio_spec(Needed::AtLeast(1.0))];
+    trial.round(&["a", "b"], &mut measure).unwrap();
+    trial.until_decided(&specs, &mut measure).unwrap();
+    assert_eq!(tries.get(), 1);
+    let claim = trial.judge(&specs[0]);
+    assert_eq!(claim.verdict, claim::Verdict::NotMeasurable);
+    assert_eq!(claim.why, "b: cannot here");
+}
+
+#[test]
+fn a_machine_busy_throughout_is_not_measured_again_and_again() {
+    let meter = Scripted { busy: (0..1000).collect(), taken: Cell::new(0) };
+    let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
+    let mut measure = |_: &&str| -> Measured<f64> { Ok(Ok(1.0)) };
+    let specs = [ratio_spec(Needed::AtLeast(0.5))];
+    trial.until_decided(&specs, &mut measure).unwrap();
+    // Two rounds of two arms, each taken three times: 12 busy takes,
+    // then no retake, no made-up round and no look.
+    assert_eq!((trial.rounds(), trial.takes.len()), (2, 2 * 2 * (MAX_RETAKES + 1)));
+    assert!(trial.swamped());
+    assert_eq!(trial.judge(&specs[0]).verdict, claim::Verdict::Inconclusive);
+    trial.round(&["a", "b"], &mut measure).unwrap();
+    assert_eq!(trial.takes.len(), 14, "one take per arm once swamped");
+}
+
+#[test]
+fn rounds_refused_on_a_busy_machine_are_inconclusive_not_unmeasurable() {
+    let refusing = || Spec::iomux("b / a", Needed::AtLeast(1.0), vec!["a", "b"], |_| None).refusing("rate short");
+    for (busy, verdict) in [(true, claim::Verdict::Inconclusive), (false, claim::Verdict::NotMeasurable)] {
+        let meter = Scripted { busy: if busy { (0..1000).collect() } else { vec![] }, taken: Cell::new(0) };
+        let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::ZERO);
+        trial.round(&["a", "b"], &mut |_: &&str| -> Measured<f64> { Ok(Ok(1.0)) }).unwrap();
+        let claim = trial.judge(&refusing());
+        assert_eq!(claim.verdict, verdict, "busy {busy}: {}", claim.why);
+        assert!(claim.why.contains("rate short"), "{}", claim.why);
+    }
+}
+
+#[test]
+fn busy_rounds_are_left_out_of_the_interval() {
+    // Every take of round 0 is busy (a, then b three times).
+    let meter = Scripted { busy: vec![0, 1, 2, 3, 4, 5], taken: Cell::new(0) };
+    let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
+    let mut measure = |k: &&str| -> Measured<f64> { Ok(Ok(if *k == "b" { 2.0 } else { 1.0 })) };
+    let specs = [ratio_spec(Needed::AtLeast(1.5))];
+    trial.until_decided(&specs, &mut measure).unwrap();
+    let claim = trial.judge(&specs[0]);
+    assert_eq!(claim.verdict, claim::Verdict::Holds, "{}", claim.why);
+    assert!(claim.excluded >= 1, "{claim:?}");
+    // The busy round is made up: six quiet rounds of seven decide.
+    assert_eq!((trial.rounds(), claim.estimate.map(|e| e.n)), (MIN_ROUNDS + 1, Some(MIN_ROUNDS)));
+}
