@@ -5,6 +5,7 @@ mod flags;
 mod lab;
 mod limits;
 mod load;
+mod numbers;
 mod os;
 mod peer;
 mod progress;

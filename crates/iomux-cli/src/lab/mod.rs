@@ -9,8 +9,6 @@ pub mod render;
 pub mod report;
 pub mod rig;
 
-pub use render::table::thousands;
-
 use crate::CliResult;
 use report::results;
 use rig::machine::Machine;

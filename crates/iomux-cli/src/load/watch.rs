@@ -120,7 +120,7 @@ impl Display {
 /// 1234567 as "1,234,567".
 pub fn thousands(n: u64) -> String {
     // Exact: progress counts stay far below 2^53.
-    crate::lab::thousands(n as f64)
+    crate::numbers::thousands(n as f64)
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! reads.
 
 use crate::lab::harness::stats::{short, Estimate, Needed};
+pub use crate::numbers::thousands;
 use serde::{Deserialize, Serialize};
 
 /// Whose claim it is.
@@ -136,25 +137,6 @@ pub fn number(v: f64) -> String {
     } else {
         format!("{v:.3}")
     }
-}
-
-/// A whole number with thousands separators: 1234567 -> "1,234,567".
-pub fn thousands(x: f64) -> String {
-    if !x.is_finite() {
-        return "-".into();
-    }
-    let digits = format!("{:.0}", x.abs());
-    let mut out = String::new();
-    for (i, ch) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    if x < 0.0 {
-        out.insert(0, '-');
-    }
-    out
 }
 
 /// How a claim's rounds came out, for [`judge`].

@@ -18,15 +18,14 @@ use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot;
 use crate::lab::render::view::{Shown, TableView, View};
 use crate::lab::rig::anchors::clients::{self, Client, Report, Tool, INSTALL};
-use crate::lab::rig::anchors::nginx::Nginx;
+use crate::lab::rig::anchors::nginx::{answers_plaintext, Nginx};
 use crate::lab::rig::child::ServerChild;
 use crate::lab::rig::quota::{self, CpuQuota, Scenario, BOUND_SHARE};
 use crate::lab::Settings;
 use crate::CliResult;
 use iomux::Backend;
 use serde::{Deserialize, Serialize};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -95,22 +94,6 @@ pub struct Args {
     /// root and a cgroup CPU controller) [default: open,bound]
     #[arg(long, value_delimiter = ',')]
     pub scenarios: Option<Vec<Scenario>>,
-}
-
-/// Whether `addr` answers `GET /plaintext` with TechEmpower's body.
-pub fn answers_plaintext(addr: SocketAddr) -> Result<(), String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| format!("connect: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
-    s.write_all(b"GET /plaintext HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
-        .map_err(|e| format!("send: {e}"))?;
-    let mut answer = Vec::new();
-    s.read_to_end(&mut answer).map_err(|e| format!("read: {e}"))?;
-    let text = String::from_utf8_lossy(&answer);
-    if text.starts_with("HTTP/1.1 200 OK\r\n") && text.ends_with("\r\n\r\nHello, World!") {
-        Ok(())
-    } else {
-        Err(format!("unexpected answer to GET /plaintext: {text:?}"))
-    }
 }
 
 /// Sum of the processes' CPU time now.

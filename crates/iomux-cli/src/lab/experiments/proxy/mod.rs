@@ -14,7 +14,6 @@ mod cells;
 mod view;
 use cells::*;
 
-use crate::lab::experiments::http::answers_plaintext;
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
@@ -25,6 +24,7 @@ use crate::lab::render::plot;
 use crate::lab::render::view::{Shown, TableView, View};
 use crate::lab::rig::anchors::clients::{self, Client, Report, Tool, INSTALL};
 use crate::lab::rig::anchors::haproxy::Haproxy;
+use crate::lab::rig::anchors::nginx::answers_plaintext;
 use crate::lab::rig::anchors::nginx::Nginx;
 use crate::lab::rig::child::{status_kib, ServerChild};
 use crate::lab::rig::quota::{CpuQuota, BOUND_SHARE};

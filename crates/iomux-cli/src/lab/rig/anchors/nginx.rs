@@ -3,7 +3,8 @@
 //! whatever happens (a value owns it; dropping it kills it).
 
 use crate::CliResult;
-use std::net::SocketAddr;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -85,7 +86,7 @@ impl Nginx {
             if let Ok(Some(status)) = nginx.child.try_wait() {
                 return Err(format!("nginx exited at start with {status}: {}", nginx.error_log()).into());
             }
-            match crate::lab::experiments::http::answers_plaintext(addr) {
+            match answers_plaintext(addr) {
                 Ok(()) => return Ok(nginx),
                 Err(e) if Instant::now() > deadline => {
                     return Err(
@@ -144,6 +145,22 @@ fn fresh_dir() -> CliResult<PathBuf> {
         std::env::temp_dir().join(format!("iomux-nginx-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
     std::fs::create_dir(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     Ok(dir)
+}
+
+/// Whether `addr` answers `GET /plaintext` with TechEmpower's body.
+pub fn answers_plaintext(addr: SocketAddr) -> Result<(), String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+    s.write_all(b"GET /plaintext HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+        .map_err(|e| format!("send: {e}"))?;
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).map_err(|e| format!("read: {e}"))?;
+    let text = String::from_utf8_lossy(&answer);
+    if text.starts_with("HTTP/1.1 200 OK\r\n") && text.ends_with("\r\n\r\nHello, World!") {
+        Ok(())
+    } else {
+        Err(format!("unexpected answer to GET /plaintext: {text:?}"))
+    }
 }
 
 #[cfg(test)]
