@@ -244,9 +244,9 @@ fn is_iomux(s: &Server) -> bool {
     matches!(s, Server::Iomux(_))
 }
 
-/// The runs of `arms` in a round, each with its arm.
-fn runs<'a>(r: &'a RoundView<Arm, Run>, arms: &'a [Arm]) -> Option<Vec<(&'a Arm, &'a Run)>> {
-    arms.iter().map(|a| r.get(a).map(|run| (a, run))).collect()
+/// The claim's runs in a round, each with its arm.
+fn runs<'a>(r: &RoundView<'a, Arm, Run>) -> Option<Vec<(&'a Arm, &'a Run)>> {
+    Some(r.samples().to_vec())
 }
 
 pub struct Http;
@@ -330,13 +330,12 @@ impl Experiment for Http {
             );
         for (depth, scenario) in rate_claims.filter(|(_, s)| p.scenarios.contains(s)) {
             let arms = wrk_at(depth, scenario);
-            let keep = arms.clone();
             let name = match scenario {
                 Scenario::Open => format!("E6 wrk depth {depth}: iomux best req/s / nginx's"),
                 Scenario::Bound => format!("E6 bound wrk depth {depth}: iomux best req/s / nginx's"),
             };
             let claim = Spec::iomux(name, Needed::AtLeast(GOAL), arms, move |r| {
-                let runs = runs(r, &keep)?;
+                let runs = runs(r)?;
                 let rate = |pick: &dyn Fn(&Server) -> bool| {
                     runs.iter()
                         .filter(|(a, _)| pick(&a.server))
@@ -352,12 +351,11 @@ impl Experiment for Http {
         }
         let all = every_cell(p, |_| true);
         let open = every_cell(p, |a| a.scenario == Scenario::Open);
-        let keep = open.clone();
         // A figure: two clients, each saturated in some cells, measure
         // themselves as much as the servers.
         claims.push(
             Spec::iomux("E6 h2load req/s / wrk's: worst abs(ratio - 1)", Needed::AtMost(AGREEMENT), open, move |r| {
-                let runs = runs(r, &keep)?;
+                let runs = runs(r)?;
                 let rate = |a: Arm| runs.iter().find(|(x, _)| **x == a).map(|(_, r)| r.report.requests_per_sec);
                 runs.iter()
                     .filter(|(a, _)| a.client == Client::Wrk)
@@ -368,19 +366,17 @@ impl Experiment for Http {
             })
             .machine(),
         );
-        let keep = all.clone();
         claims.push(Spec::iomux("E6 errors reported by wrk and h2load", Needed::AtMost(0.0), all, move |r| {
-            Some(runs(r, &keep)?.iter().map(|(_, r)| r.report.errors as f64).sum())
+            Some(runs(r)?.iter().map(|(_, r)| r.report.errors as f64).sum())
         }));
         if p.depths.contains(&1) && p.scenarios.contains(&Scenario::Open) {
             let arms = wrk_at(1, Scenario::Open);
-            let keep = arms.clone();
             claims.push(Spec::iomux(
                 "E6 wrk depth 1: nginx CPU/request / iomux best's",
                 Needed::AtLeast(GOAL),
                 arms,
                 move |r| {
-                    let runs = runs(r, &keep)?;
+                    let runs = runs(r)?;
                     let cpu = |pick: &dyn Fn(&Server) -> bool| {
                         runs.iter()
                             .filter(|(a, _)| pick(&a.server))

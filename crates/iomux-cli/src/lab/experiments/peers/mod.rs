@@ -157,8 +157,8 @@ fn cells(servers: &[Server], scenario: Scenario, pick: impl Fn(&Server) -> bool)
 /// A round's samples of `arms`, when every one carried its scenario's
 /// load: an open loop short of its rate measured another load than the
 /// one claimed.
-fn runs<'a>(r: &'a RoundView<Arm, Run>, arms: &'a [Arm]) -> Option<Vec<(&'a Arm, &'a Run)>> {
-    arms.iter().map(|a| r.get(a).filter(|run| sustained(&a.scenario, run)).map(|run| (a, run))).collect()
+fn runs<'a>(r: &RoundView<'a, Arm, Run>) -> Option<Vec<(&'a Arm, &'a Run)>> {
+    r.samples().iter().map(|&(a, run)| sustained(&a.scenario, run).then_some((a, run))).collect()
 }
 
 /// The least of `f` over the runs of `arms` that `pick` keeps.
@@ -175,8 +175,7 @@ fn spec(
     needs: bool,
     value: impl Fn(&[(&Arm, &Run)]) -> Option<f64> + 'static,
 ) -> Spec<Arm, Run> {
-    let keep = arms.clone();
-    Spec::iomux(quantity, needed, if needs { arms } else { vec![] }, move |r| value(&runs(r, &keep)?))
+    Spec::iomux(quantity, needed, if needs { arms } else { vec![] }, move |r| value(&runs(r)?))
         .refusing("no round in which every server it compares carried the open loop's rate (see the table's notes)")
 }
 
@@ -332,7 +331,6 @@ impl Experiment for Peers {
             // Every run counts here, carried or not: a saturated load is
             // what this claim is to catch, so it reads what `runs` refuses.
             let arms = cells(&p.servers, open_1000, |_| true);
-            let keep = arms.clone();
             claims.push(Spec::iomux(
                 format!(
                     "E5 {}: the load's CPU share, most of any server's cell (never the bottleneck)",
@@ -340,13 +338,7 @@ impl Experiment for Peers {
                 ),
                 Needed::AtMost(SATURATED),
                 arms,
-                move |r: &RoundView<Arm, Run>| {
-                    keep.iter()
-                        .map(|a| r.get(a).map(|run: &Run| run.load_util))
-                        .collect::<Option<Vec<f64>>>()?
-                        .into_iter()
-                        .reduce(f64::max)
-                },
+                move |r: &RoundView<Arm, Run>| r.samples().iter().map(|(_, run)| run.load_util).reduce(f64::max),
             ));
         }
         claims

@@ -410,10 +410,14 @@ impl Experiment for ProxyBench {
                 .filter(|&&proxy| runs_under(proxy, Load::Requests))
                 .map(|&proxy| at(proxy, Load::Requests))
                 .collect();
-            let keep = all.clone();
-            claims.push(Spec::iomux("E9 errors reported by wrk", Needed::AtMost(0.0), all, move |r| {
-                keep.iter().map(|a| r.get(a).and_then(|run: &Run| run.report.as_ref()).map(|w| w.errors as f64)).sum()
-            }));
+            claims.push(Spec::iomux(
+                "E9 errors reported by wrk",
+                Needed::AtMost(0.0),
+                all,
+                move |r: &RoundView<Arm, Run>| {
+                    r.samples().iter().map(|(_, run)| run.report.as_ref().map(|w| w.errors as f64)).sum()
+                },
+            ));
         }
         if p.loads.contains(&Load::Bulk) {
             let name = "E9 bound bulk: iomux best CPU per GB / haproxy's".to_string();

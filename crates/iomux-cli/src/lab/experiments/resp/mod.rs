@@ -223,13 +223,9 @@ fn every_cell(p: &Params, pick: impl Fn(&Arm) -> bool) -> Vec<Arm> {
     arms
 }
 
-fn runs<'a>(r: &'a RoundView<Arm, Run>, arms: &'a [Arm]) -> Option<Vec<(&'a Arm, &'a Run)>> {
-    arms.iter().map(|a| r.get(a).map(|run| (a, run))).collect()
-}
-
 /// The best iomux backend's requests/s in one round.
-fn best_iomux(r: &RoundView<Arm, Run>, arms: &[Arm]) -> Option<f64> {
-    runs(r, arms)?
+fn best_iomux(r: &RoundView<Arm, Run>) -> Option<f64> {
+    r.samples()
         .iter()
         .filter(|(a, _)| matches!(a.server, Server::Iomux(_)))
         .map(|(_, r)| r.report.requests_per_sec)
@@ -242,8 +238,8 @@ fn rate(r: &RoundView<Arm, Run>, arm: &Arm) -> Option<f64> {
 }
 
 /// redis-server's requests/s in one round.
-fn redis_rate(r: &RoundView<Arm, Run>, arms: &[Arm]) -> Option<f64> {
-    runs(r, arms)?.iter().find(|(a, _)| a.server == Server::Redis).map(|(_, r)| r.report.requests_per_sec)
+fn redis_rate(r: &RoundView<Arm, Run>) -> Option<f64> {
+    r.samples().iter().find(|(a, _)| a.server == Server::Redis).map(|(_, r)| r.report.requests_per_sec)
 }
 
 fn goal(depth: u32) -> f64 {
@@ -359,12 +355,11 @@ impl Experiment for Resp {
                     let arms = every_cell(p, |a| a.scenario == Scenario::Bound && a.test == test && a.depth == depth);
                     // The goal's rounds need iomux and redis, not the floor.
                     let goal_arms: Vec<Arm> = arms.iter().copied().filter(|a| a.server != Server::Floor).collect();
-                    let keep = goal_arms.clone();
                     claims.push(Spec::iomux(
                         format!("E7 bound {} -P {depth}: iomux best req/s / redis's", test.name().to_uppercase()),
                         Needed::AtLeast(goal(depth)),
                         goal_arms,
-                        move |r| Some(best_iomux(r, &keep)? / redis_rate(r, &keep)?),
+                        move |r| Some(best_iomux(r)? / redis_rate(r)?),
                     ));
                     if depth != FLOOR_DEPTH {
                         continue;
@@ -397,9 +392,8 @@ impl Experiment for Resp {
         }
         // The floor answers canned replies and counts none.
         let all = every_cell(p, |a| a.server != Server::Floor);
-        let keep = all.clone();
-        claims.push(Spec::iomux("E7 error replies", Needed::AtMost(0.0), all, move |r| {
-            Some(runs(r, &keep)?.iter().map(|(_, r)| r.errors as f64).sum())
+        claims.push(Spec::iomux("E7 error replies", Needed::AtMost(0.0), all, move |r: &RoundView<Arm, Run>| {
+            Some(r.samples().iter().map(|(_, r)| r.errors as f64).sum())
         }));
         claims
     }

@@ -145,6 +145,12 @@ impl<'r, K: PartialEq, S> RoundView<'r, K, S> {
     pub fn get(&self, arm: &K) -> Option<&'r S> {
         self.picked.iter().find(|p| p.0 == arm).map(|p| p.1)
     }
+
+    /// Every arm of the claim with its sample in this round, in the
+    /// claim's order.
+    pub fn samples(&self) -> &[(&'r K, &'r S)] {
+        &self.picked
+    }
 }
 
 impl<K, S> Spec<K, S> {
