@@ -10,6 +10,7 @@ pub mod peers;
 pub mod proxy;
 pub mod pubsub;
 pub mod resp;
+mod serving;
 pub mod sink;
 pub mod syscall_rate;
 #[cfg(test)]

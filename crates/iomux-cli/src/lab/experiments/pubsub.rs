@@ -298,7 +298,7 @@ impl Experiment for Pubsub {
     fn claims(p: &Params) -> Vec<Spec<Arm, Run>> {
         let mut claims = Vec::new();
         let iomux = |load: Load| -> Vec<Arm> {
-            p.servers.iter().filter(|s| matches!(s, Server::Iomux(_))).map(|&server| Arm { server, load }).collect()
+            p.servers.iter().filter(|s| s.is_iomux()).map(|&server| Arm { server, load }).collect()
         };
         if p.loads.contains(&Load::Fanout) {
             let mine = iomux(Load::Fanout);

@@ -181,16 +181,7 @@ pub(super) fn plot(env: &Envelope<Params, Arm, Sample>) -> CliResult<Option<Stri
     let series: Vec<BarSeries> = p
         .backends
         .iter()
-        .map(|&backend| BarSeries {
-            name: backend.to_string(),
-            values: profiles
-                .iter()
-                .map(|&profile| {
-                    env.estimate(&Arm { profile, backend }, get)
-                        .map_or((f64::NAN, f64::NAN, f64::NAN), |e| (e.median, e.lo, e.hi))
-                })
-                .collect(),
-        })
+        .map(|&backend| BarSeries::of(backend, env, profiles.iter().map(|&profile| Arm { profile, backend }), get))
         .collect();
     grouped_bars(title, "profile", y, &groups, &series).map(Some)
 }

@@ -9,11 +9,12 @@
 
 mod view;
 
+use crate::lab::experiments::serving::servers;
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
-use crate::lab::harness::{by_name, by_names, iomux_server, no_repeats};
+use crate::lab::harness::{by_name, by_names, no_repeats};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot;
 use crate::lab::render::view::{Shown, TableView, View};
@@ -46,30 +47,7 @@ const GOAL: f64 = 1.2;
 const AGREEMENT: f64 = 0.10;
 const CLIENTS: [Client; 2] = [Client::Wrk, Client::H2load];
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Server {
-    Iomux(Backend),
-    Nginx,
-}
-
-impl std::fmt::Display for Server {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Server::Iomux(b) => write!(f, "iomux-{b}"),
-            Server::Nginx => f.write_str("nginx"),
-        }
-    }
-}
-
-impl std::str::FromStr for Server {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Server, String> {
-        match s {
-            "nginx" => Ok(Server::Nginx),
-            _ => iomux_server(s).unwrap_or_else(|| Err(format!("unknown server '{s}'"))).map(Server::Iomux),
-        }
-    }
-}
+servers!(Server { Nginx => "nginx" });
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
@@ -240,10 +218,6 @@ fn every_cell(p: &Params, pick: impl Fn(&Arm) -> bool) -> Vec<Arm> {
     arms
 }
 
-fn is_iomux(s: &Server) -> bool {
-    matches!(s, Server::Iomux(_))
-}
-
 /// The claim's runs in a round, each with its arm.
 fn runs<'a>(r: &RoundView<'a, Arm, Run>) -> Option<Vec<(&'a Arm, &'a Run)>> {
     Some(r.samples().to_vec())
@@ -342,7 +316,7 @@ impl Experiment for Http {
                         .map(|(_, r)| r.report.requests_per_sec)
                         .reduce(f64::max)
                 };
-                Some(rate(&is_iomux)? / rate(&|s| *s == Server::Nginx)?)
+                Some(rate(&Server::is_iomux)? / rate(&|s| *s == Server::Nginx)?)
             });
             // Open at depth 1, wrk's one thread saturates before either
             // server: the figure measures wrk, and the bound one is the goal.
@@ -383,7 +357,7 @@ impl Experiment for Http {
                             .map(|(_, r)| r.server_cpu_us_per_request)
                             .reduce(f64::min)
                     };
-                    Some(cpu(&|s| *s == Server::Nginx)? / cpu(&is_iomux)?)
+                    Some(cpu(&|s| *s == Server::Nginx)? / cpu(&Server::is_iomux)?)
                 },
             ));
         }
@@ -433,7 +407,7 @@ impl Experiment for Http {
     }
 
     fn reference(arm: &Arm) -> bool {
-        !matches!(arm.server, Server::Iomux(_))
+        !arm.server.is_iomux()
     }
 }
 

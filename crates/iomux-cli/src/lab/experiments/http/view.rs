@@ -135,15 +135,9 @@ pub(super) fn svg(env: &Envelope<Params, Arm, Run>) -> CliResult<String> {
     let series: Vec<plot::BarSeries> = p
         .servers
         .iter()
-        .map(|&server| plot::BarSeries {
-            name: server.to_string(),
-            values: groups
-                .iter()
-                .map(|&(_, client, depth, scenario)| {
-                    let e = env.estimate(&Arm { server, client, depth, scenario }, |r| r.report.requests_per_sec);
-                    e.map_or((f64::NAN, f64::NAN, f64::NAN), |e| (e.median, e.lo, e.hi))
-                })
-                .collect(),
+        .map(|&server| {
+            let arms = groups.iter().map(|&(_, client, depth, scenario)| Arm { server, client, depth, scenario });
+            plot::BarSeries::of(server, env, arms, |r| r.report.requests_per_sec)
         })
         .collect();
     let names: Vec<String> = groups.into_iter().map(|(n, ..)| n).collect();

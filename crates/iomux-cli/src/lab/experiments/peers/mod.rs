@@ -12,7 +12,7 @@ pub mod cell;
 
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
-use crate::lab::harness::stats::{Estimate, Needed};
+use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::{by_name, by_names, iomux_server};
 use crate::lab::render::markdown::cell as shown;

@@ -137,17 +137,9 @@ pub(super) fn svg(env: &Envelope<Params, Arm, Run>) -> CliResult<String> {
     let series: Vec<plot::BarSeries> = p
         .servers
         .iter()
-        .map(|&server| plot::BarSeries {
-            name: server.name(),
-            values: p
-                .scenarios
-                .iter()
-                .map(|&scenario| {
-                    let e: Option<Estimate> =
-                        env.estimate(&Arm { server, scenario, perf: false }, |r| r.cpu_us_per_echo);
-                    e.map_or((f64::NAN, f64::NAN, f64::NAN), |e| (e.median, e.lo, e.hi))
-                })
-                .collect(),
+        .map(|&server| {
+            let arms = p.scenarios.iter().map(|&scenario| Arm { server, scenario, perf: false });
+            plot::BarSeries::of(server.name(), env, arms, |r| r.cpu_us_per_echo)
         })
         .collect();
     plot::grouped_bars(

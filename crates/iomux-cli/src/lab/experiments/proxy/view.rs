@@ -131,11 +131,8 @@ pub(super) fn svg(env: &Envelope<Params, Arm, Run>) -> CliResult<String> {
         .proxies
         .iter()
         .filter(|&&proxy| runs_under(proxy, Load::Requests))
-        .map(|&proxy| plot::BarSeries {
-            name: proxy.to_string(),
-            values: vec![env
-                .estimate(&Arm { proxy, load: Load::Requests }, |r| r.rate.unwrap_or(f64::NAN))
-                .map_or((f64::NAN, f64::NAN, f64::NAN), |e| (e.median, e.lo, e.hi))],
+        .map(|&proxy| {
+            plot::BarSeries::of(proxy, env, [Arm { proxy, load: Load::Requests }], |r| r.rate.unwrap_or(f64::NAN))
         })
         .collect();
     plot::grouped_bars(

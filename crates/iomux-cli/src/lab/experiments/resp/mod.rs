@@ -19,11 +19,12 @@ use cells::*;
 
 mod view;
 
+use crate::lab::experiments::serving::servers;
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
-use crate::lab::harness::{by_name, by_names, iomux_server, no_repeats};
+use crate::lab::harness::{by_name, by_names, no_repeats};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot;
 use crate::lab::render::view::{Shown, TableView, View};
@@ -86,34 +87,11 @@ impl Test {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Server {
-    Iomux(Backend),
-    Redis,
+servers!(Server {
+    Redis => "redis",
     /// The C floor: canned replies, nothing else (-P 1 only).
-    Floor,
-}
-
-impl std::fmt::Display for Server {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Server::Iomux(b) => write!(f, "iomux-{b}"),
-            Server::Redis => f.write_str("redis"),
-            Server::Floor => f.write_str("floor"),
-        }
-    }
-}
-
-impl std::str::FromStr for Server {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Server, String> {
-        match s {
-            "redis" => Ok(Server::Redis),
-            "floor" => Ok(Server::Floor),
-            _ => iomux_server(s).unwrap_or_else(|| Err(format!("unknown server '{s}'"))).map(Server::Iomux),
-        }
-    }
-}
+    Floor => "floor",
+});
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
@@ -225,11 +203,7 @@ fn every_cell(p: &Params, pick: impl Fn(&Arm) -> bool) -> Vec<Arm> {
 
 /// The best iomux backend's requests/s in one round.
 fn best_iomux(r: &RoundView<Arm, Run>) -> Option<f64> {
-    r.samples()
-        .iter()
-        .filter(|(a, _)| matches!(a.server, Server::Iomux(_)))
-        .map(|(_, r)| r.report.requests_per_sec)
-        .reduce(f64::max)
+    r.samples().iter().filter(|(a, _)| a.server.is_iomux()).map(|(_, r)| r.report.requests_per_sec).reduce(f64::max)
 }
 
 /// One arm's requests/s in one round.
@@ -426,7 +400,7 @@ impl Experiment for Resp {
     }
 
     fn reference(arm: &Arm) -> bool {
-        !matches!(arm.server, Server::Iomux(_))
+        !arm.server.is_iomux()
     }
 }
 

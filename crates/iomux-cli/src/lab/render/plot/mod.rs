@@ -4,6 +4,7 @@
 //! a backend looks the same in every figure; legends sit beside the
 //! plotting area, never on the data.
 
+use crate::lab::harness::envelope::Envelope;
 use crate::CliResult;
 use plotters::coord::combinators::IntoLogRange;
 use plotters::coord::Shift;
@@ -425,6 +426,23 @@ pub fn bar_panels(panels: &[Panel]) -> CliResult<String> {
 pub struct BarSeries {
     pub name: String,
     pub values: Vec<(f64, f64, f64)>,
+}
+
+impl BarSeries {
+    /// A series named `name`: for each of `arms`, the median of `figure`
+    /// over its kept samples, whiskers its 95% interval (NaN where none).
+    pub fn of<P, K: PartialEq, S>(
+        name: impl std::fmt::Display,
+        env: &Envelope<P, K, S>,
+        arms: impl IntoIterator<Item = K>,
+        figure: impl Fn(&S) -> f64,
+    ) -> BarSeries {
+        let values = arms
+            .into_iter()
+            .map(|arm| env.estimate(&arm, &figure).map_or((f64::NAN, f64::NAN, f64::NAN), |e| (e.median, e.lo, e.hi)))
+            .collect();
+        BarSeries { name: name.to_string(), values }
+    }
 }
 
 /// Bars grouped along x (one group per name in `groups`), a bar per series

@@ -1,0 +1,64 @@
+//! What the serving experiments share (E6 HTTP, E7 RESP and pub/sub): a
+//! server of a cell is iomux on a backend or one of the experiment's
+//! peers, named and parsed one way.
+
+/// `servers!(Server { Nginx => "nginx" })`: the enum of a serving
+/// experiment's servers, `Iomux(Backend)` and the peers listed, with
+/// `Display` ("iomux-epoll", "nginx"), `FromStr` (the same names) and
+/// `is_iomux`.
+macro_rules! servers {
+    ($name:ident { $( $(#[$doc:meta])* $peer:ident => $text:literal ),+ $(,)? }) => {
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum $name {
+            Iomux(iomux::Backend),
+            $( $(#[$doc])* $peer, )+
+        }
+
+        impl $name {
+            pub fn is_iomux(&self) -> bool {
+                matches!(self, $name::Iomux(_))
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                match self {
+                    $name::Iomux(b) => write!(f, "iomux-{b}"),
+                    $( $name::$peer => f.write_str($text), )+
+                }
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<$name, String> {
+                match s {
+                    $( $text => Ok($name::$peer), )+
+                    _ => crate::lab::harness::iomux_server(s)
+                        .unwrap_or_else(|| Err(format!("unknown server '{s}'")))
+                        .map($name::Iomux),
+                }
+            }
+        }
+    };
+}
+pub(crate) use servers;
+
+#[cfg(test)]
+mod tests {
+    servers!(Server {
+        /// A peer.
+        Nginx => "nginx",
+        Floor => "floor",
+    });
+
+    #[test]
+    fn names_read_back_as_the_servers_they_name() {
+        for s in [Server::Iomux(iomux::Backend::EpollEt), Server::Nginx, Server::Floor] {
+            assert_eq!(s.to_string().parse::<Server>(), Ok(s));
+        }
+        assert_eq!(Server::Iomux(iomux::Backend::Uring).to_string(), "iomux-uring");
+        assert!(Server::Iomux(iomux::Backend::Poll).is_iomux() && !Server::Nginx.is_iomux());
+        assert_eq!("apache".parse::<Server>(), Err("unknown server 'apache'".to_string()));
+    }
+}
