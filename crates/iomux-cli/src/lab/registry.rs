@@ -52,9 +52,10 @@ pub fn execute<E: Shown>(args: &E::Args, settings: &Settings) -> CliResult<Outco
     let specs = E::claims(&params);
     let network_is_own = NetworkIsOwn(&settings.noise);
     let meter: &dyn Meter = if E::NETWORK_IS_OWN { &network_is_own } else { &settings.noise };
-    let mut trial = Trial::new(meter, E::ENTRY.name, E::budget(&params, settings));
+    let rounds = E::rounds(&params);
+    let mut trial = Trial::new(meter, E::ENTRY.name, std::time::Duration::from_secs_f64(rounds.budget_s));
     let mut measure = E::rig(&params, &mut trial, settings)?;
-    for round in 0..E::first_rounds(&params) {
+    for round in 0..rounds.first_rounds {
         let arms = E::first_arms(&params, round, &trial);
         trial.round(&arms, &mut *measure)?;
     }

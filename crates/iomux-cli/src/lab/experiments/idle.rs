@@ -4,6 +4,7 @@
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
+use crate::lab::harness::Rounds;
 use crate::lab::harness::{by_name, by_names, envelope::Envelope};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot::{self, Axes, Series};
@@ -14,7 +15,6 @@ use crate::lab::Settings;
 use crate::CliResult;
 use iomux::Backend;
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
 
 const IDLE: [usize; 12] = [0, 10, 20, 40, 80, 160, 320, 640, 1280, 2560, 5120, 10240];
 /// Quick settings stop at this Z: poll's 40,000 round trips among 10,240
@@ -53,8 +53,8 @@ pub struct Params {
     active: usize,
     round_trips: u64,
     msg_size: usize,
-    first_rounds: usize,
-    budget_s: f64,
+    #[serde(flatten)]
+    rounds: Rounds,
     #[serde(with = "by_name")]
     load_backend: Backend,
 }
@@ -133,14 +133,16 @@ impl Experiment for Idle {
             active: ACTIVE,
             round_trips: ROUND_TRIPS,
             msg_size: 100,
-            first_rounds: if settings.full { 3 } else { FIRST_ROUNDS },
-            budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
+            rounds: Rounds {
+                first_rounds: if settings.full { 3 } else { FIRST_ROUNDS },
+                budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
+            },
             load_backend: cell::LOAD_BACKEND,
         })
     }
 
-    fn budget(p: &Params, _: &Settings) -> Duration {
-        Duration::from_secs_f64(p.budget_s)
+    fn rounds(p: &Params) -> Rounds {
+        p.rounds
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Sample>> {
@@ -159,10 +161,6 @@ impl Experiment for Idle {
             Metric { name: "p99 latency", unit: "us", higher_is_better: false, get: |s| s.p99_us },
             Metric { name: "server CPU", unit: "s", higher_is_better: false, get: |s| s.server_cpu_s },
         ]
-    }
-
-    fn first_rounds(p: &Params) -> usize {
-        p.first_rounds
     }
 
     /// Every arm, but those whose runs took more than SLOW_S: not repeated.
@@ -187,7 +185,7 @@ impl Shown for Idle {
                 "Server (iomux serve, echo) and load (iomux load, {} client) on separate CPUs. Each cell: median \
                  of its runs, ± half its 95% interval (cells over {SLOW_S} s run once in the first {} rounds; the \
                  cells the claims compare get more rounds).",
-                p.load_backend, p.first_rounds
+                p.load_backend, p.rounds.first_rounds
             )],
             ..View::default()
         };
@@ -332,12 +330,11 @@ pub fn fixture(seconds: &[(Backend, usize, f64)], rounds: usize) -> Envelope<Par
         active: ACTIVE,
         round_trips: ROUND_TRIPS,
         msg_size: 100,
-        first_rounds: rounds,
-        budget_s: 0.0,
+        rounds: Rounds { first_rounds: rounds, budget_s: 0.0 },
         load_backend: cell::LOAD_BACKEND,
     };
     let arms: Vec<Arm> = seconds.iter().map(|&(backend, idle, _)| Arm { backend, idle }).collect();
-    let mut trial: Trial<Arm, Sample> = Trial::new(&Quiet, "fixture", Duration::ZERO);
+    let mut trial: Trial<Arm, Sample> = Trial::new(&Quiet, "fixture", std::time::Duration::ZERO);
     for round in 0..rounds {
         let spread = 1.0 + 0.002 * (round % 3) as f64;
         let mut measure = |a: &Arm| -> Measured<Sample> {

@@ -19,6 +19,7 @@ use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
+use crate::lab::harness::Rounds;
 use crate::lab::harness::{by_name, by_names, no_repeats};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::view::{Shown, TableView, View};
@@ -98,8 +99,8 @@ pub struct Params {
     redis: Option<PathBuf>,
     missing: Vec<String>,
     seconds: f64,
-    first_rounds: usize,
-    budget_s: f64,
+    #[serde(flatten)]
+    rounds: Rounds,
     bound_share: f64,
 }
 
@@ -264,10 +265,6 @@ impl Experiment for Pubsub {
         no_repeats("--backends", &backends)?;
         let loads = args.loads.clone().unwrap_or_else(|| vec![Load::Fanout, Load::Slow]);
         no_repeats("--loads", &loads)?;
-        let first_rounds = args.reps.unwrap_or(if settings.full { FULL_REPS } else { QUICK_REPS });
-        if first_rounds == 0 {
-            return Err("--reps must be at least 1".into());
-        }
         let seconds = args.seconds.unwrap_or(if settings.full { FULL_SECONDS } else { QUICK_SECONDS });
         if !(0.1..=600.0).contains(&seconds) {
             return Err("--seconds must be between 0.1 and 600".into());
@@ -285,14 +282,13 @@ impl Experiment for Pubsub {
             redis,
             missing,
             seconds,
-            first_rounds,
-            budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
+            rounds: Rounds::plan(args.reps, (QUICK_REPS, FULL_REPS), args.budget, BUDGET_S, settings)?,
             bound_share: BOUND_SHARE,
         })
     }
 
-    fn budget(p: &Params, _: &Settings) -> Duration {
-        Duration::from_secs_f64(p.budget_s)
+    fn rounds(p: &Params) -> Rounds {
+        p.rounds
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Run>> {
@@ -372,10 +368,6 @@ impl Experiment for Pubsub {
         ]
     }
 
-    fn first_rounds(p: &Params) -> usize {
-        p.first_rounds
-    }
-
     fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Run>) -> Vec<Arm> {
         every_cell(p)
     }
@@ -413,7 +405,7 @@ impl Shown for Pubsub {
              another order, then more for undecided claims.",
             p.bound_share * 100.0,
             p.seconds,
-            p.first_rounds
+            p.rounds.first_rounds
         );
         let mut view = View { intro: vec![intro], ..View::default() };
         if !p.missing.is_empty() {
@@ -474,8 +466,7 @@ mod tests {
             redis: None,
             missing: vec![],
             seconds: 1.0,
-            first_rounds: 1,
-            budget_s: 0.0,
+            rounds: Rounds { first_rounds: 1, budget_s: 0.0 },
             bound_share: 0.5,
         };
         let cells = every_cell(&p);

@@ -4,6 +4,7 @@
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
+use crate::lab::harness::Rounds;
 use crate::lab::harness::{by_name, by_names, envelope::Envelope};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot;
@@ -16,7 +17,6 @@ use crate::CliResult;
 use iomux::Backend;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 const SENDERS: usize = 40;
 const QUICK_SECONDS: f64 = 0.5;
@@ -79,8 +79,8 @@ pub struct Params {
     msg_size: usize,
     seconds: f64,
     paced_msgs_per_sec: f64,
-    first_rounds: usize,
-    budget_s: f64,
+    #[serde(flatten)]
+    rounds: Rounds,
     #[serde(with = "by_name")]
     load_backend: Backend,
     published: Vec<PublishedRow>,
@@ -162,15 +162,17 @@ impl Experiment for Sink {
             msg_size: 100,
             seconds: args.seconds.unwrap_or(if settings.full { FULL_SECONDS } else { QUICK_SECONDS }),
             paced_msgs_per_sec: PUBLISHED_RATE,
-            first_rounds: if settings.full { 5 } else { 1 },
-            budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
+            rounds: Rounds {
+                first_rounds: if settings.full { 5 } else { 1 },
+                budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
+            },
             load_backend: cell::LOAD_BACKEND,
             published: published_rows(),
         })
     }
 
-    fn budget(p: &Params, _: &Settings) -> Duration {
-        Duration::from_secs_f64(p.budget_s)
+    fn rounds(p: &Params) -> Rounds {
+        p.rounds
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Sample>> {
@@ -196,10 +198,6 @@ impl Experiment for Sink {
             Metric { name: "MB/s", unit: "MB/s", higher_is_better: true, get: |s| s.mb_per_sec },
             Metric { name: "CPU s per GB", unit: "s", higher_is_better: false, get: |s| s.cpu_s_per_gb },
         ]
-    }
-
-    fn first_rounds(p: &Params) -> usize {
-        p.first_rounds
     }
 
     fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Sample>) -> Vec<Arm> {

@@ -5,12 +5,13 @@ use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, RoundView, Spec, Trial};
+use crate::lab::harness::Rounds;
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::view::{Shown, TableView, View};
 use crate::lab::Settings;
 use crate::CliResult;
 use serde::{Deserialize, Serialize};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The flags: `iomux bench toy --len N`, once registered.
 #[derive(clap::Args, Debug, Default)]
@@ -60,8 +61,8 @@ impl Experiment for Toy {
         }
     }
 
-    fn budget(_: &Params, _: &Settings) -> Duration {
-        Duration::from_secs(2)
+    fn rounds(_: &Params) -> Rounds {
+        Rounds { first_rounds: 1, budget_s: 2.0 }
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Sample>> {
@@ -75,10 +76,6 @@ impl Experiment for Toy {
 
     fn metrics() -> Vec<Metric<Sample>> {
         vec![Metric { name: "time", unit: "ns", higher_is_better: false, get: |s| s.ns }]
-    }
-
-    fn first_rounds(_: &Params) -> usize {
-        1
     }
 
     fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Sample>) -> Vec<Arm> {

@@ -12,6 +12,7 @@ use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
+use crate::lab::harness::Rounds;
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot;
 use crate::lab::render::table::thousands;
@@ -165,8 +166,8 @@ pub struct Sample {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Params {
     seconds: f64,
-    first_rounds: usize,
-    budget_s: f64,
+    #[serde(flatten)]
+    rounds: Rounds,
     conns: usize,
     features: Vec<Feature>,
     #[serde(with = "crate::lab::harness::by_name")]
@@ -224,8 +225,10 @@ impl Experiment for UringFeatures {
         let probe = echo_cell(&[], conns.min(100), 0.2)?;
         Ok(Params {
             seconds,
-            first_rounds: args.reps.unwrap_or(if settings.full { 5 } else { 1 }).max(1),
-            budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
+            rounds: Rounds {
+                first_rounds: args.reps.unwrap_or(if settings.full { 5 } else { 1 }).max(1),
+                budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
+            },
             conns,
             features: features(&probe.features.unwrap_or_default()),
             backend: BACKEND,
@@ -233,8 +236,8 @@ impl Experiment for UringFeatures {
         })
     }
 
-    fn budget(p: &Params, _: &Settings) -> Duration {
-        Duration::from_secs_f64(p.budget_s)
+    fn rounds(p: &Params) -> Rounds {
+        p.rounds
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Sample>> {
@@ -273,10 +276,6 @@ impl Experiment for UringFeatures {
             Workload::Sink | Workload::Bulk => "s of server CPU per GB",
             Workload::Enter => "ns per call",
         }
-    }
-
-    fn first_rounds(p: &Params) -> usize {
-        p.first_rounds
     }
 
     fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Sample>) -> Vec<Arm> {

@@ -17,7 +17,6 @@ use crate::CliResult;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::fmt::Display;
-use std::time::Duration;
 
 /// How the lab lists an experiment.
 #[derive(Clone, Copy, Debug)]
@@ -69,15 +68,13 @@ pub trait Experiment {
     /// Checks the flags and the machine before anything is measured.
     fn plan(args: &Self::Args, settings: &Settings) -> CliResult<Self::Params>;
 
-    /// Wall time after which no more rounds start for undecided claims.
-    fn budget(params: &Self::Params, settings: &Settings) -> Duration;
+    /// The first rounds, and the time more rounds may take for claims
+    /// still undecided.
+    fn rounds(params: &Self::Params) -> super::Rounds;
 
     fn claims(params: &Self::Params) -> Vec<Spec<Self::Arm, Self::Sample>>;
 
     fn metrics() -> Vec<Metric<Self::Sample>>;
-
-    /// Rounds every arm gets before the claims are looked at.
-    fn first_rounds(params: &Self::Params) -> usize;
 
     /// The arms of first round `round`; `trial` holds what the rounds
     /// before it measured (an arm too slow to repeat may be left out).

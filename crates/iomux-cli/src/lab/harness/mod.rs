@@ -12,6 +12,7 @@ pub mod trial;
 
 use crate::CliResult;
 use iomux::Backend;
+use serde::{Deserialize, Serialize};
 
 /// Refuses a list flag with no value, or with a value named twice.
 pub fn no_repeats<T: PartialEq + std::fmt::Display>(flag: &str, values: &[T]) -> CliResult<()> {
@@ -66,6 +67,32 @@ pub mod by_names {
         T::Err: Display,
     {
         Vec::<String>::deserialize(d)?.iter().map(|s| s.parse().map_err(D::Error::custom)).collect()
+    }
+}
+
+/// How many rounds every arm gets first, and how long more rounds may
+/// take for claims still undecided: part of an experiment's parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Rounds {
+    pub first_rounds: usize,
+    pub budget_s: f64,
+}
+
+impl Rounds {
+    /// From `--reps` (else `quick` or `full` rounds) and `--budget` (else
+    /// [`default_budget`] of `budget_full_s`); `--reps 0` is refused.
+    pub fn plan(
+        reps: Option<usize>,
+        (quick, full): (usize, usize),
+        budget: Option<f64>,
+        budget_full_s: f64,
+        settings: &crate::lab::Settings,
+    ) -> CliResult<Rounds> {
+        let first_rounds = reps.unwrap_or(if settings.full { full } else { quick });
+        if first_rounds == 0 {
+            return Err("--reps must be at least 1".into());
+        }
+        Ok(Rounds { first_rounds, budget_s: budget.unwrap_or_else(|| default_budget(budget_full_s, settings)) })
     }
 }
 

@@ -9,6 +9,7 @@ pub mod large;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
+use crate::lab::harness::Rounds;
 use crate::lab::harness::{by_name, by_names, envelope::Envelope};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot;
@@ -20,7 +21,6 @@ use crate::CliResult;
 use iomux::Backend;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
@@ -90,8 +90,8 @@ pub struct Params {
     threads: u16,
     /// Processes each side; 0: one process each, in the lab's own cells.
     procs: usize,
-    first_rounds: usize,
-    budget_s: f64,
+    #[serde(flatten)]
+    rounds: Rounds,
     /// The most connections one server process holds here.
     server_max: usize,
     nofile_hard: u64,
@@ -267,14 +267,16 @@ impl Experiment for Echo {
             msg_size: 100,
             threads: args.threads.max(1),
             procs,
-            first_rounds: if large || !settings.full { 1 } else { 3 },
-            budget_s: args.budget.unwrap_or_else(|| {
-                if large {
-                    0.0
-                } else {
-                    crate::lab::harness::default_budget(BUDGET_S, settings)
-                }
-            }),
+            rounds: Rounds {
+                first_rounds: if large || !settings.full { 1 } else { 3 },
+                budget_s: args.budget.unwrap_or_else(|| {
+                    if large {
+                        0.0
+                    } else {
+                        crate::lab::harness::default_budget(BUDGET_S, settings)
+                    }
+                }),
+            },
             server_max,
             nofile_hard,
             tracer: settings.tracer.map(|t| t.name().to_string()),
@@ -283,8 +285,8 @@ impl Experiment for Echo {
         })
     }
 
-    fn budget(p: &Params, _: &Settings) -> Duration {
-        Duration::from_secs_f64(p.budget_s)
+    fn rounds(p: &Params) -> Rounds {
+        p.rounds
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Sample>> {
@@ -319,10 +321,6 @@ impl Experiment for Echo {
                 get: |s| s.server_cpu_us_per_echo,
             },
         ]
-    }
-
-    fn first_rounds(p: &Params) -> usize {
-        p.first_rounds
     }
 
     fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Sample>) -> Vec<Arm> {

@@ -22,6 +22,7 @@ use profiles::*;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
+use crate::lab::harness::Rounds;
 use crate::lab::harness::{by_name, by_names, envelope::Envelope};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot::{grouped_bars, BarSeries};
@@ -278,8 +279,8 @@ impl Experiment for Faults {
     /// The six rounds a 95% interval needs, and no more: a count of
     /// failures that is zero in six runs gains nothing from a seventh.
     /// (Zero would run one round alone; a second is shorter than any look.)
-    fn budget(_: &Params, _: &Settings) -> Duration {
-        Duration::from_secs(1)
+    fn rounds(_: &Params) -> Rounds {
+        Rounds { first_rounds: 1, budget_s: 1.0 }
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Sample>> {
@@ -364,10 +365,6 @@ impl Experiment for Faults {
             },
             Metric { name: "reclaim", unit: "s", higher_is_better: false, get: |s| s.reclaim_s },
         ]
-    }
-
-    fn first_rounds(_: &Params) -> usize {
-        1
     }
 
     fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Sample>) -> Vec<Arm> {

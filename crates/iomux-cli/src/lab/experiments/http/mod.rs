@@ -14,6 +14,7 @@ use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
+use crate::lab::harness::Rounds;
 use crate::lab::harness::{by_name, by_names, no_repeats};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot;
@@ -145,9 +146,9 @@ pub struct Params {
     /// Tools not found, with why; the cells that need them are not run.
     missing: Vec<String>,
     conns: u32,
-    first_rounds: usize,
+    #[serde(flatten)]
+    rounds: Rounds,
     seconds: u32,
-    budget_s: f64,
     /// (server CPU, client CPU), when the machine has two to pin to.
     pinned: Option<(usize, usize)>,
     saturated_at: f64,
@@ -249,10 +250,6 @@ impl Experiment for Http {
         let depths = args.depths.clone().unwrap_or_else(|| DEFAULT_DEPTHS.to_vec());
         no_repeats("--backends", &backends)?;
         no_repeats("--depths", &depths)?;
-        let first_rounds = args.reps.unwrap_or(if settings.full { FULL_REPS } else { QUICK_REPS });
-        if first_rounds == 0 {
-            return Err("--reps must be at least 1".into());
-        }
         let mut missing = Vec::new();
         let mut servers: Vec<Server> = backends.into_iter().map(Server::Iomux).collect();
         servers.push(Server::Nginx);
@@ -276,9 +273,8 @@ impl Experiment for Http {
             clients,
             missing,
             conns: CONNS,
-            first_rounds,
+            rounds: Rounds::plan(args.reps, (QUICK_REPS, FULL_REPS), args.budget, BUDGET_S, settings)?,
             seconds: args.seconds.unwrap_or(if settings.full { FULL_SECONDS } else { QUICK_SECONDS }),
-            budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
             pinned: match crate::lab::rig::cell::cpus() {
                 (Some(s), Some(c)) => Some((s, c)),
                 _ => None,
@@ -287,8 +283,8 @@ impl Experiment for Http {
         })
     }
 
-    fn budget(p: &Params, _: &Settings) -> Duration {
-        Duration::from_secs_f64(p.budget_s)
+    fn rounds(p: &Params) -> Rounds {
+        p.rounds
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Run>> {
@@ -376,10 +372,6 @@ impl Experiment for Http {
         ]
     }
 
-    fn first_rounds(p: &Params) -> usize {
-        p.first_rounds
-    }
-
     fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Run>) -> Vec<Arm> {
         every_cell(p, |_| true)
     }
@@ -439,9 +431,8 @@ mod tests {
             clients: vec![(Client::Wrk, "wrk".into()), (Client::H2load, "h2load".into())],
             missing: vec![],
             conns: CONNS,
-            first_rounds: 6,
+            rounds: Rounds { first_rounds: 6, budget_s: 0.0 },
             seconds: 1,
-            budget_s: 0.0,
             pinned: None,
             saturated_at: SATURATED,
         };

@@ -115,7 +115,7 @@ pub(super) fn intro(p: &Params) -> String {
          another order of the cells, then more for undecided claims; cells: median ± half its 95% interval.",
         p.saturated_at * 100.0,
         BOUND_SHARE * 100.0,
-        p.first_rounds,
+        p.rounds.first_rounds,
         c = p.conns,
         s = p.seconds,
     )

@@ -14,6 +14,7 @@ use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
+use crate::lab::harness::Rounds;
 use crate::lab::harness::{by_name, by_names, iomux_server};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot;
@@ -26,7 +27,6 @@ use cell::{Failure, Load, Run, Server, Syscalls};
 use iomux::Backend;
 use iomux_peers::Peer;
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
 
 /// iomux's servers with --full: level- and edge-triggered epoll, io_uring.
 /// Quick settings leave out edge-triggered epoll: it ties with level-
@@ -99,11 +99,11 @@ pub struct Params {
     servers: Vec<Server>,
     #[serde(with = "by_names")]
     scenarios: Vec<Scenario>,
-    first_rounds: usize,
+    #[serde(flatten)]
+    rounds: Rounds,
     seconds: f64,
     /// Seconds of each cell's perf run; None without perf.
     perf_seconds: Option<f64>,
-    budget_s: f64,
     open_rate: f64,
     open_tick_us: u32,
     msg_size: usize,
@@ -219,10 +219,6 @@ impl Experiment for Peers {
                 return Err(format!("{what} is empty").into());
             }
         }
-        let first_rounds = args.reps.unwrap_or(if settings.full { FULL_REPS } else { REPS });
-        if first_rounds == 0 {
-            return Err("--reps must be at least 1".into());
-        }
         let seconds = args.seconds.unwrap_or(if settings.full { FULL_SECONDS } else { QUICK_SECONDS });
         if !(seconds.is_finite() && seconds > 0.0 && seconds <= 3600.0) {
             return Err(format!("--seconds must be more than 0 and at most 3600, not {seconds}").into());
@@ -236,10 +232,9 @@ impl Experiment for Peers {
         Ok(Params {
             servers,
             scenarios,
-            first_rounds,
+            rounds: Rounds::plan(args.reps, (REPS, FULL_REPS), args.budget, BUDGET_S, settings)?,
             seconds,
             perf_seconds: perf.then(|| if settings.full { seconds } else { seconds.min(QUICK_PERF_SECONDS) }),
-            budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
             open_rate: OPEN_RATE,
             open_tick_us: OPEN_TICK_US,
             msg_size: 100,
@@ -250,8 +245,8 @@ impl Experiment for Peers {
         })
     }
 
-    fn budget(p: &Params, _: &Settings) -> Duration {
-        Duration::from_secs_f64(p.budget_s)
+    fn rounds(p: &Params) -> Rounds {
+        p.rounds
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Run>> {
@@ -350,10 +345,6 @@ impl Experiment for Peers {
             Metric { name: "server CPU per echo", unit: "us", higher_is_better: false, get: |r| r.cpu_us_per_echo },
             Metric { name: "p99 latency", unit: "us", higher_is_better: false, get: |r| r.p99_us },
         ]
-    }
-
-    fn first_rounds(p: &Params) -> usize {
-        p.first_rounds
     }
 
     /// Every cell; in the first round also each cell's perf run.
@@ -489,10 +480,9 @@ mod tests {
         let params = Params {
             servers: servers.to_vec(),
             scenarios: scenarios.to_vec(),
-            first_rounds: 6,
+            rounds: Rounds { first_rounds: 6, budget_s: 0.0 },
             seconds: 1.0,
             perf_seconds: None,
-            budget_s: 0.0,
             open_rate: OPEN_RATE,
             open_tick_us: OPEN_TICK_US,
             msg_size: 100,
@@ -501,7 +491,7 @@ mod tests {
             sustained_at: SUSTAINED,
             pinned: None,
         };
-        let mut trial = Trial::new(&Quiet, "test", Duration::ZERO);
+        let mut trial = Trial::new(&Quiet, "test", std::time::Duration::ZERO);
         let arms: Vec<Arm> = scenarios.iter().flat_map(|&s| cells(servers, s, |_| true)).collect();
         for _ in 0..6 {
             trial.round(&arms, &mut |a: &Arm| Ok(Ok(value(a)))).unwrap();

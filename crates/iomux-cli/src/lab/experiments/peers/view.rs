@@ -123,7 +123,7 @@ pub(super) fn intro(p: &Params) -> String {
          spends less).",
         p.msg_size,
         p.seconds,
-        p.first_rounds,
+        p.rounds.first_rounds,
         p.saturated_at * 100.0,
         p.open_tick_us,
         p.sustained_at * 100.0,

@@ -18,6 +18,7 @@ use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
+use crate::lab::harness::Rounds;
 use crate::lab::harness::{by_name, by_names, iomux_server, no_repeats};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot;
@@ -168,8 +169,8 @@ pub struct Params {
     many: usize,
     /// Why `many` is less than the 10,000, when it is.
     many_limited: Option<String>,
-    first_rounds: usize,
-    budget_s: f64,
+    #[serde(flatten)]
+    rounds: Rounds,
     pinned: Option<(usize, usize)>,
     bound_share: f64,
     saturated_at: f64,
@@ -277,10 +278,6 @@ impl Experiment for ProxyBench {
         no_repeats("--backends", &backends)?;
         let loads = args.loads.clone().unwrap_or_else(|| vec![Load::Requests, Load::Bulk, Load::Many]);
         no_repeats("--loads", &loads)?;
-        let first_rounds = args.reps.unwrap_or(if settings.full { FULL_REPS } else { QUICK_REPS });
-        if first_rounds == 0 {
-            return Err("--reps must be at least 1".into());
-        }
         let mut missing = Vec::new();
         let mut found = |tool: Tool| tool.find().map_err(|why| missing.push(why)).ok();
         let (wrk, nginx, haproxy) = (found(Tool::Wrk), found(Tool::Nginx), found(Tool::Haproxy));
@@ -319,8 +316,7 @@ impl Experiment for ProxyBench {
             bulk_mib: args.bulk_mib.unwrap_or(if settings.full { FULL_BULK_MIB } else { QUICK_BULK_MIB }),
             many,
             many_limited,
-            first_rounds,
-            budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
+            rounds: Rounds::plan(args.reps, (QUICK_REPS, FULL_REPS), args.budget, BUDGET_S, settings)?,
             pinned: match crate::lab::rig::cell::cpus() {
                 (Some(s), Some(c)) => Some((s, c)),
                 _ => None,
@@ -330,8 +326,8 @@ impl Experiment for ProxyBench {
         })
     }
 
-    fn budget(p: &Params, _: &Settings) -> Duration {
-        Duration::from_secs_f64(p.budget_s)
+    fn rounds(p: &Params) -> Rounds {
+        p.rounds
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Run>> {
@@ -462,10 +458,6 @@ impl Experiment for ProxyBench {
         }
     }
 
-    fn first_rounds(p: &Params) -> usize {
-        p.first_rounds
-    }
-
     fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Run>) -> Vec<Arm> {
         every_cell(p)
     }
@@ -513,8 +505,7 @@ mod tests {
             bulk_mib: 16,
             many: 100,
             many_limited: None,
-            first_rounds: 6,
-            budget_s: 0.0,
+            rounds: Rounds { first_rounds: 6, budget_s: 0.0 },
             pinned: None,
             bound_share: BOUND_SHARE,
             saturated_at: SATURATED,

@@ -121,7 +121,7 @@ pub(super) fn intro(p: &Params) -> String {
         s = p.seconds,
         b = p.bulk_mib,
         m = p.many,
-        r = p.first_rounds,
+        r = p.rounds.first_rounds,
     )
 }
 

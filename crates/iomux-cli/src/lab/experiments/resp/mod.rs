@@ -24,6 +24,7 @@ use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
+use crate::lab::harness::Rounds;
 use crate::lab::harness::{by_name, by_names, no_repeats};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot;
@@ -137,8 +138,8 @@ pub struct Params {
     notes: Vec<String>,
     conns: u32,
     requests: u64,
-    first_rounds: usize,
-    budget_s: f64,
+    #[serde(flatten)]
+    rounds: Rounds,
     pinned: Option<(usize, usize)>,
     bound_share: f64,
     saturated_at: f64,
@@ -279,10 +280,6 @@ impl Experiment for Resp {
         no_repeats("--tests", &tests)?;
         no_repeats("--depths", &depths)?;
         no_repeats("--scenarios", &scenarios)?;
-        let first_rounds = args.reps.unwrap_or(if settings.full { FULL_REPS } else { QUICK_REPS });
-        if first_rounds == 0 {
-            return Err("--reps must be at least 1".into());
-        }
         let mut missing = Vec::new();
         let programs = match redis::programs() {
             Ok(found) => Some(found),
@@ -306,8 +303,7 @@ impl Experiment for Resp {
             notes,
             conns: CONNS,
             requests: args.requests.unwrap_or(if settings.full { FULL_REQUESTS } else { QUICK_REQUESTS }),
-            first_rounds,
-            budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
+            rounds: Rounds::plan(args.reps, (QUICK_REPS, FULL_REPS), args.budget, BUDGET_S, settings)?,
             pinned: match crate::lab::rig::cell::cpus() {
                 (Some(s), Some(c)) => Some((s, c)),
                 _ => None,
@@ -317,8 +313,8 @@ impl Experiment for Resp {
         })
     }
 
-    fn budget(p: &Params, _: &Settings) -> Duration {
-        Duration::from_secs_f64(p.budget_s)
+    fn rounds(p: &Params) -> Rounds {
+        p.rounds
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Run>> {
@@ -384,10 +380,6 @@ impl Experiment for Resp {
         ]
     }
 
-    fn first_rounds(p: &Params) -> usize {
-        p.first_rounds
-    }
-
     fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Run>) -> Vec<Arm> {
         every_cell(p, |_| true)
     }
@@ -444,8 +436,7 @@ mod tests {
             notes: vec![],
             conns: CONNS,
             requests: 1000,
-            first_rounds: 6,
-            budget_s: 0.0,
+            rounds: Rounds { first_rounds: 6, budget_s: 0.0 },
             pinned: None,
             bound_share: BOUND_SHARE,
             saturated_at: SATURATED,

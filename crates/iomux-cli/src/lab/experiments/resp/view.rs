@@ -116,7 +116,7 @@ pub(super) fn intro(p: &Params) -> String {
         n = p.requests_at(1),
         share = p.bound_share * 100.0,
         sat = p.saturated_at * 100.0,
-        r = p.first_rounds,
+        r = p.rounds.first_rounds,
     )
 }
 

@@ -17,6 +17,7 @@ use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::{median, Needed};
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
+use crate::lab::harness::Rounds;
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot::{self, Axes, Series};
 use crate::lab::render::table::thousands;
@@ -147,8 +148,8 @@ pub struct Params {
     /// Numbers of fds this machine's open-files limit does not allow, with why.
     not_possible: Vec<(usize, String)>,
     seconds_per_run: f64,
-    first_rounds: usize,
-    budget_s: f64,
+    #[serde(flatten)]
+    rounds: Rounds,
     timeout: u32,
     book: Vec<BookRow>,
 }
@@ -252,15 +253,17 @@ impl Experiment for SyscallRate {
             fds: measured,
             not_possible: impossible,
             seconds_per_run: seconds,
-            first_rounds,
-            budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
+            rounds: Rounds {
+                first_rounds,
+                budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
+            },
             timeout: 0,
             book: BOOK.to_vec(),
         })
     }
 
-    fn budget(p: &Params, _: &Settings) -> Duration {
-        Duration::from_secs_f64(p.budget_s)
+    fn rounds(p: &Params) -> Rounds {
+        p.rounds
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Sample>> {
@@ -321,10 +324,6 @@ impl Experiment for SyscallRate {
 
     fn metrics() -> Vec<Metric<Sample>> {
         vec![Metric { name: "calls/s", unit: "calls/s", higher_is_better: true, get: |s| s.calls_per_sec }]
-    }
-
-    fn first_rounds(p: &Params) -> usize {
-        p.first_rounds
     }
 
     fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Sample>) -> Vec<Arm> {
