@@ -16,6 +16,14 @@ pub fn cpus() -> (Option<usize>, Option<usize>) {
     }
 }
 
+/// The server's CPU and the load's, when the machine has two to pin to.
+pub fn pinned() -> Option<(usize, usize)> {
+    match cpus() {
+        (Some(server), Some(load)) => Some((server, load)),
+        _ => None,
+    }
+}
+
 /// Refuses, before any cell runs, `conns` connections the kernel's limits
 /// would not allow: both ends on this machine, one source address, the
 /// server's and the load's in one process each.

@@ -275,10 +275,7 @@ impl Experiment for Http {
             conns: CONNS,
             rounds: Rounds::plan(args.reps, (QUICK_REPS, FULL_REPS), args.budget, BUDGET_S, settings)?,
             seconds: args.seconds.unwrap_or(if settings.full { FULL_SECONDS } else { QUICK_SECONDS }),
-            pinned: match crate::lab::rig::cell::cpus() {
-                (Some(s), Some(c)) => Some((s, c)),
-                _ => None,
-            },
+            pinned: crate::lab::rig::cell::pinned(),
             saturated_at: SATURATED,
         })
     }

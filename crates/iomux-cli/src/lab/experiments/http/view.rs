@@ -128,24 +128,20 @@ pub(super) fn svg(env: &Envelope<Params, Arm, Run>) -> CliResult<String> {
         for client in CLIENTS.into_iter().filter(|&c| scenario == Scenario::Open || c == Client::Wrk) {
             for &depth in &p.depths {
                 let bound = if scenario == Scenario::Bound { " bound" } else { "" };
-                groups.push((format!("{} depth {depth}{bound}", client.name()), client, depth, scenario));
+                groups.push((format!("{} depth {depth}{bound}", client.name()), (client, depth, scenario)));
             }
         }
     }
-    let series: Vec<plot::BarSeries> = p
-        .servers
-        .iter()
-        .map(|&server| {
-            let arms = groups.iter().map(|&(_, client, depth, scenario)| Arm { server, client, depth, scenario });
-            plot::BarSeries::of(server, env, arms, |r| r.report.requests_per_sec)
-        })
-        .collect();
-    let names: Vec<String> = groups.into_iter().map(|(n, ..)| n).collect();
-    plot::grouped_bars(
-        "E6: HTTP GET /plaintext requests/s, 100 connections (median, whiskers its 95% interval)",
-        "client and pipelining depth (requests per write)",
-        "requests/s",
-        &names,
-        &series,
+    plot::bars_per_server(
+        env,
+        &p.servers,
+        groups,
+        |server, &(client, depth, scenario)| Arm { server, client, depth, scenario },
+        |r| r.report.requests_per_sec,
+        (
+            "E6: HTTP GET /plaintext requests/s, 100 connections (median, whiskers its 95% interval)",
+            "client and pipelining depth (requests per write)",
+            "requests/s",
+        ),
     )
 }

@@ -241,7 +241,7 @@ impl Experiment for Peers {
             load_backend: crate::lab::rig::cell::LOAD_BACKEND,
             saturated_at: SATURATED,
             sustained_at: SUSTAINED,
-            pinned: pinning(),
+            pinned: crate::lab::rig::cell::pinned(),
         })
     }
 
@@ -405,14 +405,6 @@ impl Experiment for Peers {
     /// count is read, in the table.
     fn compared(arm: &Arm) -> bool {
         !arm.perf
-    }
-}
-
-/// The server's CPU and the load's, when the machine has two to pin to.
-fn pinning() -> Option<(usize, usize)> {
-    match crate::lab::rig::cell::cpus() {
-        (Some(server), Some(load)) => Some((server, load)),
-        _ => None,
     }
 }
 

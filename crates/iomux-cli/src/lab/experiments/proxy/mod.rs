@@ -317,10 +317,7 @@ impl Experiment for ProxyBench {
             many,
             many_limited,
             rounds: Rounds::plan(args.reps, (QUICK_REPS, FULL_REPS), args.budget, BUDGET_S, settings)?,
-            pinned: match crate::lab::rig::cell::cpus() {
-                (Some(s), Some(c)) => Some((s, c)),
-                _ => None,
-            },
+            pinned: crate::lab::rig::cell::pinned(),
             bound_share: BOUND_SHARE,
             saturated_at: SATURATED,
         })

@@ -304,10 +304,7 @@ impl Experiment for Resp {
             conns: CONNS,
             requests: args.requests.unwrap_or(if settings.full { FULL_REQUESTS } else { QUICK_REQUESTS }),
             rounds: Rounds::plan(args.reps, (QUICK_REPS, FULL_REPS), args.budget, BUDGET_S, settings)?,
-            pinned: match crate::lab::rig::cell::cpus() {
-                (Some(s), Some(c)) => Some((s, c)),
-                _ => None,
-            },
+            pinned: crate::lab::rig::cell::pinned(),
             bound_share: BOUND_SHARE,
             saturated_at: SATURATED,
         })

@@ -126,24 +126,20 @@ pub(super) fn svg(env: &Envelope<Params, Arm, Run>) -> CliResult<String> {
     for &scenario in &p.scenarios {
         for &test in &p.tests {
             for &depth in &p.depths {
-                groups.push((format!("{} -P {depth} {scenario}", test.name().to_uppercase()), test, depth, scenario));
+                groups.push((format!("{} -P {depth} {scenario}", test.name().to_uppercase()), (test, depth, scenario)));
             }
         }
     }
-    let series: Vec<plot::BarSeries> = p
-        .servers
-        .iter()
-        .map(|&server| {
-            let arms = groups.iter().map(|&(_, test, depth, scenario)| Arm { server, test, depth, scenario });
-            plot::BarSeries::of(server, env, arms, |r| r.report.requests_per_sec)
-        })
-        .collect();
-    let names: Vec<String> = groups.into_iter().map(|(n, ..)| n).collect();
-    plot::grouped_bars(
-        "E7: RESP requests/s by redis-benchmark, 50 connections (median, whiskers its 95% interval)",
-        "test, pipelining depth, scenario",
-        "requests/s",
-        &names,
-        &series,
+    plot::bars_per_server(
+        env,
+        &p.servers,
+        groups,
+        |server, &(test, depth, scenario)| Arm { server, test, depth, scenario },
+        |r| r.report.requests_per_sec,
+        (
+            "E7: RESP requests/s by redis-benchmark, 50 connections (median, whiskers its 95% interval)",
+            "test, pipelining depth, scenario",
+            "requests/s",
+        ),
     )
 }

@@ -445,6 +445,23 @@ impl BarSeries {
     }
 }
 
+/// One series per server and one group per `(name, key)` of `groups`:
+/// each bar `figure` of the arm `arm(server, key)`, drawn by
+/// [`grouped_bars`] with its `(title, x label, y label)`.
+pub fn bars_per_server<P, K: PartialEq, S, V: Copy + std::fmt::Display, G>(
+    env: &Envelope<P, K, S>,
+    servers: &[V],
+    groups: Vec<(String, G)>,
+    arm: impl Fn(V, &G) -> K,
+    figure: impl Fn(&S) -> f64 + Copy,
+    (title, x_label, y_label): (&str, &str, &str),
+) -> CliResult<String> {
+    let series: Vec<BarSeries> =
+        servers.iter().map(|&v| BarSeries::of(v, env, groups.iter().map(|(_, g)| arm(v, g)), figure)).collect();
+    let names: Vec<String> = groups.into_iter().map(|(n, _)| n).collect();
+    grouped_bars(title, x_label, y_label, &names, &series)
+}
+
 /// Bars grouped along x (one group per name in `groups`), a bar per series
 /// in its name's colour, each with a whisker from its min to its max, and
 /// a legend to the right.
