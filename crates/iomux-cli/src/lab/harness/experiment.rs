@@ -183,7 +183,9 @@ pub fn say_how_to_decide<A: clap::Args>(claim: &mut Claim, name: &'static str, p
     } else {
         String::new()
     };
-    claim.why += &format!(", about {:.0} minutes more at this run's pace{command}", (seconds / 60.0).ceil());
+    let minutes = (seconds / 60.0).ceil();
+    let unit = if minutes == 1.0 { "minute" } else { "minutes" };
+    claim.why += &format!(", about {minutes:.0} {unit} more at this run's pace{command}");
 }
 
 #[cfg(test)]
