@@ -19,6 +19,12 @@ pub const SCHEMA: u32 = 2;
 pub struct Figure {
     /// Unique within the experiment: "epoll, Z = 0: seconds".
     pub name: String,
+    /// The arm it measures, as the arm prints: "epoll, Z = 0".
+    #[serde(default)]
+    pub arm: String,
+    /// What it measures of the arm: "seconds".
+    #[serde(default)]
+    pub metric: String,
     pub unit: String,
     pub higher_is_better: bool,
     pub estimate: Option<Estimate>,
@@ -34,6 +40,18 @@ pub struct Figure {
     /// runs from these.
     #[serde(default)]
     pub reference: bool,
+}
+
+impl Figure {
+    /// Results written before figures carried their arm and metric name
+    /// them "ARM: METRIC"; those fields are read from the name once, here.
+    fn with_arm_and_metric(mut self) -> Figure {
+        if self.metric.is_empty() {
+            let (arm, metric) = self.name.rsplit_once(": ").unwrap_or(("", &self.name));
+            (self.arm, self.metric) = (arm.to_string(), metric.to_string());
+        }
+        self
+    }
 }
 
 /// How the samples fared against the noise guard.
@@ -261,7 +279,7 @@ impl Header {
                 published: h.published,
                 schema: h.schema,
                 claims: h.claims,
-                figures: h.figures,
+                figures: h.figures.into_iter().map(Figure::with_arm_and_metric).collect(),
                 noise: Some(h.noise),
                 legacy_noise: None,
             });
@@ -296,6 +314,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_figure_written_before_arm_and_metric_gets_them_from_its_name() {
+        let json = r#"{"name": "iomux-epoll closed-100: echoes/s", "unit": "1/s", "higher_is_better": true,
+                       "estimate": null, "samples": []}"#;
+        let f = serde_json::from_str::<Figure>(json).unwrap().with_arm_and_metric();
+        assert_eq!((f.arm.as_str(), f.metric.as_str()), ("iomux-epoll closed-100", "echoes/s"));
+    }
+
+    #[test]
     fn schema_1_checks_open_as_claims() {
         let text = r#"{"experiment": "idle", "checks": [
             {"claim": "a", "value": 2.0, "needed": "<=", "threshold": 1.0, "met": false, "detail": "d",
@@ -320,7 +346,9 @@ mod tests {
             published: String::new(),
             claims: vec![],
             figures: vec![Figure {
-                name: "f".into(),
+                name: "a: f".into(),
+                arm: "a".into(),
+                metric: "f".into(),
                 unit: "s".into(),
                 higher_is_better: false,
                 estimate: Estimate::of(&[1.0]),

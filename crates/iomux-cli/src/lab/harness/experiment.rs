@@ -154,6 +154,8 @@ pub fn figures<E: Experiment>(env: &Envelope<E::Params, E::Arm, E::Sample>) -> V
                 kept.map(|t| (t.round, (m.get)(&t.value))).filter(|(_, v)| v.is_finite()).unzip();
             out.push(Figure {
                 name: format!("{arm}: {}", m.name),
+                arm: arm.to_string(),
+                metric: m.name.to_string(),
                 unit: E::unit(&arm, &m).into(),
                 higher_is_better: m.higher_is_better,
                 estimate: Estimate::of(&samples),

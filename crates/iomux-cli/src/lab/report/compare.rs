@@ -231,7 +231,7 @@ fn drift_rows(fa: &Folder, fb: &Folder) -> TableView {
 /// What a figure measures, whatever the cell: its metric and unit
 /// ("p99 latency", "us").
 fn kind_of(f: &Figure) -> (&str, &str) {
-    (f.name.rsplit(": ").next().unwrap_or(&f.name), &f.unit)
+    (&f.metric, &f.unit)
 }
 
 /// "1.23 [1.20, 1.25]".
@@ -513,8 +513,11 @@ mod tests {
     }
 
     fn figure(name: &str, samples: &[f64], reference: bool) -> Figure {
+        let (arm, metric) = name.rsplit_once(": ").unwrap_or(("", name));
         Figure {
             name: name.into(),
+            arm: arm.into(),
+            metric: metric.into(),
             unit: "1/s".into(),
             higher_is_better: true,
             estimate: crate::lab::harness::stats::Estimate::of(samples),

@@ -131,7 +131,9 @@ mod tests {
 
     fn figure(samples: &[f64], rounds: &[usize]) -> Figure {
         Figure {
-            name: "f".into(),
+            name: "a: f".into(),
+            arm: "a".into(),
+            metric: "f".into(),
             unit: "s".into(),
             higher_is_better: false,
             estimate: Estimate::of(samples),
