@@ -352,6 +352,15 @@ pub(crate) fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     Ok(rustix::io::ioctl_fionbio(fd, true)?)
 }
 
+/// Ends the socket's input here: a receive waiting on it completes with
+/// 0. Nothing goes to the peer (TCP sends nothing for it; a Unix peer's
+/// later writes fail, as they would after the close that follows).
+pub(crate) fn shutdown_read(fd: RawFd) -> io::Result<()> {
+    let fd = borrow(fd)?;
+    count(Syscall::Shutdown);
+    Ok(rx::shutdown(fd, rx::Shutdown::Read)?)
+}
+
 /// `shutdown(fd, SHUT_WR)`: send FIN, keep reading.
 pub(crate) fn shutdown_write(fd: RawFd) -> io::Result<()> {
     let fd = borrow(fd)?;
