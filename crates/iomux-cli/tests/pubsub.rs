@@ -157,6 +157,7 @@ fn payloads(s: &mut TcpStream, count: usize, what: &str) -> Vec<Vec<u8>> {
 }
 
 fn every_subscriber_gets_every_message_in_order(backend: &str) {
+    let _busy = busy();
     const SUBSCRIBERS: usize = 50;
     const PUBLISHERS: usize = 5;
     const EACH: usize = 2_000;
@@ -246,6 +247,7 @@ fn a_subscriber_that_never_reads_is_dropped_at_the_hard_limit(backend: &str) {
     const READERS: usize = 20;
     const MESSAGES: usize = 200 << 10;
     let _heavy = heavy();
+    let _measuring = measuring();
     let server = Serve::start(backend, &["--proto", "resp", "--threads", "2"]);
     let addr = server.addr;
     let mut slow = connect(addr);
@@ -299,6 +301,7 @@ fn a_subscriber_that_never_reads_is_dropped_at_the_hard_limit(backend: &str) {
 /// loops: every message reaches every subscriber, and no loop's inbox ever
 /// held more than its capacity (publishers were held back instead).
 fn a_burst_of_publishes_keeps_the_inboxes_bounded(backend: &str) {
+    let _busy = busy();
     const SUBSCRIBERS: usize = 4;
     const PUBLISHERS: usize = 4;
     const EACH: usize = 250_000;
