@@ -497,12 +497,17 @@ impl Driver for Uring {
 
     fn release(&mut self, id: ConnId, fd: Fd, driver_bits: u16) {
         if driver_bits & RECV_ARMED != 0 {
-            // The armed receive holds the socket open until it ends. Ending
-            // the socket's input ends it (with 0) at no cost; a cancel
-            // looks its request up by a walk of every pending poll (Linux
-            // 6.13 on), so releasing n connections by cancels costs O(n^2).
-            // The cancel stays for a socket that refuses the shutdown.
-            if net::shutdown_read(fd.raw()).is_err() {
+            // The armed receive holds the socket open until it ends. With
+            // nothing unread, ending the socket's input ends it (with 0) at
+            // no cost, and the close that follows is the FIN it would have
+            // been; a cancel looks its request up by a walk of every pending
+            // poll (Linux 6.13 on), so releasing n connections by cancels
+            // costs O(n^2). With input unread the cancel stays: the receive
+            // would otherwise read and drop it, and the close would end in
+            // a FIN where every backend resets the peer (its request was
+            // not read).
+            let idle = net::unread(fd.raw()).is_ok_and(|n| n == 0);
+            if !(idle && net::shutdown_read(fd.raw()).is_ok()) {
                 self.cancel(ud(RECV, id));
             }
         }

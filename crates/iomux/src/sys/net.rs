@@ -353,8 +353,9 @@ pub(crate) fn set_nonblocking(fd: RawFd) -> io::Result<()> {
 }
 
 /// Ends the socket's input here: a receive waiting on it completes with
-/// 0. Nothing goes to the peer (TCP sends nothing for it; a Unix peer's
-/// later writes fail, as they would after the close that follows).
+/// 0, after reading what is queued (callers check that nothing is). The
+/// call itself sends nothing (TCP); a Unix peer's later writes fail, as
+/// they would after the close that follows.
 pub(crate) fn shutdown_read(fd: RawFd) -> io::Result<()> {
     let fd = borrow(fd)?;
     count(Syscall::Shutdown);
