@@ -182,7 +182,13 @@ static void serve_input(int fd, char *in, size_t n) {
             return drop_conn(fd);
         }
     }
-    /* The batch: one write per subscriber, one for the publisher. */
+    /* One write for the publisher first, so that it publishes again while
+     * the batch goes out (iomux's order too: the handler's replies are
+     * queued before the pushes); then one write per subscriber. */
+    if (replies_len && !write_all(fd, replies, replies_len)) {
+        drop_conn(fd);
+        fd = -1; /* the batch still goes out */
+    }
     if (batch_len) {
         for (int i = 0; i < nsubs;) {
             int s = subs[i];
@@ -192,8 +198,8 @@ static void serve_input(int fd, char *in, size_t n) {
                 i++;
         }
     }
-    if (replies_len && !write_all(fd, replies, replies_len))
-        return drop_conn(fd);
+    if (fd < 0)
+        return;
     /* Keep an incomplete request for the next read. */
     size_t rest = len - at;
     if (rest == 0) {

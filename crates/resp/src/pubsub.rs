@@ -56,23 +56,22 @@ pub trait Broker {
     }
 }
 
-/// The push a channel's subscriber gets.
-pub fn message(channel: &[u8], payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(32 + channel.len() + payload.len());
+/// Appends the push a channel's subscriber gets to `out` (appended, so
+/// that a server may join a burst of pushes in one buffer).
+pub fn message(out: &mut Vec<u8>, channel: &[u8], payload: &[u8]) {
+    out.reserve(32 + channel.len() + payload.len());
     out.extend_from_slice(b"*3\r\n$7\r\nmessage\r\n");
-    bulk(&mut out, channel);
-    bulk(&mut out, payload);
-    out
+    bulk(out, channel);
+    bulk(out, payload);
 }
 
-/// The push a pattern's subscriber gets.
-pub fn pmessage(pattern: &[u8], channel: &[u8], payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(48 + pattern.len() + channel.len() + payload.len());
+/// Appends the push a pattern's subscriber gets to `out`.
+pub fn pmessage(out: &mut Vec<u8>, pattern: &[u8], channel: &[u8], payload: &[u8]) {
+    out.reserve(48 + pattern.len() + channel.len() + payload.len());
     out.extend_from_slice(b"*4\r\n$8\r\npmessage\r\n");
-    bulk(&mut out, pattern);
-    bulk(&mut out, channel);
-    bulk(&mut out, payload);
-    out
+    bulk(out, pattern);
+    bulk(out, channel);
+    bulk(out, payload);
 }
 
 /// `*3 kind name count`, the reply to each (un)subscription; `name` None
@@ -361,7 +360,10 @@ mod tests {
 
     #[test]
     fn pushes_are_redis_arrays() {
-        assert_eq!(message(b"news", b"hi"), b"*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$2\r\nhi\r\n");
-        assert_eq!(pmessage(b"n*", b"news", b"hi"), b"*4\r\n$8\r\npmessage\r\n$2\r\nn*\r\n$4\r\nnews\r\n$2\r\nhi\r\n");
+        let mut out = Vec::new();
+        message(&mut out, b"news", b"hi");
+        assert_eq!(out, b"*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$2\r\nhi\r\n");
+        pmessage(&mut out, b"n*", b"news", b"hi");
+        assert_eq!(out[35..], b"*4\r\n$8\r\npmessage\r\n$2\r\nn*\r\n$4\r\nnews\r\n$2\r\nhi\r\n"[..], "appended");
     }
 }

@@ -4,8 +4,9 @@
 //!   lock (a command holds it for a map lookup), so PUBLISH answers how
 //!   many receive a message across all loops, as redis does;
 //! - each loop delivers to its own subscribers: a message for another
-//!   loop's goes there by the runtime's messages, the push built once and
-//!   shared by every subscriber that gets it (`Io::write_bytes`);
+//!   loop's goes there by the runtime's messages; a burst of pushes to the
+//!   same subscribers is built once, in one buffer that every one of them
+//!   shares (`Io::write_bytes`);
 //! - inboxes are bounded: a delivery refused by a full one waits here, in
 //!   order, and its publisher is no longer read until the inbox has room
 //!   (`Sender::try_send`, `Io::when_room`), so a burst of publishes holds
@@ -24,13 +25,12 @@ use iomux::runtime::{Bytes, ConnId, Io, Sender};
 use iomux_resp::pubsub::{glob_match, message, pmessage};
 use iomux_resp::{Broker, Subscriptions};
 use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Deliveries a loop's inbox holds before publishers on other loops wait.
 pub const INBOX_CAPACITY: usize = 4096;
-/// A subscriber with less than this queued gets copies of its pushes.
-const COPY_BELOW: usize = 64 << 10;
 /// Queued bytes past which a subscriber that reads holds publishers back.
 const LAG_MARK: usize = 1 << 20;
 /// A lagging subscriber that drains nothing for this long is stalled: it
@@ -95,13 +95,48 @@ impl Registry {
     }
 }
 
-/// A published message, for another loop's subscribers.
+/// A published message, for another loop's subscribers (whose pushes
+/// that loop builds).
 #[derive(Clone, Debug)]
 pub struct Delivery {
     channel: Bytes,
     payload: Bytes,
-    /// The channel subscribers' push, built once for all of them.
-    push: Bytes,
+}
+
+/// Pushes waiting to be queued, in publish order: a run of pushes to the
+/// same subscribers (a publisher's burst on one channel) is joined in one
+/// buffer as it is built, which every one of them then shares, as the
+/// fan-out floor sends it: no copy, allocation or reference per message
+/// and subscriber, and a subscriber that keeps up sends it by one plain
+/// send.
+#[derive(Default)]
+struct Outgoing {
+    runs: Vec<Run>,
+    /// Every run's subscribers, one after the other.
+    to: Vec<ConnId>,
+}
+
+struct Run {
+    pushes: Vec<u8>,
+    count: u64,
+    /// Its subscribers: a range of `Outgoing::to`.
+    to: Range<usize>,
+}
+
+impl Outgoing {
+    /// The buffer a push to `subscribers` is appended to: the last run's
+    /// if it goes to the same ones, else a new run's.
+    fn run_to(&mut self, subscribers: &[ConnId]) -> &mut Vec<u8> {
+        let same = self.runs.last().is_some_and(|r| self.to[r.to.clone()] == *subscribers);
+        if !same {
+            let start = self.to.len();
+            self.to.extend_from_slice(subscribers);
+            self.runs.push(Run { pushes: Vec::new(), count: 0, to: start..self.to.len() });
+        }
+        let Some(run) = self.runs.last_mut() else { unreachable!("a run was just found or pushed") };
+        run.count += 1;
+        &mut run.pushes
+    }
 }
 
 /// What pub/sub did, all loops' together.
@@ -158,7 +193,9 @@ pub struct Hub {
     held_back: Vec<ConnId>,
     /// Pushes for this loop's subscribers, chosen when published and
     /// queued after the feed (which holds the publisher's output).
-    local: Vec<(ConnId, Bytes)>,
+    outgoing: Outgoing,
+    /// Which loops a publish goes to: kept to spare an allocation each.
+    wanted: Vec<bool>,
     /// The current feed published something: its connection is a
     /// publisher, held back with the others when they must wait.
     published: bool,
@@ -190,7 +227,8 @@ impl Hub {
             patterns: Vec::new(),
             waiting: vec![VecDeque::new(); loops],
             held_back: Vec::new(),
-            local: Vec::new(),
+            outgoing: Outgoing::default(),
+            wanted: Vec::new(),
             published: false,
             lagging: Vec::new(),
             stalled: Vec::new(),
@@ -212,8 +250,7 @@ impl Hub {
     /// After a feed: this loop's deliveries go out, and a publisher whose
     /// deliveries wait for room is no longer read.
     pub fn after_feed(&mut self, io: &mut Io<RespConn>, conn: ConnId) {
-        let pushes = std::mem::take(&mut self.local);
-        self.push_all(io, pushes);
+        self.push_all(io);
         let waits_room = self.waiting.iter().any(|w| !w.is_empty());
         let publisher = std::mem::take(&mut self.published);
         if publisher && (waits_room || !self.lagging.is_empty()) && !self.held_back.contains(&conn) {
@@ -315,39 +352,41 @@ impl Hub {
 
     /// Queues `delivery`'s pushes to this loop's subscribers as they are now.
     fn deliver(&mut self, io: &mut Io<RespConn>, d: &Delivery) {
-        let pushes = self.pushes(d);
-        self.push_all(io, pushes);
+        self.choose(&d.channel, &d.payload);
+        self.push_all(io);
     }
 
-    /// The pushes `d` makes to this loop's subscribers of its channel and of
-    /// every pattern that matches it, each push built once.
-    fn pushes(&self, d: &Delivery) -> Vec<(ConnId, Bytes)> {
-        let mut to = Vec::new();
-        if let Some(subscribers) = self.channels.get(&d.channel) {
-            to.extend(subscribers.iter().map(|&c| (c, d.push.clone())));
+    /// Builds a message's pushes for this loop's subscribers of its
+    /// channel and of every pattern that matches it, as they are now (one
+    /// that subscribes later in the same feed does not get it, as in
+    /// redis).
+    fn choose(&mut self, channel: &[u8], payload: &[u8]) {
+        if let Some(subscribers) = self.channels.get(channel) {
+            message(self.outgoing.run_to(subscribers), channel, payload);
         }
         for (pattern, subscribers) in &self.patterns {
-            if glob_match(pattern, &d.channel) {
-                let push = Bytes::from(pmessage(pattern, &d.channel, &d.payload));
-                to.extend(subscribers.iter().map(|&c| (c, push.clone())));
+            if glob_match(pattern, channel) {
+                pmessage(self.outgoing.run_to(subscribers), pattern, channel, payload);
             }
         }
-        to
     }
 
-    fn push_all(&mut self, io: &mut Io<RespConn>, to: Vec<(ConnId, Bytes)>) {
-        for (conn, push) in to {
-            // A subscriber that keeps up gets a copy: its output stays one
-            // contiguous buffer, sent by one plain send. One that lags
-            // shares the push: what waits for it costs no copy each.
-            let queued =
-                if io.buffered(conn) < COPY_BELOW { io.write(conn, &push) } else { io.write_bytes(conn, push) };
-            if queued {
-                self.counts.delivered += 1;
-                self.enforce_limits(io, conn);
-                self.note_lag(io, conn);
+    /// Queues the pushes built: each run's buffer shared by its subscribers.
+    fn push_all(&mut self, io: &mut Io<RespConn>) {
+        let Outgoing { runs, to } = std::mem::take(&mut self.outgoing);
+        for run in runs {
+            let pushes = Bytes::from(run.pushes);
+            for &conn in &to[run.to] {
+                if io.write_bytes(conn, pushes.clone()) {
+                    self.counts.delivered += run.count;
+                    self.enforce_limits(io, conn);
+                    self.note_lag(io, conn);
+                }
             }
         }
+        // Its subscriber list's room stays for the next feed.
+        self.outgoing.to = to;
+        self.outgoing.to.clear();
     }
 
     /// redis's output limits for a subscriber, after a push to it: over the
@@ -430,7 +469,10 @@ impl Hub {
     fn publish(&mut self, channel: &[u8], payload: &[u8]) -> i64 {
         self.counts.published += 1;
         self.published = true;
-        let (mut receivers, mut loops) = (0i64, vec![false; self.senders.len()]);
+        let mut loops = std::mem::take(&mut self.wanted);
+        loops.clear();
+        loops.resize(self.senders.len(), false);
+        let mut receivers = 0i64;
         {
             let registry = self.registry();
             if let Some(counts) = registry.channels.get(channel) {
@@ -449,29 +491,34 @@ impl Hub {
             }
         }
         if receivers == 0 {
+            self.wanted = loops;
             return 0;
         }
-        let channel = Bytes::copy_from_slice(channel);
-        let payload = Bytes::copy_from_slice(payload);
-        let push = Bytes::from(message(&channel, &payload));
-        let delivery = Delivery { channel, payload, push };
-        for (l, wanted) in loops.into_iter().enumerate() {
+        // Built once, for the other loops that want it.
+        let mut delivery: Option<Delivery> = None;
+        for (l, &wanted) in loops.iter().enumerate() {
             if !wanted {
                 continue;
             }
             if l == self.loop_index {
-                // Its subscribers as of now: one that subscribes later in
-                // the same feed does not get it (as in redis).
-                let pushes = self.pushes(&delivery);
-                self.local.extend(pushes);
-            } else if !self.waiting[l].is_empty() {
-                self.waiting[l].push_back(delivery.clone()); // behind those waiting: in order
+                self.choose(channel, payload);
+                continue;
+            }
+            let d = delivery
+                .get_or_insert_with(|| Delivery {
+                    channel: Bytes::copy_from_slice(channel),
+                    payload: Bytes::copy_from_slice(payload),
+                })
+                .clone();
+            if !self.waiting[l].is_empty() {
+                self.waiting[l].push_back(d); // behind those waiting: in order
                 self.counts.held += 1;
-            } else if let Err(iomux::runtime::TrySendError::Full(d)) = self.senders[l].try_send(delivery.clone()) {
+            } else if let Err(iomux::runtime::TrySendError::Full(d)) = self.senders[l].try_send(d) {
                 self.waiting[l].push_back(d);
                 self.counts.held += 1;
             }
         }
+        self.wanted = loops;
         receivers
     }
 }
