@@ -92,6 +92,8 @@ const SPLICE_IN_POLL: u16 = 256;
 const SPLICE_OUT_POLL: u16 = 512;
 /// ... and its cancel is in flight.
 const SPLICE_OUT_CANCELLING: u16 = 1024;
+/// In `Uring::sends_due`: its output goes at the end of the turn.
+const SEND_DUE: u16 = 2048;
 
 struct Uring {
     ring: Ring,
@@ -104,6 +106,12 @@ struct Uring {
     cancelled: bool,
     /// Receive with one-shot receives (SQPOLL), not multishot ones.
     recv_one_shot: bool,
+    /// Connections with output to send at the end of the turn, after
+    /// every completion of it: what a turn's completions queue for one
+    /// connection (a publisher's receives, each fanned out to the same
+    /// subscribers) leaves in one send, not one per completion. No later
+    /// than sending at once: the ring takes the sends at the next enter.
+    sends_due: Vec<ConnId>,
     /// Declared after `ring`, so it outlives the ring's poll on it.
     _waker: Waker,
     waker_fd: i32,
@@ -130,6 +138,7 @@ pub fn run<H: Handler>(setup: Setup<'_, H::Message>, handler: &mut H) -> Result<
         accept_cancelled: false,
         cancelled: false,
         recv_one_shot: sqpoll.is_some(),
+        sends_due: Vec::new(),
         _waker: waker,
         waker_fd,
     };
@@ -164,6 +173,10 @@ pub fn run<H: Handler>(setup: Setup<'_, H::Message>, handler: &mut H) -> Result<
             }
         }
         core.end_turn(&mut k);
+        while !k.sends_due.is_empty() {
+            k.send_due(&mut core.io);
+            core.settle(&mut k); // a send that could not be queued closes
+        }
     }
     let setup = k.ring.setup();
     let setup = match (setup.sqpoll, setup.defer_taskrun, setup.coop_taskrun) {
@@ -343,6 +356,18 @@ impl Uring {
         }
     }
 
+    /// Sends the output of the connections due, each in one send.
+    fn send_due<S>(&mut self, io: &mut Io<S>) {
+        for id in std::mem::take(&mut self.sends_due) {
+            let Some(c) = io.conn_mut(id) else { continue };
+            c.driver &= !SEND_DUE;
+            let fd = c.fd.raw();
+            if let Some((payload, offset)) = io.take_output(id) {
+                self.send(io, id, fd, payload, offset);
+            }
+        }
+    }
+
     /// Hands `payload` from `offset` on to the ring as the connection's
     /// one send in flight: zero-copy when it is one buffer, large enough,
     /// and the feature is on; gathered when it is several.
@@ -445,8 +470,9 @@ impl Driver for Uring {
             // hold the socket open for ever.
             c.driver |= WATCH_CANCELLING;
         }
-        if let Some((payload, offset)) = io.take_output(id) {
-            self.send(io, id, fd, payload, offset);
+        if c.has_unsent() && c.in_flight() == 0 && !c.has(CONNECTING) && c.driver & SEND_DUE == 0 {
+            c.driver |= SEND_DUE;
+            self.sends_due.push(id);
         }
     }
 
