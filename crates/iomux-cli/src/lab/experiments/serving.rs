@@ -1,6 +1,9 @@
 //! What the serving experiments share (E6 HTTP, E7 RESP and pub/sub): a
 //! server of a cell is iomux on a backend or one of the experiment's
-//! peers, named and parsed one way.
+//! peers, named and parsed one way; and the metrics of a request/response
+//! cell.
+
+use crate::lab::harness::experiment::Metric;
 
 /// `servers!(Server { Nginx => "nginx" })`: the enum of a serving
 /// experiment's servers, `Iomux(Backend)` and the peers listed, with
@@ -43,6 +46,15 @@ macro_rules! servers {
     };
 }
 pub(crate) use servers;
+
+/// The metrics `iomux report A B` compares for request/response cells
+/// (E6's and E7's), read by `rate` and `cpu`.
+pub fn request_metrics<R>(rate: fn(&R) -> f64, cpu: fn(&R) -> f64) -> Vec<Metric<R>> {
+    vec![
+        Metric { name: "requests/s", unit: "1/s", higher_is_better: true, get: rate },
+        Metric { name: "server CPU per request", unit: "us", higher_is_better: false, get: cpu },
+    ]
+}
 
 #[cfg(test)]
 mod tests {

@@ -19,7 +19,7 @@ use cells::*;
 
 mod view;
 
-use crate::lab::experiments::serving::servers;
+use crate::lab::experiments::serving::{request_metrics, servers};
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::stats::Needed;
@@ -371,15 +371,7 @@ impl Experiment for Resp {
     }
 
     fn metrics() -> Vec<Metric<Run>> {
-        vec![
-            Metric { name: "requests/s", unit: "1/s", higher_is_better: true, get: |r| r.report.requests_per_sec },
-            Metric {
-                name: "server CPU per request",
-                unit: "us",
-                higher_is_better: false,
-                get: |r| r.server_cpu_us_per_request,
-            },
-        ]
+        request_metrics(|r| r.report.requests_per_sec, |r| r.server_cpu_us_per_request)
     }
 
     fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Run>) -> Vec<Arm> {
