@@ -153,7 +153,8 @@ static void serve_input(int fd, char *in, size_t n) {
             if (!write_all(fd, head, (size_t)h) || !write_all(fd, argv[1], argl[1]) || !write_all(fd, "\r\n:1\r\n", 6))
                 return drop_conn(fd);
         } else if (argc == 3 && eq(argv[0], argl[0], "PUBLISH")) {
-            role[fd] = PUBLISHER;
+            if (role[fd] != SUBSCRIBER) /* one stays in subs[] until dropped */
+                role[fd] = PUBLISHER;
             int h = snprintf(head, sizeof head, "*3\r\n$7\r\nmessage\r\n$%zu\r\n", argl[1]);
             int t = 0;
             char tail[32];

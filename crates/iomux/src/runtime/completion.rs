@@ -109,9 +109,13 @@ struct Uring {
     /// Connections with output to send at the end of the turn, after
     /// every completion of it: what a turn's completions queue for one
     /// connection (a publisher's receives, each fanned out to the same
-    /// subscribers) leaves in one send, not one per completion. No later
-    /// than sending at once: the ring takes the sends at the next enter.
+    /// subscribers) leaves in one send, not one per completion. Without
+    /// SQPOLL this is no later than sending at once (the ring takes the
+    /// sends at the next enter); with it, the sends wait for the turn's
+    /// completions to be handled.
     sends_due: Vec<ConnId>,
+    /// `sends_due`'s room, kept between turns.
+    sends_spare: Vec<ConnId>,
     /// Declared after `ring`, so it outlives the ring's poll on it.
     _waker: Waker,
     waker_fd: i32,
@@ -139,12 +143,14 @@ pub fn run<H: Handler>(setup: Setup<'_, H::Message>, handler: &mut H) -> Result<
         cancelled: false,
         recv_one_shot: sqpoll.is_some(),
         sends_due: Vec::new(),
+        sends_spare: Vec::new(),
         _waker: waker,
         waker_fd,
     };
     k.arm_waker()?;
     ready();
     core.start(&mut k);
+    k.send_all_due(&mut core);
     while !core.finished() {
         let immediate = core.must_not_wait();
         let wait = !immediate && k.ring.completions_empty();
@@ -173,10 +179,7 @@ pub fn run<H: Handler>(setup: Setup<'_, H::Message>, handler: &mut H) -> Result<
             }
         }
         core.end_turn(&mut k);
-        while !k.sends_due.is_empty() {
-            k.send_due(&mut core.io);
-            core.settle(&mut k); // a send that could not be queued closes
-        }
+        k.send_all_due(&mut core);
     }
     let setup = k.ring.setup();
     let setup = match (setup.sqpoll, setup.defer_taskrun, setup.coop_taskrun) {
@@ -357,14 +360,20 @@ impl Uring {
     }
 
     /// Sends the output of the connections due, each in one send.
-    fn send_due<S>(&mut self, io: &mut Io<S>) {
-        for id in std::mem::take(&mut self.sends_due) {
-            let Some(c) = io.conn_mut(id) else { continue };
-            c.driver &= !SEND_DUE;
-            let fd = c.fd.raw();
-            if let Some((payload, offset)) = io.take_output(id) {
-                self.send(io, id, fd, payload, offset);
+    fn send_all_due<H: Handler>(&mut self, core: &mut Core<H>) {
+        while !self.sends_due.is_empty() {
+            let spare = std::mem::take(&mut self.sends_spare);
+            let mut due = std::mem::replace(&mut self.sends_due, spare);
+            for id in due.drain(..) {
+                let Some(c) = core.io.conn_mut(id) else { continue };
+                c.driver &= !SEND_DUE;
+                let fd = c.fd.raw();
+                if let Some((payload, offset)) = core.io.take_output(id) {
+                    self.send(&mut core.io, id, fd, payload, offset);
+                }
             }
+            self.sends_spare = due;
+            core.settle(self); // a send that could not be queued closes
         }
     }
 
