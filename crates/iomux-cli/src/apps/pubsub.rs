@@ -133,9 +133,9 @@ impl Outgoing {
             self.to.extend_from_slice(subscribers);
             self.runs.push(Run { pushes: Vec::new(), count: 0, to: start..self.to.len() });
         }
-        let Some(run) = self.runs.last_mut() else { unreachable!("a run was just found or pushed") };
-        run.count += 1;
-        &mut run.pushes
+        let last = self.runs.len() - 1; // one was found or pushed above
+        self.runs[last].count += 1;
+        &mut self.runs[last].pushes
     }
 }
 
@@ -194,8 +194,6 @@ pub struct Hub {
     /// Pushes for this loop's subscribers, chosen when published and
     /// queued after the feed (which holds the publisher's output).
     outgoing: Outgoing,
-    /// Which loops a publish goes to: kept to spare an allocation each.
-    wanted: Vec<bool>,
     /// The current feed published something: its connection is a
     /// publisher, held back with the others when they must wait.
     published: bool,
@@ -228,7 +226,6 @@ impl Hub {
             waiting: vec![VecDeque::new(); loops],
             held_back: Vec::new(),
             outgoing: Outgoing::default(),
-            wanted: Vec::new(),
             published: false,
             lagging: Vec::new(),
             stalled: Vec::new(),
@@ -469,10 +466,7 @@ impl Hub {
     fn publish(&mut self, channel: &[u8], payload: &[u8]) -> i64 {
         self.counts.published += 1;
         self.published = true;
-        let mut loops = std::mem::take(&mut self.wanted);
-        loops.clear();
-        loops.resize(self.senders.len(), false);
-        let mut receivers = 0i64;
+        let (mut receivers, mut loops) = (0i64, vec![false; self.senders.len()]);
         {
             let registry = self.registry();
             if let Some(counts) = registry.channels.get(channel) {
@@ -491,12 +485,11 @@ impl Hub {
             }
         }
         if receivers == 0 {
-            self.wanted = loops;
             return 0;
         }
         // Built once, for the other loops that want it.
         let mut delivery: Option<Delivery> = None;
-        for (l, &wanted) in loops.iter().enumerate() {
+        for (l, wanted) in loops.into_iter().enumerate() {
             if !wanted {
                 continue;
             }
@@ -518,7 +511,6 @@ impl Hub {
                 self.counts.held += 1;
             }
         }
-        self.wanted = loops;
         receivers
     }
 }

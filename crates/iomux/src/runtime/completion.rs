@@ -114,8 +114,6 @@ struct Uring {
     /// sends at the next enter); with it, the sends wait for the turn's
     /// completions to be handled.
     sends_due: Vec<ConnId>,
-    /// `sends_due`'s room, kept between turns.
-    sends_spare: Vec<ConnId>,
     /// Declared after `ring`, so it outlives the ring's poll on it.
     _waker: Waker,
     waker_fd: i32,
@@ -143,7 +141,6 @@ pub fn run<H: Handler>(setup: Setup<'_, H::Message>, handler: &mut H) -> Result<
         cancelled: false,
         recv_one_shot: sqpoll.is_some(),
         sends_due: Vec::new(),
-        sends_spare: Vec::new(),
         _waker: waker,
         waker_fd,
     };
@@ -362,8 +359,7 @@ impl Uring {
     /// Sends the output of the connections due, each in one send.
     fn send_all_due<H: Handler>(&mut self, core: &mut Core<H>) {
         while !self.sends_due.is_empty() {
-            let spare = std::mem::take(&mut self.sends_spare);
-            let mut due = std::mem::replace(&mut self.sends_due, spare);
+            let mut due = std::mem::take(&mut self.sends_due);
             for id in due.drain(..) {
                 let Some(c) = core.io.conn_mut(id) else { continue };
                 c.driver &= !SEND_DUE;
@@ -372,7 +368,9 @@ impl Uring {
                     self.send(&mut core.io, id, fd, payload, offset);
                 }
             }
-            self.sends_spare = due;
+            // Only `sync` adds to the list, and it runs in the settle below:
+            // the emptied list, with its room, is the list again.
+            self.sends_due = due;
             core.settle(self); // a send that could not be queued closes
         }
     }
@@ -479,7 +477,7 @@ impl Driver for Uring {
             // hold the socket open for ever.
             c.driver |= WATCH_CANCELLING;
         }
-        if c.has_unsent() && c.in_flight() == 0 && !c.has(CONNECTING) && c.driver & SEND_DUE == 0 {
+        if c.output_to_take() && c.driver & SEND_DUE == 0 {
             c.driver |= SEND_DUE;
             self.sends_due.push(id);
         }

@@ -130,6 +130,11 @@ impl<S> Conn<S> {
         let pieces = self.sealed.iter().map(|c| &c[..]).chain(std::iter::once(&self.out[..]));
         crate::sys::payload::slices_from(pieces, self.sealed_pos + self.out_pos)
     }
+    /// Whether a send may take output now (completion drivers): some is
+    /// unsent, no send is in flight, and the connection is established.
+    pub(crate) fn output_to_take(&self) -> bool {
+        self.has_unsent() && self.in_flight == 0 && !self.has(CONNECTING)
+    }
     /// Bytes of the send in flight not yet confirmed (completion drivers).
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight
@@ -1289,7 +1294,7 @@ impl<S> Io<S> {
     /// counts it down.
     pub(crate) fn take_output(&mut self, id: ConnId) -> Option<(Payload, usize)> {
         let c = self.conns.get_mut(id)?;
-        if !c.has_unsent() || c.in_flight > 0 || c.has(CONNECTING) {
+        if !c.output_to_take() {
             return None;
         }
         c.in_flight = c.buffered();
