@@ -6,7 +6,7 @@
 //! - fan-out across loops: 50 subscribers, 5 publishers x 2,000 messages,
 //!   every subscriber gets all 10,000, each publisher's in order;
 //! - a subscriber that never reads is dropped at the hard limit while 20
-//!   others get all of 200 MiB, the server's RSS under 64 MiB;
+//!   others get all of 200 MiB, the server's RSS grows by under 56 MiB;
 //! - a burst of 1,000,000 publishes keeps each loop's inbox within its capacity and
 //!   loses nothing;
 //! - redis-cli SUBSCRIBE and PUBLISH work against it.
@@ -16,8 +16,10 @@ mod support;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use support::*;
 
 on_every_backend! {
@@ -242,10 +244,19 @@ fn a_subscriber_that_stops_reading_holds_nobody_back(backend: &str) {
 
 /// 200 MiB of 1 KiB messages to 20 subscribers that read and one that
 /// never does: the 20 get every byte; the one is dropped once 32 MiB wait
-/// for it; the server's RSS stays under 64 MiB.
+/// for it; the server's RSS grows by less than 56 MiB: those 32 MiB, the
+/// readers' lag of at most 4 MiB, and room for the allocator and io_uring's
+/// buffer rings (measured: 36 to 46 MiB in all). Growth, because a debug
+/// build's idle RSS is twice a release build's.
+///
+/// The publisher waits for the readers to be within `LAG` batches of it.
+/// Without that, a reader starved of CPU (two cores, and under SQPOLL two
+/// kernel threads spinning) falls 32 MiB behind and is rightly dropped as
+/// slow too: the test is about the one that never reads.
 fn a_subscriber_that_never_reads_is_dropped_at_the_hard_limit(backend: &str) {
     const READERS: usize = 20;
     const MESSAGES: usize = 200 << 10;
+    const LAG: u64 = 4;
     let _heavy = heavy();
     let _measuring = measuring();
     let server = Serve::start(backend, &["--proto", "resp", "--threads", "2"]);
@@ -254,10 +265,12 @@ fn a_subscriber_that_never_reads_is_dropped_at_the_hard_limit(backend: &str) {
     command(&mut slow, "SUBSCRIBE bulk", 1);
     let payload = "x".repeat(1000);
     let push_len = format!("*3\r\n$7\r\nmessage\r\n$4\r\nbulk\r\n$1000\r\n{payload}\r\n").len() as u64;
+    let progress: Arc<Vec<AtomicU64>> = Arc::new((0..READERS).map(|_| AtomicU64::new(0)).collect());
     let readers: Vec<_> = (0..READERS)
         .map(|i| {
             let mut s = connect(addr);
             command(&mut s, "SUBSCRIBE bulk", 1);
+            let progress = progress.clone();
             thread::spawn(move || {
                 let want = push_len * MESSAGES as u64;
                 let (mut got, mut buf) = (0u64, vec![0u8; 256 << 10]);
@@ -265,15 +278,24 @@ fn a_subscriber_that_never_reads_is_dropped_at_the_hard_limit(backend: &str) {
                     let n = s.read(&mut buf).unwrap_or_else(|e| panic!("reader {i}: after {got} bytes: {e}"));
                     assert!(n > 0, "reader {i}: closed after {got} of {want} bytes");
                     got += n as u64;
+                    progress[i].store(got, Ordering::Relaxed);
                 }
                 got
             })
         })
         .collect();
+    let idle = rss_of(server.pid()).expect("the server's RSS");
     let rss = PeakRss::start(server.pid());
     let mut publisher = connect(addr);
     let batch: String = (0..1024).map(|_| format!("PUBLISH bulk {payload}\r\n")).collect();
-    for _ in 0..MESSAGES / 1024 {
+    for sent in 0..(MESSAGES / 1024) as u64 {
+        let due = sent.saturating_sub(LAG) * 1024 * push_len;
+        let started = Instant::now();
+        // A reader that failed has finished early: its join says why.
+        while progress.iter().any(|p| p.load(Ordering::Relaxed) < due) && !readers.iter().any(|r| r.is_finished()) {
+            assert!(started.elapsed() < Duration::from_secs(30), "{backend}: the readers stopped at batch {sent}");
+            thread::sleep(Duration::from_millis(1));
+        }
         publisher.write_all(batch.as_bytes()).expect("publish");
         read_replies(&mut publisher, 1024, "the publisher's replies");
     }
@@ -293,8 +315,9 @@ fn a_subscriber_that_never_reads_is_dropped_at_the_hard_limit(backend: &str) {
     assert!(ended.is_ok() || ended.is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset), "{backend}");
     let (stats, _) = server.stop();
     assert_eq!(stats["pubsub"]["slow_dropped"].as_u64(), Some(1), "{backend}: {stats}");
-    eprintln!("{backend}: RSS peaked at {} KiB", peak >> 10);
-    assert!(peak < 64 << 20, "{backend}: RSS reached {} KiB", peak >> 10);
+    let grown = peak.saturating_sub(idle);
+    eprintln!("{backend}: RSS grew from {} KiB by {} KiB", idle >> 10, grown >> 10);
+    assert!(grown < 56 << 20, "{backend}: RSS grew from {} KiB by {} KiB", idle >> 10, grown >> 10);
 }
 
 /// Publishers pipelining 1,000,000 publishes at once, subscribers on both
