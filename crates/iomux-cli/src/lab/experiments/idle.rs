@@ -2,6 +2,7 @@
 //! 40,000 round trips (the Chinese epoll article's "poll vs epoll" test).
 
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
+use crate::lab::harness::flags::{BackendDefaults, BackendFlags, RoundDefaults, RoundFlags};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
@@ -24,13 +25,22 @@ const IDLE: [usize; 12] = [0, 10, 20, 40, 80, 160, 320, 640, 1280, 2560, 5120, 1
 const QUICK_MOST_IDLE: usize = 2560;
 const ACTIVE: usize = 10;
 const ROUND_TRIPS: u64 = 40_000;
-/// Rounds of every cell before the claims' cells get more (--full: 3).
-const FIRST_ROUNDS: usize = 1;
-/// Seconds of added rounds, by default.
-const BUDGET_S: f64 = 45.0;
 /// A cell whose first run took longer is run once in the first rounds
 /// (poll and select among thousands of idle fds).
 const SLOW_S: f64 = 1.0;
+
+/// The defaults of the flags experiments share.
+#[derive(Clone, Debug, Default)]
+pub struct Defaults;
+
+impl RoundDefaults for Defaults {
+    const REPS: (usize, usize) = (1, 3);
+    const BUDGET_S: f64 = 45.0;
+}
+
+impl BackendDefaults for Defaults {
+    const BACKENDS: (&'static [Backend], &'static [Backend]) = (Backend::ALL, Backend::ALL);
+}
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
@@ -38,11 +48,10 @@ pub struct Args {
     /// 0, 10, 20, ... 2560; --full: on to 10240]
     #[arg(long, value_delimiter = ',')]
     pub idle: Option<Vec<usize>>,
-    /// Backends, comma-separated [default: all]
-    #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
-    pub backends: Option<Vec<Backend>>,
-    #[arg(long, value_parser = crate::lab::harness::parse_budget, help = crate::lab::harness::budget_help(BUDGET_S, ""))]
-    pub budget: Option<f64>,
+    #[command(flatten)]
+    pub backends: BackendFlags<Defaults>,
+    #[command(flatten)]
+    pub rounds: RoundFlags<Defaults>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -123,7 +132,7 @@ impl Experiment for Idle {
             .unwrap_or_else(|| IDLE.iter().copied().filter(|&z| settings.full || z <= QUICK_MOST_IDLE).collect());
         idle.sort_unstable();
         idle.dedup();
-        let backends = args.backends.clone().unwrap_or_else(|| Backend::ALL.to_vec());
+        let backends = args.backends.chosen(settings.full)?;
         if let Some(&most) = idle.last() {
             cell::require_loopback("E2", most + ACTIVE)?;
         }
@@ -133,10 +142,7 @@ impl Experiment for Idle {
             active: ACTIVE,
             round_trips: ROUND_TRIPS,
             msg_size: 100,
-            rounds: Rounds {
-                first_rounds: if settings.full { 3 } else { FIRST_ROUNDS },
-                budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
-            },
+            rounds: args.rounds.rounds(settings)?,
             load_backend: cell::LOAD_BACKEND,
         })
     }

@@ -17,6 +17,7 @@
 use crate::lab::experiments::resp::Server;
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
+use crate::lab::harness::flags::{BackendFlags, RoundFlags, Standard};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
@@ -40,9 +41,6 @@ const PAYLOAD: usize = 1024;
 const WINDOW: usize = 16;
 const QUICK_SECONDS: f64 = 1.0;
 const FULL_SECONDS: f64 = 5.0;
-const QUICK_REPS: usize = 1;
-const FULL_REPS: usize = 5;
-const BUDGET_S: f64 = 30.0;
 /// Issue 34's goal: messages delivered per second against redis-server's.
 /// Judged as what this machine allows: the fan-out floor, which does
 /// nothing but the kernel's part, reaches 1.3 times here; iomux is judged
@@ -75,20 +73,16 @@ impl std::fmt::Display for Load {
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
-    /// iomux backends, comma-separated [default: epoll, uring; --full: all six]
-    #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
-    pub backends: Option<Vec<Backend>>,
+    #[command(flatten)]
+    pub backends: BackendFlags<Standard>,
     /// Loads, comma-separated: fanout, slow [default: both]
     #[arg(long, value_delimiter = ',')]
     pub loads: Option<Vec<Load>>,
-    #[arg(long, help = format!("Rounds before any is added for undecided claims; servers in another order each \
-                                 round [default: {QUICK_REPS}; --full: {FULL_REPS}]"))]
-    pub reps: Option<usize>,
     #[arg(long, help = format!("Seconds the publisher publishes per run [default: {QUICK_SECONDS}; --full: \
                                  {FULL_SECONDS}]"))]
     pub seconds: Option<f64>,
-    #[arg(long, value_parser = crate::lab::harness::parse_budget, help = crate::lab::harness::budget_help(BUDGET_S, ""))]
-    pub budget: Option<f64>,
+    #[command(flatten)]
+    pub rounds: RoundFlags<Standard>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -259,10 +253,7 @@ impl Experiment for Pubsub {
                                      judged against it.";
 
     fn plan(args: &Args, settings: &Settings) -> CliResult<Params> {
-        let quick = [Backend::Epoll, Backend::Uring];
-        let backends =
-            args.backends.clone().unwrap_or_else(|| if settings.full { Backend::ALL.to_vec() } else { quick.to_vec() });
-        no_repeats("--backends", &backends)?;
+        let backends = args.backends.chosen(settings.full)?;
         let loads = args.loads.clone().unwrap_or_else(|| vec![Load::Fanout, Load::Slow]);
         no_repeats("--loads", &loads)?;
         let seconds = args.seconds.unwrap_or(if settings.full { FULL_SECONDS } else { QUICK_SECONDS });
@@ -282,7 +273,7 @@ impl Experiment for Pubsub {
             redis,
             missing,
             seconds,
-            rounds: Rounds::plan(args.reps, (QUICK_REPS, FULL_REPS), args.budget, BUDGET_S, settings)?,
+            rounds: args.rounds.rounds(settings)?,
             bound_share: BOUND_SHARE,
         })
     }

@@ -1,9 +1,12 @@
 //! What the serving experiments share (E6 HTTP, E7 RESP and pub/sub): a
 //! server of a cell is iomux on a backend or one of the experiment's
-//! peers, named and parsed one way; and the metrics of a request/response
-//! cell.
+//! peers, named and parsed one way; the metrics of a request/response
+//! cell, and its plot.
 
+use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::Metric;
+use crate::lab::render::plot;
+use crate::CliResult;
 
 /// `servers!(Server { Nginx => "nginx" })`: the enum of a serving
 /// experiment's servers, `Iomux(Backend)` and the peers listed, with
@@ -54,6 +57,20 @@ pub fn request_metrics<R>(rate: fn(&R) -> f64, cpu: fn(&R) -> f64) -> Vec<Metric
         Metric { name: "requests/s", unit: "1/s", higher_is_better: true, get: rate },
         Metric { name: "server CPU per request", unit: "us", higher_is_better: false, get: cpu },
     ]
+}
+
+/// Requests/s per server (median, whiskers its 95% interval), a group of
+/// bars per entry of `groups`, each server's arm in it made by `arm`.
+pub fn requests_bars<P, K: PartialEq, S, V: Copy + std::fmt::Display, G: Copy>(
+    env: &Envelope<P, K, S>,
+    servers: &[V],
+    groups: Vec<(String, G)>,
+    arm: impl Fn(V, G) -> K,
+    rate: fn(&S) -> f64,
+    (what, x_label): (&str, &str),
+) -> CliResult<String> {
+    let title = format!("{what} (median, whiskers its 95% interval)");
+    plot::bars_per_server(env, servers, groups, |v, &g| arm(v, g), rate, (&title, x_label, "requests/s"))
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! server only reads. What it costs the server per byte (seed 002).
 
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
+use crate::lab::harness::flags::{BackendDefaults, BackendFlags, RoundFlags, Standard};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
@@ -21,21 +22,27 @@ use std::collections::BTreeMap;
 const SENDERS: usize = 40;
 const QUICK_SECONDS: f64 = 0.5;
 const FULL_SECONDS: f64 = 10.0;
-const BUDGET_S: f64 = 30.0;
 
 /// The article's epoll traffic, 97,950 kbit/s, as 100-byte messages per second.
 const PUBLISHED_RATE: f64 = 97_950_000.0 / 8.0 / 100.0;
+
+/// Every backend, quick or full.
+#[derive(Clone, Debug, Default)]
+pub struct Defaults;
+
+impl BackendDefaults for Defaults {
+    const BACKENDS: (&'static [Backend], &'static [Backend]) = (Backend::ALL, Backend::ALL);
+}
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
     #[arg(long, value_parser = parse_seconds,
           help = format!("Seconds of sending per cell [default: {QUICK_SECONDS}; --full: {FULL_SECONDS}]"))]
     pub seconds: Option<f64>,
-    /// Backends, comma-separated [default: all]
-    #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
-    pub backends: Option<Vec<Backend>>,
-    #[arg(long, value_parser = crate::lab::harness::parse_budget, help = crate::lab::harness::budget_help(BUDGET_S, ""))]
-    pub budget: Option<f64>,
+    #[command(flatten)]
+    pub backends: BackendFlags<Defaults>,
+    #[command(flatten)]
+    pub rounds: RoundFlags<Standard>,
 }
 
 fn parse_seconds(s: &str) -> Result<f64, String> {
@@ -157,15 +164,12 @@ impl Experiment for Sink {
 
     fn plan(args: &Args, settings: &Settings) -> CliResult<Params> {
         Ok(Params {
-            backends: args.backends.clone().unwrap_or_else(|| Backend::ALL.to_vec()),
+            backends: args.backends.chosen(settings.full)?,
             senders: SENDERS,
             msg_size: 100,
             seconds: args.seconds.unwrap_or(if settings.full { FULL_SECONDS } else { QUICK_SECONDS }),
             paced_msgs_per_sec: PUBLISHED_RATE,
-            rounds: Rounds {
-                first_rounds: if settings.full { 5 } else { 1 },
-                budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
-            },
+            rounds: args.rounds.rounds(settings)?,
             load_backend: cell::LOAD_BACKEND,
             published: published_rows(),
         })

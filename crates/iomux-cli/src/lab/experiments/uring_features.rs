@@ -10,6 +10,7 @@
 use crate::lab::experiments::sink;
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
+use crate::lab::harness::flags::{RoundFlags, Standard};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
@@ -34,14 +35,11 @@ pub struct Args {
     /// Seconds per measured cell [default: 0.5; --full: 5]
     #[arg(long)]
     pub seconds: Option<f64>,
-    /// Rounds before any is added for undecided claims [default: 1; --full: 5]
-    #[arg(long)]
-    pub reps: Option<usize>,
     /// Echo connections (closed loop, 100-byte messages) [default: 1000]
     #[arg(long)]
     pub conns: Option<usize>,
-    #[arg(long, value_parser = crate::lab::harness::parse_budget, help = crate::lab::harness::budget_help(BUDGET_S, ""))]
-    pub budget: Option<f64>,
+    #[command(flatten)]
+    pub rounds: RoundFlags<Standard>,
 }
 
 /// The server's backend: io_uring without SQPOLL, whose kernel thread
@@ -57,7 +55,6 @@ const BULK_MSG: u32 = 256 << 10;
 /// The low-concurrency echo (E2's shape): active connections among idle ones.
 const FEW_ACTIVE: usize = 10;
 const FEW_IDLE: usize = 1000;
-const BUDGET_S: f64 = 30.0;
 /// One timing of empty enters lasts this long.
 const ENTER_SLICE: Duration = Duration::from_millis(100);
 
@@ -225,10 +222,7 @@ impl Experiment for UringFeatures {
         let probe = echo_cell(&[], conns.min(100), 0.2)?;
         Ok(Params {
             seconds,
-            rounds: Rounds {
-                first_rounds: args.reps.unwrap_or(if settings.full { 5 } else { 1 }).max(1),
-                budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
-            },
+            rounds: args.rounds.rounds(settings)?,
             conns,
             features: features(&probe.features.unwrap_or_default()),
             backend: BACKEND,

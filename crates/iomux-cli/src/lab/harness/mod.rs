@@ -7,6 +7,7 @@ pub mod claim;
 pub mod envelope;
 pub mod experiment;
 pub mod facts;
+pub mod flags;
 pub mod stats;
 pub mod trial;
 

@@ -7,6 +7,7 @@ mod kernel_memory;
 pub mod large;
 
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
+use crate::lab::harness::flags::{BackendDefaults, BackendFlags, RoundDefaults, RoundFlags};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
@@ -21,6 +22,22 @@ use crate::CliResult;
 use iomux::Backend;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+/// The defaults of the flags experiments share.
+#[derive(Clone, Debug, Default)]
+pub struct Defaults;
+
+impl RoundDefaults for Defaults {
+    const REPS: (usize, usize) = (1, 3);
+    const BUDGET_S: f64 = 30.0;
+    const BUDGET_NOTE: &'static str = "; at full size: 0";
+}
+
+impl BackendDefaults for Defaults {
+    /// Quick: all six; full (and past one process's connections): the
+    /// article's two servers.
+    const BACKENDS: (&'static [Backend], &'static [Backend]) = (&DEFAULT_BACKENDS, &FULL_BACKENDS);
+}
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
@@ -39,13 +56,10 @@ pub struct Args {
     /// Messages each connection sends and gets back [default: 100, the article's]
     #[arg(long)]
     pub messages: Option<u64>,
-    /// Backends, comma-separated [default: epoll, epoll-et, uring,
-    /// uring-sqpoll, poll, select; --full: epoll, uring-sqpoll, the
-    /// article's two servers]
-    #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
-    pub backends: Option<Vec<Backend>>,
-    #[arg(long, value_parser = crate::lab::harness::parse_budget, help = crate::lab::harness::budget_help(BUDGET_S, "; at full size: 0"))]
-    pub budget: Option<f64>,
+    #[command(flatten)]
+    pub backends: BackendFlags<Defaults>,
+    #[command(flatten)]
+    pub rounds: RoundFlags<Defaults>,
 }
 
 /// The article's size.
@@ -54,7 +68,6 @@ const FULL_CONNS: usize = 1_000_000;
 const FULL_BACKENDS: [Backend; 2] = [Backend::Epoll, Backend::UringSqpoll];
 const DEFAULT_BACKENDS: [Backend; 6] =
     [Backend::Epoll, Backend::EpollEt, Backend::Uring, Backend::UringSqpoll, Backend::Poll, Backend::Select];
-const BUDGET_S: f64 = 30.0;
 /// select can watch only fd numbers below FD_SETSIZE.
 const SELECT_CONNS: usize = 1000;
 
@@ -244,13 +257,7 @@ impl Experiment for Echo {
         // the run needs several processes and the load's own sources.
         let one_source = crate::limits::ports_per_source(crate::load::sources::port_range()) as usize;
         let large = conns > server_max.min(one_source) || args.procs > 1;
-        let backends = args.backends.clone().unwrap_or_else(|| {
-            if large || settings.full {
-                FULL_BACKENDS.to_vec()
-            } else {
-                DEFAULT_BACKENDS.to_vec()
-            }
-        });
+        let backends = args.backends.chosen(large || settings.full)?;
         if large {
             if let Some(b) = backends.iter().find(|b| **b == Backend::Select) {
                 return Err(format!("{b} cannot hold {conns} connections (FD_SETSIZE is 1024)").into());
@@ -267,15 +274,11 @@ impl Experiment for Echo {
             msg_size: 100,
             threads: args.threads.max(1),
             procs,
-            rounds: Rounds {
-                first_rounds: if large || !settings.full { 1 } else { 3 },
-                budget_s: args.budget.unwrap_or_else(|| {
-                    if large {
-                        0.0
-                    } else {
-                        crate::lab::harness::default_budget(BUDGET_S, settings)
-                    }
-                }),
+            rounds: if large {
+                // At full size one run takes minutes: one round, unless asked.
+                Rounds::plan(args.rounds.reps, (1, 1), Some(args.rounds.budget.unwrap_or(0.0)), 0.0, settings)?
+            } else {
+                args.rounds.rounds(settings)?
             },
             server_max,
             nofile_hard,

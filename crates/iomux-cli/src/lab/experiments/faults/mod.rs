@@ -20,6 +20,7 @@ use cells::*;
 use profiles::*;
 
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
+use crate::lab::harness::flags::{BackendDefaults, BackendFlags};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
@@ -39,14 +40,19 @@ use serde::{Deserialize, Serialize};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+/// The defaults of the flags experiments share.
+#[derive(Clone, Debug, Default)]
+pub struct Defaults;
+
+impl BackendDefaults for Defaults {}
+
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
     /// Profiles, comma-separated [default: loss1, vanished; --full: all]
     #[arg(long, value_delimiter = ',', value_enum)]
     pub profiles: Option<Vec<Profile>>,
-    /// Backends, comma-separated [default: epoll, uring; --full: all]
-    #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
-    pub backends: Option<Vec<Backend>>,
+    #[command(flatten)]
+    pub backends: BackendFlags<Defaults>,
     /// Echoing connections per cell [default: 20]
     #[arg(long)]
     pub conns: Option<usize>,
@@ -240,10 +246,7 @@ impl Experiment for Faults {
             false => QUICK.to_vec(),
         });
         profiles.dedup();
-        let backends = args.backends.clone().unwrap_or_else(|| match settings.full {
-            true => Backend::ALL.to_vec(),
-            false => QUICK_BACKENDS.to_vec(),
-        });
+        let backends = args.backends.chosen(settings.full)?;
         let conns = args.conns.unwrap_or(CONNS);
         let per_conn = args.per_conn.unwrap_or(PER_CONN);
         let vanishing = args.vanishing.unwrap_or(VANISHING);

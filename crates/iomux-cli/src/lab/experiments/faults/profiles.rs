@@ -51,7 +51,6 @@ pub(super) const ALL: [Profile; 11] = [
     Profile::ServerVanished,
 ];
 pub(super) const QUICK: [Profile; 2] = [Profile::Loss1, Profile::Vanished];
-pub(super) const QUICK_BACKENDS: [Backend; 2] = [Backend::Epoll, Backend::Uring];
 pub(super) const CONNS: usize = 20;
 pub(super) const PER_CONN: u64 = 100;
 pub(super) const MSG_SIZE: u32 = 100;

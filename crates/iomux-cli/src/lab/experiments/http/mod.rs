@@ -9,15 +9,15 @@
 
 mod view;
 
-use crate::lab::experiments::serving::{request_metrics, servers};
+use crate::lab::experiments::serving::{self, request_metrics, servers};
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
+use crate::lab::harness::flags::{BackendFlags, RoundFlags, Standard};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
 use crate::lab::harness::{by_name, by_names, no_repeats};
 use crate::lab::render::markdown::cell as shown;
-use crate::lab::render::plot;
 use crate::lab::render::view::{Shown, TableView, View};
 use crate::lab::rig::anchors::clients::{self, Client, Report, Tool, INSTALL};
 use crate::lab::rig::anchors::nginx::{answers_plaintext, Nginx};
@@ -25,7 +25,6 @@ use crate::lab::rig::child::ServerChild;
 use crate::lab::rig::quota::{self, CpuQuota, Scenario, BOUND_SHARE};
 use crate::lab::Settings;
 use crate::CliResult;
-use iomux::Backend;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -36,9 +35,6 @@ use std::time::Duration;
 const CONNS: u32 = 100;
 const QUICK_SECONDS: u32 = 1;
 const FULL_SECONDS: u32 = 10;
-const QUICK_REPS: usize = 1;
-const FULL_REPS: usize = 5;
-const BUDGET_S: f64 = 30.0;
 const DEFAULT_DEPTHS: [u32; 2] = [1, 16];
 /// A side using at least this share of its CPU sets the pace.
 const SATURATED: f64 = 0.95;
@@ -50,22 +46,17 @@ servers!(Server { Nginx => "nginx" });
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
-    /// iomux backends, comma-separated [default: epoll, uring; --full: all
-    /// six]
-    #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
-    pub backends: Option<Vec<Backend>>,
+    #[command(flatten)]
+    pub backends: BackendFlags<Standard>,
     /// Pipelining depths, comma-separated: requests a client sends before
     /// reading the answers (1: none) [default: 1,16]
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=256))]
     pub depths: Option<Vec<u32>>,
-    #[arg(long, help = format!("Rounds before any is added for undecided claims; servers in another order each \
-                                 round [default: {QUICK_REPS}; --full: {FULL_REPS}]"))]
-    pub reps: Option<usize>,
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=3600),
           help = format!("Seconds per client run (wrk counts whole seconds) [default: {QUICK_SECONDS}; --full: {FULL_SECONDS}]"))]
     pub seconds: Option<u32>,
-    #[arg(long, value_parser = crate::lab::harness::parse_budget, help = crate::lab::harness::budget_help(BUDGET_S, ""))]
-    pub budget: Option<f64>,
+    #[command(flatten)]
+    pub rounds: RoundFlags<Standard>,
     /// Scenarios, comma-separated: open (each server on a CPU of its own)
     /// and bound (every server in the same 50% CPU quota, by wrk; needs
     /// root and a cgroup CPU controller) [default: open,bound]
@@ -239,15 +230,12 @@ impl Experiment for Http {
                                      requests/s by wrk, and nginx's CPU per request 1.2 times iomux's.";
 
     fn plan(args: &Args, settings: &Settings) -> CliResult<Params> {
-        // Quick settings: the backends the claims' "best" comes from on
-        // this kind of machine (edge-triggered epoll ties with level-
-        // triggered: 138,483 against 138,644 requests/s by wrk at depth 1);
-        // --full: all six.
-        let quick = [Backend::Epoll, Backend::Uring];
-        let backends =
-            args.backends.clone().unwrap_or_else(|| if settings.full { Backend::ALL.to_vec() } else { quick.to_vec() });
+        // Quick settings measure epoll and uring, which the claims' "best"
+        // comes from on this kind of machine (edge-triggered epoll ties
+        // with level-triggered: 138,483 against 138,644 requests/s by wrk
+        // at depth 1); --full: all six.
+        let backends = args.backends.chosen(settings.full)?;
         let depths = args.depths.clone().unwrap_or_else(|| DEFAULT_DEPTHS.to_vec());
-        no_repeats("--backends", &backends)?;
         no_repeats("--depths", &depths)?;
         let mut missing = Vec::new();
         let mut servers: Vec<Server> = backends.into_iter().map(Server::Iomux).collect();
@@ -272,7 +260,7 @@ impl Experiment for Http {
             clients,
             missing,
             conns: CONNS,
-            rounds: Rounds::plan(args.reps, (QUICK_REPS, FULL_REPS), args.budget, BUDGET_S, settings)?,
+            rounds: args.rounds.rounds(settings)?,
             seconds: args.seconds.unwrap_or(if settings.full { FULL_SECONDS } else { QUICK_SECONDS }),
             pinned: crate::lab::rig::cell::pinned(),
             saturated_at: SATURATED,
@@ -384,6 +372,7 @@ mod tests {
     use super::*;
     use crate::lab::harness::claim::Claim;
     use crate::lab::harness::trial::Quiet;
+    use iomux::Backend;
 
     fn run(rate: f64, client_util: f64, errors: u64) -> Run {
         let report =

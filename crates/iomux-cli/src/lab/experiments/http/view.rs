@@ -132,16 +132,14 @@ pub(super) fn svg(env: &Envelope<Params, Arm, Run>) -> CliResult<String> {
             }
         }
     }
-    plot::bars_per_server(
+    let arm = |server, (client, depth, scenario)| Arm { server, client, depth, scenario };
+    let what = "E6: HTTP GET /plaintext requests/s, 100 connections";
+    serving::requests_bars(
         env,
         &p.servers,
         groups,
-        |server, &(client, depth, scenario)| Arm { server, client, depth, scenario },
+        arm,
         |r| r.report.requests_per_sec,
-        (
-            "E6: HTTP GET /plaintext requests/s, 100 connections (median, whiskers its 95% interval)",
-            "client and pipelining depth (requests per write)",
-            "requests/s",
-        ),
+        (what, "client and pipelining depth (requests per write)"),
     )
 }

@@ -12,6 +12,7 @@ pub mod cell;
 
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
+use crate::lab::harness::flags::{RoundDefaults, RoundFlags};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
@@ -68,9 +69,6 @@ const PARITY: f64 = 1.10;
 /// 3 minutes.
 const QUICK_SECONDS: f64 = 0.5;
 const FULL_SECONDS: f64 = 5.0;
-const REPS: usize = 1;
-const FULL_REPS: usize = 3;
-const BUDGET_S: f64 = 60.0;
 
 /// Quick settings: the perf run of a cell is this short at most (a ratio
 /// of two counts, syscalls over echoes, settles sooner than a time).
@@ -78,19 +76,26 @@ const QUICK_PERF_SECONDS: f64 = 0.5;
 
 // The help texts are built from the lists and constants they describe,
 // so that they cannot drift from them.
+/// The defaults of the flags experiments share.
+#[derive(Clone, Debug, Default)]
+pub struct Defaults;
+
+impl RoundDefaults for Defaults {
+    const REPS: (usize, usize) = (1, 3);
+    const BUDGET_S: f64 = 60.0;
+    const ROUND: &'static str = "each running every cell once, servers in another order";
+}
+
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
     #[arg(long, value_delimiter = ',', value_parser = parse_server, help = servers_help())]
     pub servers: Option<Vec<Server>>,
     #[arg(long, value_delimiter = ',', value_parser = parse_scenario, help = scenarios_help())]
     pub scenarios: Option<Vec<Scenario>>,
-    #[arg(long, help = format!("Rounds before any is added for undecided claims; each runs every cell once, \
-                                 servers in another order [default: {REPS}; --full: {FULL_REPS}]"))]
-    pub reps: Option<usize>,
     #[arg(long, help = seconds_help())]
     pub seconds: Option<f64>,
-    #[arg(long, value_parser = crate::lab::harness::parse_budget, help = crate::lab::harness::budget_help(BUDGET_S, ""))]
-    pub budget: Option<f64>,
+    #[command(flatten)]
+    pub rounds: RoundFlags<Defaults>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -232,7 +237,7 @@ impl Experiment for Peers {
         Ok(Params {
             servers,
             scenarios,
-            rounds: Rounds::plan(args.reps, (REPS, FULL_REPS), args.budget, BUDGET_S, settings)?,
+            rounds: args.rounds.rounds(settings)?,
             seconds,
             perf_seconds: perf.then(|| if settings.full { seconds } else { seconds.min(QUICK_PERF_SECONDS) }),
             open_rate: OPEN_RATE,

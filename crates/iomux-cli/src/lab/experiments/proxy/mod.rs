@@ -16,6 +16,7 @@ use cells::*;
 
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
+use crate::lab::harness::flags::{BackendFlags, RoundFlags, Standard};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
@@ -41,9 +42,6 @@ use std::time::{Duration, Instant};
 const CONNS: u32 = 100;
 const QUICK_SECONDS: u32 = 1;
 const FULL_SECONDS: u32 = 10;
-const QUICK_REPS: usize = 1;
-const FULL_REPS: usize = 5;
-const BUDGET_S: f64 = 30.0;
 const QUICK_BULK_MIB: u32 = 256;
 const FULL_BULK_MIB: u32 = 1024;
 /// The issue's count of mostly idle proxied connections.
@@ -130,15 +128,11 @@ impl std::fmt::Display for Load {
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
-    /// iomux backends, comma-separated [default: epoll, uring; --full: all six]
-    #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
-    pub backends: Option<Vec<Backend>>,
+    #[command(flatten)]
+    pub backends: BackendFlags<Standard>,
     /// Loads, comma-separated: requests, bulk, many [default: all three]
     #[arg(long, value_delimiter = ',')]
     pub loads: Option<Vec<Load>>,
-    #[arg(long, help = format!("Rounds before any is added for undecided claims; proxies in another order each \
-                                 round [default: {QUICK_REPS}; --full: {FULL_REPS}]"))]
-    pub reps: Option<usize>,
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=3600),
           help = format!("Seconds per wrk run [default: {QUICK_SECONDS}; --full: {FULL_SECONDS}]"))]
     pub seconds: Option<u32>,
@@ -149,8 +143,8 @@ pub struct Args {
     /// one process's open-files limit allows at two descriptors each]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub many: Option<u32>,
-    #[arg(long, value_parser = crate::lab::harness::parse_budget, help = crate::lab::harness::budget_help(BUDGET_S, ""))]
-    pub budget: Option<f64>,
+    #[command(flatten)]
+    pub rounds: RoundFlags<Standard>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -272,10 +266,7 @@ impl Experiment for ProxyBench {
                                      judged against the floors, and for bulk against haproxy's CPU per GB.";
 
     fn plan(args: &Args, settings: &Settings) -> CliResult<Params> {
-        let quick = [Backend::Epoll, Backend::Uring];
-        let backends =
-            args.backends.clone().unwrap_or_else(|| if settings.full { Backend::ALL.to_vec() } else { quick.to_vec() });
-        no_repeats("--backends", &backends)?;
+        let backends = args.backends.chosen(settings.full)?;
         let loads = args.loads.clone().unwrap_or_else(|| vec![Load::Requests, Load::Bulk, Load::Many]);
         no_repeats("--loads", &loads)?;
         let mut missing = Vec::new();
@@ -316,7 +307,7 @@ impl Experiment for ProxyBench {
             bulk_mib: args.bulk_mib.unwrap_or(if settings.full { FULL_BULK_MIB } else { QUICK_BULK_MIB }),
             many,
             many_limited,
-            rounds: Rounds::plan(args.reps, (QUICK_REPS, FULL_REPS), args.budget, BUDGET_S, settings)?,
+            rounds: args.rounds.rounds(settings)?,
             pinned: crate::lab::rig::cell::pinned(),
             bound_share: BOUND_SHARE,
             saturated_at: SATURATED,

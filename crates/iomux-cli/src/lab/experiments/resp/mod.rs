@@ -19,15 +19,15 @@ use cells::*;
 
 mod view;
 
-use crate::lab::experiments::serving::{request_metrics, servers};
+use crate::lab::experiments::serving::{self, request_metrics, servers};
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
+use crate::lab::harness::flags::{BackendFlags, RoundFlags, Standard};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
 use crate::lab::harness::{by_name, by_names, no_repeats};
 use crate::lab::render::markdown::cell as shown;
-use crate::lab::render::plot;
 use crate::lab::render::view::{Shown, TableView, View};
 use crate::lab::rig::anchors::redis::{self, RedisServer};
 use crate::lab::rig::child::ServerChild;
@@ -45,9 +45,6 @@ const CONNS: u32 = 50;
 /// so that each lasts about as long (many of the quota's periods).
 const QUICK_REQUESTS: u64 = 30_000;
 const FULL_REQUESTS: u64 = 100_000;
-const QUICK_REPS: usize = 1;
-const FULL_REPS: usize = 5;
-const BUDGET_S: f64 = 30.0;
 const DEFAULT_DEPTHS: [u32; 2] = [1, 16];
 /// A side using at least this share of its CPU sets the pace.
 const SATURATED: f64 = 0.95;
@@ -96,9 +93,8 @@ servers!(Server {
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
-    /// iomux backends, comma-separated [default: epoll, uring; --full: all six]
-    #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend)]
-    pub backends: Option<Vec<Backend>>,
+    #[command(flatten)]
+    pub backends: BackendFlags<Standard>,
     /// redis-benchmark tests, comma-separated [default: get,set; --full: set,get,incr]
     #[arg(long, value_delimiter = ',')]
     pub tests: Option<Vec<Test>>,
@@ -115,11 +111,8 @@ pub struct Args {
           help = format!("Requests per run at -P 1 (at -P D, D times as many) \
                           [default: {QUICK_REQUESTS}; --full: {FULL_REQUESTS}]"))]
     pub requests: Option<u64>,
-    #[arg(long, help = format!("Rounds before any is added for undecided claims; servers in another order each \
-                                 round [default: {QUICK_REPS}; --full: {FULL_REPS}]"))]
-    pub reps: Option<usize>,
-    #[arg(long, value_parser = crate::lab::harness::parse_budget, help = crate::lab::harness::budget_help(BUDGET_S, ""))]
-    pub budget: Option<f64>,
+    #[command(flatten)]
+    pub rounds: RoundFlags<Standard>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -257,9 +250,7 @@ impl Experiment for Resp {
                                      the floor's requests/s.";
 
     fn plan(args: &Args, settings: &Settings) -> CliResult<Params> {
-        let quick = [Backend::Epoll, Backend::Uring];
-        let backends =
-            args.backends.clone().unwrap_or_else(|| if settings.full { Backend::ALL.to_vec() } else { quick.to_vec() });
+        let backends = args.backends.chosen(settings.full)?;
         // Quick settings: what the claims read (GET and SET, server-bound).
         let tests = args.tests.clone().unwrap_or_else(|| {
             if settings.full {
@@ -276,7 +267,6 @@ impl Experiment for Resp {
                 vec![Scenario::Bound]
             }
         });
-        no_repeats("--backends", &backends)?;
         no_repeats("--tests", &tests)?;
         no_repeats("--depths", &depths)?;
         no_repeats("--scenarios", &scenarios)?;
@@ -303,7 +293,7 @@ impl Experiment for Resp {
             notes,
             conns: CONNS,
             requests: args.requests.unwrap_or(if settings.full { FULL_REQUESTS } else { QUICK_REQUESTS }),
-            rounds: Rounds::plan(args.reps, (QUICK_REPS, FULL_REPS), args.budget, BUDGET_S, settings)?,
+            rounds: args.rounds.rounds(settings)?,
             pinned: crate::lab::rig::cell::pinned(),
             bound_share: BOUND_SHARE,
             saturated_at: SATURATED,

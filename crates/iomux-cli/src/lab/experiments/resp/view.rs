@@ -130,16 +130,14 @@ pub(super) fn svg(env: &Envelope<Params, Arm, Run>) -> CliResult<String> {
             }
         }
     }
-    plot::bars_per_server(
+    let arm = |server, (test, depth, scenario)| Arm { server, test, depth, scenario };
+    let what = "E7: RESP requests/s by redis-benchmark, 50 connections";
+    serving::requests_bars(
         env,
         &p.servers,
         groups,
-        |server, &(test, depth, scenario)| Arm { server, test, depth, scenario },
+        arm,
         |r| r.report.requests_per_sec,
-        (
-            "E7: RESP requests/s by redis-benchmark, 50 connections (median, whiskers its 95% interval)",
-            "test, pipelining depth, scenario",
-            "requests/s",
-        ),
+        (what, "test, pipelining depth, scenario"),
     )
 }

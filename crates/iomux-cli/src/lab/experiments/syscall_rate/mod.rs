@@ -15,6 +15,7 @@ mod wait_peers;
 use crate::lab::experiments::syscall_rate::wait_peers::{MioPeer, PollingPeer};
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
+use crate::lab::harness::flags::{RoundFlags, Standard};
 use crate::lab::harness::stats::{median, Needed};
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
@@ -41,8 +42,8 @@ pub struct Args {
     /// limit allows]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub fds: Option<Vec<usize>>,
-    #[arg(long, value_parser = crate::lab::harness::parse_budget, help = crate::lab::harness::budget_help(BUDGET_S, ""))]
-    pub budget: Option<f64>,
+    #[command(flatten)]
+    pub rounds: RoundFlags<Standard>,
 }
 
 /// One row of the book's table.
@@ -52,9 +53,6 @@ pub struct BookRow {
     poll_calls_per_sec: f64,
     epoll_calls_per_sec: f64,
 }
-
-/// Seconds of added rounds, by default.
-const BUDGET_S: f64 = 30.0;
 
 /// The book's table (Linux Application Development, 2nd ed., 13.1.6).
 const BOOK: [BookRow; 9] = [
@@ -248,15 +246,12 @@ impl Experiment for SyscallRate {
         let open_now = crate::os::open_fd_count().unwrap_or(16);
         let max_fds = (limit as usize).saturating_sub(open_now + OWN_FDS).max(1);
         let Plan { measured, impossible } = plan(args, max_fds, hard, settings.full)?;
-        let (first_rounds, seconds) = if settings.full { (5, 1.0) } else { (1, 0.1) };
+        let seconds = if settings.full { 1.0 } else { 0.1 };
         Ok(Params {
             fds: measured,
             not_possible: impossible,
             seconds_per_run: seconds,
-            rounds: Rounds {
-                first_rounds,
-                budget_s: args.budget.unwrap_or_else(|| crate::lab::harness::default_budget(BUDGET_S, settings)),
-            },
+            rounds: args.rounds.rounds(settings)?,
             timeout: 0,
             book: BOOK.to_vec(),
         })
@@ -364,7 +359,7 @@ mod tests {
 
     #[test]
     fn plan_splits_possible_from_impossible() {
-        let args = Args { fds: Some(vec![10, 100_000, 1, 10]), budget: Some(0.0) };
+        let args = Args { fds: Some(vec![10, 100_000, 1, 10]), rounds: RoundFlags::given(None, Some(0.0)) };
         let Plan { measured: ns, impossible: no } = plan(&args, 19_000, 20_000, false).unwrap();
         assert_eq!(ns, vec![1, 10]);
         assert_eq!(no.len(), 1);
@@ -382,7 +377,8 @@ mod tests {
 
     #[test]
     fn zero_fds_is_refused() {
-        let err = plan(&Args { fds: Some(vec![0]), budget: Some(0.0) }, 100, 100, false).unwrap_err();
+        let err = plan(&Args { fds: Some(vec![0]), rounds: RoundFlags::given(None, Some(0.0)) }, 100, 100, false)
+            .unwrap_err();
         assert!(err.to_string().contains("at least 1"));
     }
 
