@@ -5,6 +5,8 @@
 
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::Metric;
+use crate::lab::harness::stats::Estimate;
+use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot;
 use crate::CliResult;
 
@@ -51,12 +53,98 @@ macro_rules! servers {
 pub(crate) use servers;
 
 /// The metrics `iomux report A B` compares for request/response cells
-/// (E6's and E7's), read by `rate` and `cpu`.
-pub fn request_metrics<R>(rate: fn(&R) -> f64, cpu: fn(&R) -> f64) -> Vec<Metric<R>> {
+/// (E6's and E7's).
+pub fn request_metrics<R: RequestRun>() -> Vec<Metric<R>> {
     vec![
-        Metric { name: "requests/s", unit: "1/s", higher_is_better: true, get: rate },
-        Metric { name: "server CPU per request", unit: "us", higher_is_better: false, get: cpu },
+        Metric { name: "requests/s", unit: "1/s", higher_is_better: true, get: R::requests_per_sec },
+        Metric {
+            name: "server CPU per request",
+            unit: "us",
+            higher_is_better: false,
+            get: R::server_cpu_us_per_request,
+        },
     ]
+}
+
+/// What a request/response run measured, as its table row reads it.
+pub trait RequestRun {
+    fn requests_per_sec(&self) -> f64;
+    fn server_cpu_us_per_request(&self) -> f64;
+    /// Shares of one CPU over the run.
+    fn server_util(&self) -> f64;
+    fn client_util(&self) -> f64;
+    /// Periods the CPU quota held the server back (bound cells).
+    fn throttled_periods(&self) -> Option<u64>;
+}
+
+/// `request_run!(Run)`: [`RequestRun`] for a run type with a `report`
+/// that has `requests_per_sec`, and fields of the trait's names.
+macro_rules! request_run {
+    ($run:ty) => {
+        impl $crate::lab::experiments::serving::RequestRun for $run {
+            fn requests_per_sec(&self) -> f64 {
+                self.report.requests_per_sec
+            }
+            fn server_cpu_us_per_request(&self) -> f64 {
+                self.server_cpu_us_per_request
+            }
+            fn server_util(&self) -> f64 {
+                self.server_util
+            }
+            fn client_util(&self) -> f64 {
+                self.client_util
+            }
+            fn throttled_periods(&self) -> Option<u64> {
+                self.throttled_periods
+            }
+        }
+    };
+}
+pub(crate) use request_run;
+
+/// The cells a request table's row starts with: the server's name with
+/// its footnotes (why the arm was not measured, a saturated client, a
+/// quota that never held the server back), runs, requests/s, their ratio
+/// to `reference`'s, server CPU per request, and the server's and the
+/// client's CPU shares.
+pub fn request_row<P, K: PartialEq + std::fmt::Display, S: RequestRun>(
+    env: &Envelope<P, K, S>,
+    (arm, name, bound): (&K, String, bool),
+    reference: Option<Estimate>,
+    saturated_at: f64,
+    footnote: &mut dyn FnMut(&str) -> String,
+) -> Vec<String> {
+    let mut name = name;
+    if let Some(why) = env.note(arm) {
+        name = format!("{name} {}", footnote(why));
+    }
+    let client_util = env.estimate(arm, S::client_util).map(|e| e.median);
+    if let Some(u) = client_util.filter(|&u| u >= saturated_at) {
+        let why = format!("{arm}: the client used {:.0}% of its CPU: these requests/s measure the client", u * 100.0);
+        name = format!("{name} {}", footnote(&why));
+    }
+    if bound && env.kept(arm).any(|r| r.throttled_periods() == Some(0)) {
+        name = format!("{name} {}", footnote(&format!("{arm}: the quota never held the server back in some runs")));
+    }
+    let rate = env.estimate(arm, S::requests_per_sec);
+    vec![
+        name,
+        env.kept(arm).count().to_string(),
+        shown(rate),
+        fixed(rate.zip(reference).map(|(r, n)| r.median / n.median), 2),
+        shown(env.estimate(arm, S::server_cpu_us_per_request)),
+        percent(env.estimate(arm, S::server_util).map(|e| e.median)),
+        percent(client_util),
+    ]
+}
+
+/// `v` with `digits` decimals, or "-".
+pub fn fixed(v: Option<f64>, digits: usize) -> String {
+    v.map_or("-".into(), |v| format!("{v:.digits$}"))
+}
+
+fn percent(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{:.0}%", v * 100.0))
 }
 
 /// Requests/s per server (median, whiskers its 95% interval), a group of

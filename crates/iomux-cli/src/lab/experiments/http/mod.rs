@@ -17,7 +17,6 @@ use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
 use crate::lab::harness::{by_name, by_names, no_repeats};
-use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::view::{Shown, TableView, View};
 use crate::lab::rig::anchors::clients::{self, Client, Report, Tool, INSTALL};
 use crate::lab::rig::anchors::nginx::{answers_plaintext, Nginx};
@@ -189,6 +188,8 @@ pub struct Run {
     pub throttled_periods: Option<u64>,
 }
 
+serving::request_run!(Run);
+
 /// Every cell: both clients open; wrk alone in the quota, at depth 1 (the
 /// bound scenario measures the server, which one client does, where the
 /// open one measures wrk).
@@ -333,7 +334,7 @@ impl Experiment for Http {
     }
 
     fn metrics() -> Vec<Metric<Run>> {
-        request_metrics(|r| r.report.requests_per_sec, |r| r.server_cpu_us_per_request)
+        request_metrics()
     }
 
     fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Run>) -> Vec<Arm> {

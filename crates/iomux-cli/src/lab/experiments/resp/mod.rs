@@ -27,7 +27,6 @@ use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
 use crate::lab::harness::{by_name, by_names, no_repeats};
-use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::view::{Shown, TableView, View};
 use crate::lab::rig::anchors::redis::{self, RedisServer};
 use crate::lab::rig::child::ServerChild;
@@ -177,6 +176,8 @@ pub struct Run {
     /// Server-bound: periods in which the quota held the server back.
     pub throttled_periods: Option<u64>,
 }
+
+serving::request_run!(Run);
 
 fn every_cell(p: &Params, pick: impl Fn(&Arm) -> bool) -> Vec<Arm> {
     let mut arms = Vec::new();
@@ -361,7 +362,7 @@ impl Experiment for Resp {
     }
 
     fn metrics() -> Vec<Metric<Run>> {
-        request_metrics(|r| r.report.requests_per_sec, |r| r.server_cpu_us_per_request)
+        request_metrics()
     }
 
     fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Run>) -> Vec<Arm> {

@@ -1,6 +1,7 @@
 //! E7's page: its tables, intro and plot.
 
 use super::*;
+use crate::lab::experiments::serving::fixed;
 
 impl Shown for Resp {
     fn view(env: &Envelope<Params, Arm, Run>) -> CliResult<View> {
@@ -58,38 +59,16 @@ pub(super) fn table(env: &Envelope<Params, Arm, Run>, notes: &mut Vec<String>, r
             continue;
         }
         let arm = Arm { server, ..redis };
-        let mut name = server.to_string();
-        if let Some(why) = env.note(&arm) {
-            name = format!("{name} {}", footnote(why));
-        }
+        let bound = arm.scenario == Scenario::Bound;
+        let mut row = serving::request_row(env, (&arm, server.to_string(), bound), reference, SATURATED, &mut footnote);
         let med = |f: fn(&Run) -> f64| env.estimate(&arm, f).map(|e| e.median);
-        let fixed = |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
-        let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.0}%", v * 100.0));
-        let client_util = med(|r| r.client_util);
-        if client_util.is_some_and(|u| u >= SATURATED) {
-            let why = format!(
-                "{arm}: the client used {:.0}% of its CPU: these requests/s measure the client",
-                client_util.unwrap_or(f64::NAN) * 100.0
-            );
-            name = format!("{name} {}", footnote(&why));
-        }
-        if arm.scenario == Scenario::Bound && env.kept(&arm).any(|r| r.throttled_periods == Some(0)) {
-            name = format!("{name} {}", footnote(&format!("{arm}: the quota never held the server back in some runs")));
-        }
-        let rate = env.estimate(&arm, |r| r.report.requests_per_sec);
-        t.rows.push(vec![
-            name,
-            env.kept(&arm).count().to_string(),
-            shown(rate),
-            fixed(rate.zip(reference).map(|(r, n)| r.median / n.median), 2),
-            shown(env.estimate(&arm, |r| r.server_cpu_us_per_request)),
-            pct(med(|r| r.server_util)),
-            pct(client_util),
+        row.extend([
             fixed(med(|r| r.report.p50_us), 0),
             fixed(med(|r| r.report.p99_us), 0),
             env.kept(&arm).map(|r| r.errors).sum::<u64>().to_string(),
             fixed(med(|r| r.syscalls_per_request.unwrap_or(f64::NAN)), 3),
         ]);
+        t.rows.push(row);
     }
     t
 }
