@@ -203,7 +203,7 @@ fn smoke_of(entry: &harness::experiment::Entry) -> CliResult<registry::Which> {
         #[command(subcommand)]
         which: registry::Which,
     }
-    let line = std::iter::once("bench").chain(std::iter::once(entry.name)).chain(entry.smoke.iter().copied());
+    let line = std::iter::once("bench").chain(std::iter::once(entry.name)).chain(entry.smoke.split_whitespace());
     let parsed = <Line as clap::Parser>::try_parse_from(line)
         .map_err(|e| format!("{}'s smoke flags {:?}: {e}", entry.name, entry.smoke))?;
     Ok(parsed.which)

@@ -112,15 +112,11 @@ fn growth(p: &Params, backend: Backend, quantity: String, needed: Needed) -> Spe
 }
 
 impl Experiment for Idle {
-    experiment_types!(Args, Params, Arm, Sample);
+    experiment_types!(Args, Params, Arm, Sample, rounds: params.rounds);
 
-    const ENTRY: Entry = Entry {
-        name: "idle",
-        label: "E2",
-        title: "seconds for 40,000 round trips by 10 active connections among Z idle ones",
-        smoke: &["--idle", "0,100", "--backends", "epoll,poll,uring", "--budget", "20"],
-        needs: &[],
-    };
+    const ENTRY: Entry =
+        Entry::new("idle", "E2", "seconds for 40,000 round trips by 10 active connections among Z idle ones")
+            .smoke("--idle 0,100 --backends epoll,poll,uring --budget 20");
     const PUBLISHED: &'static str = "kernel 2.6.11, PIII 933 MHz, 100 Mbit LAN; a plot, no table: poll's time grows \
                                      linearly with the number of idle connections, epoll's stays flat; with none \
                                      idle, poll is slightly faster than epoll.";
@@ -145,10 +141,6 @@ impl Experiment for Idle {
             rounds: args.rounds.rounds(settings)?,
             load_backend: cell::LOAD_BACKEND,
         })
-    }
-
-    fn rounds(p: &Params) -> Rounds {
-        p.rounds
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Sample>> {

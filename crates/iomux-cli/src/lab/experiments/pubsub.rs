@@ -17,7 +17,7 @@
 use crate::lab::experiments::resp::Server;
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
-use crate::lab::harness::flags::{BackendFlags, RoundFlags, Standard};
+use crate::lab::harness::flags::{BackendFlags, QuickFull, RoundFlags, Standard};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
@@ -39,8 +39,7 @@ use std::time::Duration;
 const SUBSCRIBERS: usize = 20;
 const PAYLOAD: usize = 1024;
 const WINDOW: usize = 16;
-const QUICK_SECONDS: f64 = 1.0;
-const FULL_SECONDS: f64 = 5.0;
+const SECONDS: QuickFull<f64> = QuickFull { quick: 1.0, full: 5.0 };
 /// Issue 34's goal: messages delivered per second against redis-server's.
 /// Judged as what this machine allows: the fan-out floor, which does
 /// nothing but the kernel's part, reaches 1.3 times here; iomux is judged
@@ -62,14 +61,7 @@ pub enum Load {
     Slow,
 }
 
-impl std::fmt::Display for Load {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Load::Fanout => "fanout",
-            Load::Slow => "slow",
-        })
-    }
-}
+crate::lab::harness::display_as_value!(Load);
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
@@ -78,8 +70,7 @@ pub struct Args {
     /// Loads, comma-separated: fanout, slow [default: both]
     #[arg(long, value_delimiter = ',')]
     pub loads: Option<Vec<Load>>,
-    #[arg(long, help = format!("Seconds the publisher publishes per run [default: {QUICK_SECONDS}; --full: \
-                                 {FULL_SECONDS}]"))]
+    #[arg(long, help = format!("Seconds the publisher publishes per run {SECONDS}"))]
     pub seconds: Option<f64>,
     #[command(flatten)]
     pub rounds: RoundFlags<Standard>,
@@ -238,15 +229,12 @@ fn every_cell(p: &Params) -> Vec<Arm> {
 pub struct Pubsub;
 
 impl Experiment for Pubsub {
-    experiment_types!(Args, Params, Arm, Run);
+    experiment_types!(Args, Params, Arm, Run, rounds: params.rounds);
 
-    const ENTRY: Entry = Entry {
-        name: "pubsub",
-        label: "E7",
-        title: "pub/sub in iomux serve --proto resp beside redis-server, in one CPU quota",
-        smoke: &["--backends", "epoll", "--reps", "1", "--seconds", "0.3", "--budget", "0"],
-        needs: &["redis-server"],
-    };
+    const ENTRY: Entry =
+        Entry::new("pubsub", "E7", "pub/sub in iomux serve --proto resp beside redis-server, in one CPU quota")
+            .smoke("--backends epoll --reps 1 --seconds 0.3 --budget 0")
+            .needs(&["redis-server"]);
     const PUBLISHED: &'static str = "nothing: the documents published nothing on pub/sub. Issue 34 asked for twice \
                                      redis-server's messages delivered per second (1 KiB to 20 subscribers, same \
                                      CPU quota); the fan-out floor shows what this machine allows, and iomux is \
@@ -256,7 +244,7 @@ impl Experiment for Pubsub {
         let backends = args.backends.chosen(settings.full)?;
         let loads = args.loads.clone().unwrap_or_else(|| vec![Load::Fanout, Load::Slow]);
         no_repeats("--loads", &loads)?;
-        let seconds = args.seconds.unwrap_or(if settings.full { FULL_SECONDS } else { QUICK_SECONDS });
+        let seconds = args.seconds.unwrap_or(SECONDS.pick(settings));
         if !(0.1..=600.0).contains(&seconds) {
             return Err("--seconds must be between 0.1 and 600".into());
         }
@@ -276,10 +264,6 @@ impl Experiment for Pubsub {
             rounds: args.rounds.rounds(settings)?,
             bound_share: BOUND_SHARE,
         })
-    }
-
-    fn rounds(p: &Params) -> Rounds {
-        p.rounds
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Run>> {

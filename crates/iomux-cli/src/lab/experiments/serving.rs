@@ -149,16 +149,14 @@ fn percent(v: Option<f64>) -> String {
 
 /// Requests/s per server (median, whiskers its 95% interval), a group of
 /// bars per entry of `groups`, each server's arm in it made by `arm`.
-pub fn requests_bars<P, K: PartialEq, S, V: Copy + std::fmt::Display, G: Copy>(
-    env: &Envelope<P, K, S>,
-    servers: &[V],
+pub fn requests_bars<P, K: PartialEq, S: RequestRun, V: Copy + std::fmt::Display, G: Copy>(
+    (env, servers): (&Envelope<P, K, S>, &[V]),
     groups: Vec<(String, G)>,
     arm: impl Fn(V, G) -> K,
-    rate: fn(&S) -> f64,
     (what, x_label): (&str, &str),
 ) -> CliResult<String> {
     let title = format!("{what} (median, whiskers its 95% interval)");
-    plot::bars_per_server(env, servers, groups, |v, &g| arm(v, g), rate, (&title, x_label, "requests/s"))
+    plot::bars_per_server(env, servers, groups, |v, &g| arm(v, g), S::requests_per_sec, (&title, x_label, "requests/s"))
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! server only reads. What it costs the server per byte (seed 002).
 
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
-use crate::lab::harness::flags::{BackendDefaults, BackendFlags, RoundFlags, Standard};
+use crate::lab::harness::flags::{BackendDefaults, BackendFlags, QuickFull, RoundFlags, Standard};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
@@ -20,8 +20,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 const SENDERS: usize = 40;
-const QUICK_SECONDS: f64 = 0.5;
-const FULL_SECONDS: f64 = 10.0;
+const SECONDS: QuickFull<f64> = QuickFull { quick: 0.5, full: 10.0 };
 
 /// The article's epoll traffic, 97,950 kbit/s, as 100-byte messages per second.
 const PUBLISHED_RATE: f64 = 97_950_000.0 / 8.0 / 100.0;
@@ -37,7 +36,7 @@ impl BackendDefaults for Defaults {
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
     #[arg(long, value_parser = parse_seconds,
-          help = format!("Seconds of sending per cell [default: {QUICK_SECONDS}; --full: {FULL_SECONDS}]"))]
+          help = format!("Seconds of sending per cell {SECONDS}"))]
     pub seconds: Option<f64>,
     #[command(flatten)]
     pub backends: BackendFlags<Defaults>,
@@ -150,15 +149,10 @@ fn cpu_ratio(p: &Params, backend: Backend, base: Backend, paced: bool, quantity:
 pub struct Sink;
 
 impl Experiment for Sink {
-    experiment_types!(Args, Params, Arm, Sample);
+    experiment_types!(Args, Params, Arm, Sample, rounds: params.rounds);
 
-    const ENTRY: Entry = Entry {
-        name: "sink",
-        label: "E3",
-        title: "40 senders, a server that only reads",
-        smoke: &["--seconds", "0.3", "--backends", "poll,epoll-et,uring", "--budget", "5"],
-        needs: &[],
-    };
+    const ENTRY: Entry = Entry::new("sink", "E3", "40 senders, a server that only reads")
+        .smoke("--seconds 0.3 --backends poll,epoll-et,uring --budget 5");
     const PUBLISHED: &'static str = "the article's test, 100 Mbit NIC saturated: poll moved 95,165 kbit/s with the \
                                      machine ~78% in the kernel; epoll (ET) 97,950 kbit/s with ~24%.";
 
@@ -167,16 +161,12 @@ impl Experiment for Sink {
             backends: args.backends.chosen(settings.full)?,
             senders: SENDERS,
             msg_size: 100,
-            seconds: args.seconds.unwrap_or(if settings.full { FULL_SECONDS } else { QUICK_SECONDS }),
+            seconds: args.seconds.unwrap_or(SECONDS.pick(settings)),
             paced_msgs_per_sec: PUBLISHED_RATE,
             rounds: args.rounds.rounds(settings)?,
             load_backend: cell::LOAD_BACKEND,
             published: published_rows(),
         })
-    }
-
-    fn rounds(p: &Params) -> Rounds {
-        p.rounds
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Sample>> {
@@ -263,26 +253,18 @@ impl Shown for Sink {
                 ]);
             }
         }
-        let published = TableView {
-            caption: "Published (the article's test; CPU share of one machine while the NIC was saturated):".into(),
-            header: ["published (100 Mbit NIC)", "traffic", "server %sys", "server %idle", "process CPU", "strace -c"]
-                .map(String::from)
-                .to_vec(),
-            rows: p
-                .published
+        let published = TableView::new(
+            "Published (the article's test; CPU share of one machine while the NIC was saturated):",
+            &["published (100 Mbit NIC)", "traffic", "server %sys", "server %idle", "process CPU", "strace -c"],
+            p.published
                 .iter()
                 .map(|r| {
-                    vec![
-                        r.server.clone(),
-                        r.traffic.clone(),
-                        r.sys_share.clone(),
-                        r.idle_share.clone(),
-                        r.process_cpu.clone(),
-                        r.strace.clone(),
-                    ]
+                    [&r.server, &r.traffic, &r.sys_share, &r.idle_share, &r.process_cpu, &r.strace]
+                        .map(|c| c.clone())
+                        .to_vec()
                 })
                 .collect(),
-        };
+        );
         let bars = |paced: bool| -> Vec<(String, f64)> {
             p.backends
                 .iter()

@@ -50,8 +50,7 @@ pub struct Toy;
 impl Experiment for Toy {
     experiment_types!(Args, Params, Arm, Sample);
 
-    const ENTRY: Entry =
-        Entry { name: "toy", label: "T", title: "summing a vector twice as long", smoke: &[], needs: &[] };
+    const ENTRY: Entry = Entry::new("toy", "T", "summing a vector twice as long");
     const PUBLISHED: &'static str = "twice the items, twice the time.";
 
     fn plan(args: &Args, _: &Settings) -> CliResult<Params> {

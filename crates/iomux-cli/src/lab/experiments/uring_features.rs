@@ -200,15 +200,10 @@ fn target(f: &Feature) -> (&'static str, Workload) {
 pub struct UringFeatures;
 
 impl Experiment for UringFeatures {
-    experiment_types!(Args, Params, Arm, Sample);
+    experiment_types!(Args, Params, Arm, Sample, rounds: params.rounds);
 
-    const ENTRY: Entry = Entry {
-        name: "uring-features",
-        label: "io_uring",
-        title: "io_uring's optional features, each off and on",
-        smoke: &["--seconds", "0.3", "--reps", "1", "--conns", "100", "--budget", "0"],
-        needs: &[],
-    };
+    const ENTRY: Entry = Entry::new("uring-features", "io_uring", "io_uring's optional features, each off and on")
+        .smoke("--seconds 0.3 --reps 1 --conns 100 --budget 0");
     const PUBLISHED: &'static str = "nothing: the documents predate these features. iomux's goal: a feature on by \
                                      default wins on the figure it is meant for; one off by default does not.";
 
@@ -228,10 +223,6 @@ impl Experiment for UringFeatures {
             backend: BACKEND,
             load_backend: cell::LOAD_BACKEND,
         })
-    }
-
-    fn rounds(p: &Params) -> Rounds {
-        p.rounds
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Sample>> {

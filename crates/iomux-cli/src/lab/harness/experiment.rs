@@ -27,11 +27,27 @@ pub struct Entry {
     pub label: &'static str,
     /// The heading of its page.
     pub title: &'static str,
-    /// Flags for CI's smoke run: small sizes, every code path.
-    pub smoke: &'static [&'static str],
+    /// Flags for CI's smoke run, split at spaces: small sizes, every code
+    /// path.
+    pub smoke: &'static str,
     /// Programs it drives that `iomux bench` brings when missing
     /// (see `lab::tools`).
     pub needs: &'static [&'static str],
+}
+
+impl Entry {
+    /// An entry with no smoke flags and no programs needed.
+    pub const fn new(name: &'static str, label: &'static str, title: &'static str) -> Entry {
+        Entry { name, label, title, smoke: "", needs: &[] }
+    }
+
+    pub const fn smoke(self, smoke: &'static str) -> Entry {
+        Entry { smoke, ..self }
+    }
+
+    pub const fn needs(self, needs: &'static [&'static str]) -> Entry {
+        Entry { needs, ..self }
+    }
 }
 
 /// One number a sample carries, by which runs are compared.
@@ -43,13 +59,20 @@ pub struct Metric<S> {
 }
 
 /// An [`Experiment`] impl's four types in one line:
-/// `experiment_types!(Args, Params, Arm, Sample);`.
+/// `experiment_types!(Args, Params, Arm, Sample);`. With `, rounds:
+/// params.rounds` also its `rounds`, read from the params' field.
 macro_rules! experiment_types {
     ($args:ty, $params:ty, $arm:ty, $sample:ty) => {
         type Args = $args;
         type Params = $params;
         type Arm = $arm;
         type Sample = $sample;
+    };
+    ($args:ty, $params:ty, $arm:ty, $sample:ty, rounds: params.rounds) => {
+        experiment_types!($args, $params, $arm, $sample);
+        fn rounds(params: &$params) -> $crate::lab::harness::Rounds {
+            params.rounds
+        }
     };
 }
 pub(crate) use experiment_types;

@@ -29,6 +29,31 @@ pub trait BackendDefaults: Clone + Default + Send + Sync + 'static {
     const BACKENDS: (&'static [Backend], &'static [Backend]) = (&[Backend::Epoll, Backend::Uring], Backend::ALL);
 }
 
+/// A default that differs between quick settings and `--full`; shown in
+/// a flag's help as "[default: QUICK; --full: FULL]".
+#[derive(Clone, Copy, Debug)]
+pub struct QuickFull<T> {
+    pub quick: T,
+    pub full: T,
+}
+
+impl<T: Copy> QuickFull<T> {
+    /// The value for these settings.
+    pub fn pick(self, settings: &Settings) -> T {
+        if settings.full {
+            self.full
+        } else {
+            self.quick
+        }
+    }
+}
+
+impl<T: std::fmt::Display> std::fmt::Display for QuickFull<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "[default: {}; --full: {}]", self.quick, self.full)
+    }
+}
+
 /// The defaults most experiments take: one round (five with `--full`),
 /// 30 s of added rounds with `--full`, and epoll and io_uring (all six
 /// backends with `--full`).

@@ -28,6 +28,20 @@ pub fn no_repeats<T: PartialEq + std::fmt::Display>(flag: &str, values: &[T]) ->
     Ok(())
 }
 
+/// `display_as_value!(Load)`: `Display` by the name a `clap::ValueEnum`
+/// value has on the command line, so the lab shows what a flag takes.
+macro_rules! display_as_value {
+    ($t:ty) => {
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                let name = clap::ValueEnum::to_possible_value(self).map(|v| v.get_name().to_string());
+                f.write_str(&name.unwrap_or_default())
+            }
+        }
+    };
+}
+pub(crate) use display_as_value;
+
 /// The backend of a server named `iomux-BACKEND` (as the lab names
 /// iomux's servers beside their peers); None for any other name.
 pub fn iomux_server(name: &str) -> Option<Result<Backend, String>> {

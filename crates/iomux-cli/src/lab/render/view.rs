@@ -20,6 +20,13 @@ pub struct TableView {
     pub rows: Vec<Vec<String>>,
 }
 
+impl TableView {
+    /// A table of `rows` under `header`.
+    pub fn new(caption: impl Into<String>, header: &[&str], rows: Vec<Vec<String>>) -> TableView {
+        TableView { caption: caption.into(), header: header.iter().map(|h| h.to_string()).collect(), rows }
+    }
+}
+
 /// An experiment's results as a person reads them; plain text, no markup.
 #[derive(Clone, Debug, Default)]
 pub struct View {

@@ -225,15 +225,10 @@ impl Sample {
 }
 
 impl Experiment for Echo {
-    experiment_types!(Args, Params, Arm, Sample);
+    experiment_types!(Args, Params, Arm, Sample, rounds: params.rounds);
 
-    const ENTRY: Entry = Entry {
-        name: "echo",
-        label: "E4",
-        title: "connections echoing 100-byte messages",
-        smoke: &["--conns", "400", "--messages", "10", "--budget", "5"],
-        needs: &[],
-    };
+    const ENTRY: Entry =
+        Entry::new("echo", "E4", "connections echoing 100-byte messages").smoke("--conns 400 --messages 10 --budget 5");
     const PUBLISHED: &'static str = "the article: 1,000,000 connections x 100 echoes from 50 client threads, a \
                                      separate i5-12500H server, 1 Gbit LAN, strace -c: epoll 2.11 syscalls per \
                                      echo, io_uring (batching + SQPOLL) 0.29.";
@@ -286,10 +281,6 @@ impl Experiment for Echo {
             load_backend: cell::LOAD_BACKEND,
             published: published_rows(),
         })
-    }
-
-    fn rounds(p: &Params) -> Rounds {
-        p.rounds
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Sample>> {
@@ -429,26 +420,17 @@ impl Shown for Echo {
                 ]);
             }
         }
-        let published = TableView {
-            caption: "Published (the article: 50 client threads x 20,000 connections, a separate i5-12500H server, \
-                      1 Gbit LAN, strace -c):"
-                .into(),
-            header: ["published (1,000,000 conns x 100 echoes)", "wall ms", "total syscalls", "per echo"]
-                .map(String::from)
-                .to_vec(),
-            rows: p
-                .published
-                .iter()
-                .map(|r| {
-                    vec![
-                        r.server.clone(),
-                        thousands(r.wall_ms as f64),
-                        thousands(r.syscalls as f64),
-                        format!("{:.2}", r.syscalls_per_echo),
-                    ]
-                })
-                .collect(),
-        };
+        let figures = p.published.iter().map(|r| {
+            let row =
+                [thousands(r.wall_ms as f64), thousands(r.syscalls as f64), format!("{:.2}", r.syscalls_per_echo)];
+            std::iter::once(r.server.clone()).chain(row).collect()
+        });
+        let published = TableView::new(
+            "Published (the article: 50 client threads x 20,000 connections, a separate i5-12500H server, 1 Gbit LAN, \
+             strace -c):",
+            &["published (1,000,000 conns x 100 echoes)", "wall ms", "total syscalls", "per echo"],
+            figures.collect(),
+        );
         view.tables = vec![rows, by_kind];
         if !kernel.rows.is_empty() {
             view.tables.push(kernel);

@@ -215,24 +215,13 @@ fn past_fd_setsize(backend: Backend, conns: usize) -> bool {
 impl Experiment for Faults {
     experiment_types!(Args, Params, Arm, Sample);
 
-    const ENTRY: Entry = Entry {
-        name: "faults",
-        label: "E8",
-        title: "echo over a faulty network: loss, duplication, resets, a slow link and vanished peers",
-        smoke: &[
-            "--profiles",
-            "loss1,vanished",
-            "--backends",
-            "epoll,uring",
-            "--conns",
-            "5",
-            "--per-conn",
-            "20",
-            "--vanishing",
-            "20",
-        ],
-        needs: crate::lab::rig::tools::NET.tools,
-    };
+    const ENTRY: Entry = Entry::new(
+        "faults",
+        "E8",
+        "echo over a faulty network: loss, duplication, resets, a slow link and vanished peers",
+    )
+    .smoke("--profiles loss1,vanished --backends epoll,uring --conns 5 --per-conn 20 --vanishing 20")
+    .needs(crate::lab::rig::tools::NET.tools);
     /// The emulated links' work (tbf, nftables, veth, the delay line's
     /// NFQUEUE) runs in softirq, kernel threads and interrupts charged to
     /// no process: others are user-space processes outside the bench.

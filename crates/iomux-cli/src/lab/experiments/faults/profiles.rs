@@ -30,12 +30,7 @@ pub enum Profile {
     ServerVanished,
 }
 
-impl std::fmt::Display for Profile {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let name = clap::ValueEnum::to_possible_value(self).map(|v| v.get_name().to_string()).unwrap_or_default();
-        f.write_str(&name)
-    }
-}
+crate::lab::harness::display_as_value!(Profile);
 
 pub(super) const ALL: [Profile; 11] = [
     Profile::Lan,

@@ -12,7 +12,7 @@ mod view;
 use crate::lab::experiments::serving::{self, request_metrics, servers};
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
-use crate::lab::harness::flags::{BackendFlags, RoundFlags, Standard};
+use crate::lab::harness::flags::{BackendFlags, QuickFull, RoundFlags, Standard};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
@@ -32,8 +32,7 @@ use std::time::Duration;
 /// TechEmpower's plaintext test and the issue's: 100 connections, one
 /// client thread.
 const CONNS: u32 = 100;
-const QUICK_SECONDS: u32 = 1;
-const FULL_SECONDS: u32 = 10;
+const SECONDS: QuickFull<u32> = QuickFull { quick: 1, full: 10 };
 const DEFAULT_DEPTHS: [u32; 2] = [1, 16];
 /// A side using at least this share of its CPU sets the pace.
 const SATURATED: f64 = 0.95;
@@ -52,7 +51,7 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=256))]
     pub depths: Option<Vec<u32>>,
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=3600),
-          help = format!("Seconds per client run (wrk counts whole seconds) [default: {QUICK_SECONDS}; --full: {FULL_SECONDS}]"))]
+          help = format!("Seconds per client run (wrk counts whole seconds) {SECONDS}"))]
     pub seconds: Option<u32>,
     #[command(flatten)]
     pub rounds: RoundFlags<Standard>,
@@ -218,15 +217,11 @@ fn runs<'a>(r: &RoundView<'a, Arm, Run>) -> Option<Vec<(&'a Arm, &'a Run)>> {
 pub struct Http;
 
 impl Experiment for Http {
-    experiment_types!(Args, Params, Arm, Run);
+    experiment_types!(Args, Params, Arm, Run, rounds: params.rounds);
 
-    const ENTRY: Entry = Entry {
-        name: "http",
-        label: "E6",
-        title: "iomux serve --proto http beside nginx, by wrk and h2load",
-        smoke: &["--backends", "epoll,uring", "--reps", "1", "--seconds", "1", "--budget", "0"],
-        needs: &["wrk", "h2load", "nginx"],
-    };
+    const ENTRY: Entry = Entry::new("http", "E6", "iomux serve --proto http beside nginx, by wrk and h2load")
+        .smoke("--backends epoll,uring --reps 1 --seconds 1 --budget 0")
+        .needs(&["wrk", "h2load", "nginx"]);
     const PUBLISHED: &'static str = "nothing: the documents served no HTTP. iomux's goals: 1.2 times nginx's \
                                      requests/s by wrk, and nginx's CPU per request 1.2 times iomux's.";
 
@@ -262,14 +257,10 @@ impl Experiment for Http {
             missing,
             conns: CONNS,
             rounds: args.rounds.rounds(settings)?,
-            seconds: args.seconds.unwrap_or(if settings.full { FULL_SECONDS } else { QUICK_SECONDS }),
+            seconds: args.seconds.unwrap_or(SECONDS.pick(settings)),
             pinned: crate::lab::rig::cell::pinned(),
             saturated_at: SATURATED,
         })
-    }
-
-    fn rounds(p: &Params) -> Rounds {
-        p.rounds
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Run>> {

@@ -114,12 +114,5 @@ pub(super) fn svg(env: &Envelope<Params, Arm, Run>) -> CliResult<String> {
     }
     let arm = |server, (client, depth, scenario)| Arm { server, client, depth, scenario };
     let what = "E6: HTTP GET /plaintext requests/s, 100 connections";
-    serving::requests_bars(
-        env,
-        &p.servers,
-        groups,
-        arm,
-        |r| r.report.requests_per_sec,
-        (what, "client and pipelining depth (requests per write)"),
-    )
+    serving::requests_bars((env, &p.servers), groups, arm, (what, "client and pipelining depth (requests per write)"))
 }

@@ -107,7 +107,7 @@ pub(super) fn scenarios_help() -> String {
 }
 
 pub(super) fn seconds_help() -> String {
-    format!("Seconds of load per cell, after connecting [default: {QUICK_SECONDS}; --full: {FULL_SECONDS}]")
+    format!("Seconds of load per cell, after connecting {SECONDS}")
 }
 
 impl std::fmt::Display for Server {

@@ -12,7 +12,7 @@ pub mod cell;
 
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
-use crate::lab::harness::flags::{RoundDefaults, RoundFlags};
+use crate::lab::harness::flags::{QuickFull, RoundDefaults, RoundFlags};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
@@ -67,8 +67,7 @@ const PARITY: f64 = 1.10;
 /// Seconds of load per cell: quick settings keep the six rounds of all
 /// 21 cells (7 servers x 3 scenarios), and the perf run of each, near
 /// 3 minutes.
-const QUICK_SECONDS: f64 = 0.5;
-const FULL_SECONDS: f64 = 5.0;
+const SECONDS: QuickFull<f64> = QuickFull { quick: 0.5, full: 5.0 };
 
 /// Quick settings: the perf run of a cell is this short at most (a ratio
 /// of two counts, syscalls over echoes, settles sooner than a time).
@@ -187,26 +186,11 @@ fn spec(
 pub struct Peers;
 
 impl Experiment for Peers {
-    experiment_types!(Args, Params, Arm, Run);
+    experiment_types!(Args, Params, Arm, Run, rounds: params.rounds);
 
-    const ENTRY: Entry = Entry {
-        name: "peers",
-        label: "E5",
-        title: "iomux beside tokio, monoio, compio and a C epoll server",
-        smoke: &[
-            "--servers",
-            "iomux-epoll,iomux-uring,c-epoll,tokio",
-            "--scenarios",
-            "closed-100",
-            "--reps",
-            "1",
-            "--seconds",
-            "0.5",
-            "--budget",
-            "5",
-        ],
-        needs: &[],
-    };
+    const ENTRY: Entry = Entry::new("peers", "E5", "iomux beside tokio, monoio, compio and a C epoll server").smoke(
+        "--servers iomux-epoll,iomux-uring,c-epoll,tokio --scenarios closed-100 --reps 1 --seconds 0.5 --budget 5",
+    );
     const PUBLISHED: &'static str = "nothing: the documents measured no other runtime. These are iomux's own goals: \
                                      at most the best peer's CPU per echo, at least 1.1 times tokio's echoes/s.";
 
@@ -224,7 +208,7 @@ impl Experiment for Peers {
                 return Err(format!("{what} is empty").into());
             }
         }
-        let seconds = args.seconds.unwrap_or(if settings.full { FULL_SECONDS } else { QUICK_SECONDS });
+        let seconds = args.seconds.unwrap_or(SECONDS.pick(settings));
         if !(seconds.is_finite() && seconds > 0.0 && seconds <= 3600.0) {
             return Err(format!("--seconds must be more than 0 and at most 3600, not {seconds}").into());
         }
@@ -248,10 +232,6 @@ impl Experiment for Peers {
             sustained_at: SUSTAINED,
             pinned: crate::lab::rig::cell::pinned(),
         })
-    }
-
-    fn rounds(p: &Params) -> Rounds {
-        p.rounds
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Run>> {
@@ -439,7 +419,7 @@ mod tests {
 
     #[test]
     fn help_gives_the_defaults_in_force() {
-        assert!(seconds_help().contains(&format!("[default: {QUICK_SECONDS}; --full: {FULL_SECONDS}]")));
+        assert!(seconds_help().contains(&format!("{SECONDS}")));
         assert!(seconds_help().contains("0.5"), "{}", seconds_help());
         assert!(servers_help().contains("[default: iomux-epoll,iomux-uring,tokio,"), "{}", servers_help());
         assert!(servers_help().contains("--full: iomux-epoll,iomux-epoll-et,iomux-uring,tokio,"), "{}", servers_help());

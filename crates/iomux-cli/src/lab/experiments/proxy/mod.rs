@@ -16,7 +16,7 @@ use cells::*;
 
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
-use crate::lab::harness::flags::{BackendFlags, RoundFlags, Standard};
+use crate::lab::harness::flags::{BackendFlags, QuickFull, RoundFlags, Standard};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
@@ -40,10 +40,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const CONNS: u32 = 100;
-const QUICK_SECONDS: u32 = 1;
-const FULL_SECONDS: u32 = 10;
-const QUICK_BULK_MIB: u32 = 256;
-const FULL_BULK_MIB: u32 = 1024;
+const SECONDS: QuickFull<u32> = QuickFull { quick: 1, full: 10 };
+const BULK_MIB: QuickFull<u32> = QuickFull { quick: 256, full: 1024 };
 /// The issue's count of mostly idle proxied connections.
 const MANY: usize = 10_000;
 /// Descriptors a proxy keeps beside its connections (listener, poller,
@@ -116,15 +114,7 @@ pub enum Load {
     Many,
 }
 
-impl std::fmt::Display for Load {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Load::Requests => "requests",
-            Load::Bulk => "bulk",
-            Load::Many => "many",
-        })
-    }
-}
+crate::lab::harness::display_as_value!(Load);
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
@@ -134,10 +124,10 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     pub loads: Option<Vec<Load>>,
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=3600),
-          help = format!("Seconds per wrk run [default: {QUICK_SECONDS}; --full: {FULL_SECONDS}]"))]
+          help = format!("Seconds per wrk run {SECONDS}"))]
     pub seconds: Option<u32>,
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65536),
-          help = format!("MiB sent through each proxy in a bulk cell [default: {QUICK_BULK_MIB}; --full: {FULL_BULK_MIB}]"))]
+          help = format!("MiB sent through each proxy in a bulk cell {BULK_MIB}"))]
     pub bulk_mib: Option<u32>,
     /// Proxied connections in a many cell [default: 10,000, or as many as
     /// one process's open-files limit allows at two descriptors each]
@@ -238,28 +228,11 @@ fn best(r: &RoundView<Arm, Run>, arms: &[Arm], field: fn(&Run) -> f64, lowest: b
 pub struct ProxyBench;
 
 impl Experiment for ProxyBench {
-    experiment_types!(Args, Params, Arm, Run);
+    experiment_types!(Args, Params, Arm, Run, rounds: params.rounds);
 
-    const ENTRY: Entry = Entry {
-        name: "proxy",
-        label: "E9",
-        title: "iomux serve --proto proxy beside haproxy, in one CPU quota",
-        smoke: &[
-            "--backends",
-            "epoll,uring",
-            "--reps",
-            "1",
-            "--seconds",
-            "1",
-            "--bulk-mib",
-            "16",
-            "--many",
-            "200",
-            "--budget",
-            "0",
-        ],
-        needs: &["wrk", "nginx", "haproxy"],
-    };
+    const ENTRY: Entry = Entry::new("proxy", "E9", "iomux serve --proto proxy beside haproxy, in one CPU quota")
+        .smoke("--backends epoll,uring --reps 1 --seconds 1 --bulk-mib 16 --many 200 --budget 0")
+        .needs(&["wrk", "nginx", "haproxy"]);
     const PUBLISHED: &'static str = "nothing: the documents relayed nothing. Issue 33 asked, in the same CPU quota, \
                                      for 1.5 times haproxy's requests/s at 0.65 times its CPU per request (1.2 times \
                                      on epoll): no relay on this machine reaches that (the floors), so iomux is \
@@ -303,8 +276,8 @@ impl Experiment for ProxyBench {
             nginx,
             haproxy,
             conns: CONNS,
-            seconds: args.seconds.unwrap_or(if settings.full { FULL_SECONDS } else { QUICK_SECONDS }),
-            bulk_mib: args.bulk_mib.unwrap_or(if settings.full { FULL_BULK_MIB } else { QUICK_BULK_MIB }),
+            seconds: args.seconds.unwrap_or(SECONDS.pick(settings)),
+            bulk_mib: args.bulk_mib.unwrap_or(BULK_MIB.pick(settings)),
             many,
             many_limited,
             rounds: args.rounds.rounds(settings)?,
@@ -312,10 +285,6 @@ impl Experiment for ProxyBench {
             bound_share: BOUND_SHARE,
             saturated_at: SATURATED,
         })
-    }
-
-    fn rounds(p: &Params) -> Rounds {
-        p.rounds
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Run>> {

@@ -17,7 +17,7 @@ pub(super) fn run_cell(p: &Params, arm: &Arm) -> Result<Run, String> {
         if let Some(q) = &quota {
             q.add(pid)?;
         }
-        let args = redis::args(addr, arm.test.name(), p.conns, arm.depth, requests);
+        let args = redis::args(addr, &arm.test.to_string(), p.conns, arm.depth, requests);
         let before = crate::os::process_cpu(pid).map_err(|e| format!("the server's CPU time: {e}"))?;
         // Bounded: even at 1,000 requests/s the run ends well within it.
         let limit = Duration::from_secs(requests / 1000 + 30);

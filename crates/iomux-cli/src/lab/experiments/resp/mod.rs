@@ -22,7 +22,7 @@ mod view;
 use crate::lab::experiments::serving::{self, request_metrics, servers};
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
-use crate::lab::harness::flags::{BackendFlags, RoundFlags, Standard};
+use crate::lab::harness::flags::{BackendFlags, QuickFull, RoundFlags, Standard};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
@@ -42,8 +42,7 @@ use std::time::Duration;
 const CONNS: u32 = 50;
 /// Requests per run at depth 1; a run at depth D sends D times as many,
 /// so that each lasts about as long (many of the quota's periods).
-const QUICK_REQUESTS: u64 = 30_000;
-const FULL_REQUESTS: u64 = 100_000;
+const REQUESTS: QuickFull<u64> = QuickFull { quick: 30_000, full: 100_000 };
 const DEFAULT_DEPTHS: [u32; 2] = [1, 16];
 /// A side using at least this share of its CPU sets the pace.
 const SATURATED: f64 = 0.95;
@@ -67,21 +66,10 @@ pub enum Test {
     Incr,
 }
 
-impl std::fmt::Display for Test {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+crate::lab::harness::display_as_value!(Test);
 
 impl Test {
     const ALL: [Test; 3] = [Test::Set, Test::Get, Test::Incr];
-    fn name(self) -> &'static str {
-        match self {
-            Test::Set => "set",
-            Test::Get => "get",
-            Test::Incr => "incr",
-        }
-    }
 }
 
 servers!(Server {
@@ -108,7 +96,7 @@ pub struct Args {
     pub scenarios: Option<Vec<Scenario>>,
     #[arg(long, value_parser = clap::value_parser!(u64).range(1000..=100_000_000),
           help = format!("Requests per run at -P 1 (at -P D, D times as many) \
-                          [default: {QUICK_REQUESTS}; --full: {FULL_REQUESTS}]"))]
+                          {REQUESTS}"))]
     pub requests: Option<u64>,
     #[command(flatten)]
     pub rounds: RoundFlags<Standard>,
@@ -155,7 +143,7 @@ pub struct Arm {
 
 impl std::fmt::Display for Arm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {} -P {} {}", self.server, self.test.name(), self.depth, self.scenario)
+        write!(f, "{} {} -P {} {}", self.server, self.test, self.depth, self.scenario)
     }
 }
 
@@ -234,15 +222,11 @@ fn open_if_none(scenarios: &mut Vec<Scenario>) -> Vec<String> {
 pub struct Resp;
 
 impl Experiment for Resp {
-    experiment_types!(Args, Params, Arm, Run);
+    experiment_types!(Args, Params, Arm, Run, rounds: params.rounds);
 
-    const ENTRY: Entry = Entry {
-        name: "resp",
-        label: "E7",
-        title: "iomux serve --proto resp beside redis-server, by redis-benchmark",
-        smoke: &["--backends", "epoll,uring", "--tests", "get", "--requests", "2000", "--reps", "1", "--budget", "0"],
-        needs: &["redis-server", "redis-benchmark"],
-    };
+    const ENTRY: Entry = Entry::new("resp", "E7", "iomux serve --proto resp beside redis-server, by redis-benchmark")
+        .smoke("--backends epoll,uring --tests get --requests 2000 --reps 1 --budget 0")
+        .needs(&["redis-server", "redis-benchmark"]);
     const PUBLISHED: &'static str = "nothing: the documents served no RESP. iomux's goals, server-bound (every \
                                      server in the same 50% CPU quota): 1.2 times redis-server's requests/s at -P 1 \
                                      and 1.5 times at -P 16, for GET and for SET. At -P 1 the C floor (canned \
@@ -293,16 +277,12 @@ impl Experiment for Resp {
             missing,
             notes,
             conns: CONNS,
-            requests: args.requests.unwrap_or(if settings.full { FULL_REQUESTS } else { QUICK_REQUESTS }),
+            requests: args.requests.unwrap_or(REQUESTS.pick(settings)),
             rounds: args.rounds.rounds(settings)?,
             pinned: crate::lab::rig::cell::pinned(),
             bound_share: BOUND_SHARE,
             saturated_at: SATURATED,
         })
-    }
-
-    fn rounds(p: &Params) -> Rounds {
-        p.rounds
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Run>> {
@@ -314,7 +294,7 @@ impl Experiment for Resp {
                     // The goal's rounds need iomux and redis, not the floor.
                     let goal_arms: Vec<Arm> = arms.iter().copied().filter(|a| a.server != Server::Floor).collect();
                     let against_redis = Spec::iomux(
-                        format!("E7 bound {} -P {depth}: iomux best req/s / redis's", test.name().to_uppercase()),
+                        format!("E7 bound {} -P {depth}: iomux best req/s / redis's", test.to_string().to_uppercase()),
                         Needed::AtLeast(goal(depth)),
                         goal_arms,
                         move |r| Some(best_iomux(r)? / redis_rate(r)?),
@@ -327,7 +307,7 @@ impl Experiment for Resp {
                     if depth != FLOOR_DEPTH {
                         continue;
                     }
-                    let name = test.name().to_uppercase();
+                    let name = test.to_string().to_uppercase();
                     let floor = Arm { server: Server::Floor, test, depth, scenario: Scenario::Bound };
                     let redis = Arm { server: Server::Redis, ..floor };
                     claims.push(

@@ -36,7 +36,7 @@ pub(super) fn table(env: &Envelope<Params, Arm, Run>, notes: &mut Vec<String>, r
     };
     let reference = env.estimate(&redis, |r| r.report.requests_per_sec);
     let mut t = TableView {
-        caption: format!("{} -P {}, {}", redis.test.name().to_uppercase(), redis.depth, redis.scenario),
+        caption: format!("{} -P {}, {}", redis.test.to_string().to_uppercase(), redis.depth, redis.scenario),
         header: [
             "server",
             "runs",
@@ -105,18 +105,14 @@ pub(super) fn svg(env: &Envelope<Params, Arm, Run>) -> CliResult<String> {
     for &scenario in &p.scenarios {
         for &test in &p.tests {
             for &depth in &p.depths {
-                groups.push((format!("{} -P {depth} {scenario}", test.name().to_uppercase()), (test, depth, scenario)));
+                groups.push((
+                    format!("{} -P {depth} {scenario}", test.to_string().to_uppercase()),
+                    (test, depth, scenario),
+                ));
             }
         }
     }
     let arm = |server, (test, depth, scenario)| Arm { server, test, depth, scenario };
     let what = "E7: RESP requests/s by redis-benchmark, 50 connections";
-    serving::requests_bars(
-        env,
-        &p.servers,
-        groups,
-        arm,
-        |r| r.report.requests_per_sec,
-        (what, "test, pipelining depth, scenario"),
-    )
+    serving::requests_bars((env, &p.servers), groups, arm, (what, "test, pipelining depth, scenario"))
 }

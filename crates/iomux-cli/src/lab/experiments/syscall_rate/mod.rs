@@ -222,15 +222,10 @@ fn ratio_at(p: &Params, n: usize, a: Subject, b: Subject, quantity: &str, needed
 }
 
 impl Experiment for SyscallRate {
-    experiment_types!(Args, Params, Arm, Sample);
+    experiment_types!(Args, Params, Arm, Sample, rounds: params.rounds);
 
-    const ENTRY: Entry = Entry {
-        name: "syscall-rate",
-        label: "E1",
-        title: "empty waits per second (calls/s) against registered fds",
-        smoke: &["--fds", "1,100,1000", "--budget", "5"],
-        needs: &[],
-    };
+    const ENTRY: Entry = Entry::new("syscall-rate", "E1", "empty waits per second (calls/s) against registered fds")
+        .smoke("--fds 1,100,1000 --budget 5");
     const PUBLISHED: &'static str = "the book's table (Linux Application Development, 2nd ed., 13.1.6): poll()'s \
                                      calls per second fall as 1/N, from 310,063 at 1 fd to 18 at 100,000; \
                                      epoll_wait()'s stay near 720,000 at every N.";
@@ -255,10 +250,6 @@ impl Experiment for SyscallRate {
             timeout: 0,
             book: BOOK.to_vec(),
         })
-    }
-
-    fn rounds(p: &Params) -> Rounds {
-        p.rounds
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Sample>> {
