@@ -72,6 +72,9 @@ pub struct ServerStats {
     /// A proxy's connections by how they ended.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proxy: Option<crate::apps::proxy::ProxyCounts>,
+    /// What a RESP server's pub/sub did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pubsub: Option<crate::apps::pubsub::PubsubCounts>,
 }
 
 /// One optional io_uring feature as a loop ran it.
@@ -92,9 +95,95 @@ impl ServerStats {
     pub fn syscalls_of(&self, kind: iomux::Syscall) -> u64 {
         self.syscalls.get(kind.name()).copied().unwrap_or(0)
     }
+
+    /// Adds another process's (or loop's) figures, as `LoopStats::merge`
+    /// merges loops: counts, CPU time, peak connections and peak RSS add
+    /// (peaks of processes need not coincide: the sum bounds the whole
+    /// from above); the wall time is the longest, and one connection's
+    /// peak output and one inbox's peak the largest. Text that differs
+    /// becomes "a, b"; what one side lacks, the other gives.
+    pub fn merge(&mut self, o: &ServerStats) {
+        for (sum, add) in [
+            (&mut self.loops, o.loops),
+            (&mut self.accepted, o.accepted),
+            (&mut self.connected, o.connected),
+            (&mut self.closed, o.closed),
+            (&mut self.closed_abnormally, o.closed_abnormally),
+            (&mut self.vanished, o.vanished),
+            (&mut self.idle_closed, o.idle_closed),
+            (&mut self.refused, o.refused),
+            (&mut self.accept_backoffs, o.accept_backoffs),
+            (&mut self.bytes_in, o.bytes_in),
+            (&mut self.bytes_out, o.bytes_out),
+            (&mut self.spliced_bytes, o.spliced_bytes),
+            (&mut self.messages, o.messages),
+            (&mut self.inbox_refused, o.inbox_refused),
+            (&mut self.gathered_sends, o.gathered_sends),
+            (&mut self.turns, o.turns),
+            (&mut self.peak_conns, o.peak_conns),
+            (&mut self.syscalls_total, o.syscalls_total),
+            (&mut self.peak_rss_bytes, o.peak_rss_bytes),
+        ] {
+            *sum += add;
+        }
+        for (kind, n) in &o.syscalls {
+            *self.syscalls.entry(kind.clone()).or_default() += n;
+        }
+        self.user_cpu_s += o.user_cpu_s;
+        self.sys_cpu_s += o.sys_cpu_s;
+        self.wall_s = self.wall_s.max(o.wall_s);
+        self.peak_output_bytes = self.peak_output_bytes.max(o.peak_output_bytes);
+        self.inbox_peak = self.inbox_peak.max(o.inbox_peak);
+        self.backend = joined(&self.backend, &o.backend);
+        self.proto = both(self.proto.take(), o.proto.clone(), |a, b| joined(&a, &b));
+        self.uring_setup = both(self.uring_setup.take(), o.uring_setup.clone(), |a, b| joined(&a, &b));
+        // One configuration's features: the first side's.
+        self.uring_features = self.uring_features.take().or_else(|| o.uring_features.clone());
+        for (sum, add) in [
+            (&mut self.zero_copy_sends, o.zero_copy_sends),
+            (&mut self.zero_copy_copied, o.zero_copy_copied),
+            (&mut self.http_responses, o.http_responses),
+            (&mut self.http_timeouts, o.http_timeouts),
+            (&mut self.resp_replies, o.resp_replies),
+            (&mut self.resp_errors, o.resp_errors),
+        ] {
+            *sum = both(sum.take(), add, |a, b| a + b);
+        }
+        self.proxy = both(self.proxy.take(), o.proxy, |mut a, b| {
+            a.add(&b);
+            a
+        });
+        self.pubsub = both(self.pubsub.take(), o.pubsub, |mut a, b| {
+            a.add(&b);
+            a
+        });
+    }
 }
 
-pub fn stats_json(stats: &LoopStats, backend: Backend, extra: &[(&str, Value)]) -> CliResult<Value> {
+/// `a` and `b` combined by `f` when both are known, else whichever is.
+fn both<T>(a: Option<T>, b: Option<T>, f: impl FnOnce(T, T) -> T) -> Option<T> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(f(a, b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// `a`, or "a, b" when they differ (an empty side gives way).
+fn joined(a: &str, b: &str) -> String {
+    if a == b || b.is_empty() {
+        a.to_string()
+    } else if a.is_empty() {
+        b.to_string()
+    } else {
+        let mut names: Vec<&str> = a.split(", ").chain(b.split(", ")).collect();
+        names.sort_unstable();
+        names.dedup();
+        names.join(", ")
+    }
+}
+
+/// A process's figures from its loops' stats and its own usage.
+pub fn server_stats(stats: &LoopStats, backend: Backend) -> CliResult<ServerStats> {
     let usage = crate::os::usage().map_err(|e| format!("getrusage: {e}"))?;
     let uring = !stats.uring_features.is_empty();
     let typed = ServerStats {
@@ -143,60 +232,45 @@ pub fn stats_json(stats: &LoopStats, backend: Backend, extra: &[(&str, Value)]) 
         resp_replies: None,
         resp_errors: None,
         proxy: None,
+        pubsub: None,
     };
-    let mut v = serde_json::to_value(typed)?;
-    for (k, val) in extra {
-        v[*k] = val.clone();
-    }
-    Ok(v)
+    Ok(typed)
 }
 
-/// A server's figures in one line (from [`stats_json`]'s keys, so that
-/// merged figures print the same way).
-pub fn summary(stats: &Value) -> String {
-    let n = |key: &str| stats[key].as_u64().unwrap_or(0);
-    let s = |key: &str| stats[key].as_f64().unwrap_or(0.0);
+/// A server's figures in one line (a merged server's the same way).
+pub fn summary(st: &ServerStats) -> String {
     // An HTTP server also says what it answered, per request.
-    let http = match stats["http_responses"].as_u64() {
+    let http = match st.http_responses {
         Some(r) => format!(
             "; {r} HTTP responses ({:.3} syscalls each), {} connections timed out",
-            n("syscalls_total") as f64 / r.max(1) as f64,
-            n("http_timeouts")
+            st.syscalls_total as f64 / r.max(1) as f64,
+            st.http_timeouts.unwrap_or(0)
         ),
         None => String::new(),
     };
     let line = format!(
         "{} connections accepted, {} closed ({} abnormally, of them {} vanished; {} idle; {} refused); \
          {} bytes in, {} out; {} syscalls ({:.3} per read); cpu user {:.3}s sys {:.3}s; peak RSS {} KiB",
-        n("accepted"),
-        n("closed"),
-        n("closed_abnormally"),
-        n("vanished"),
-        n("idle_closed"),
-        n("refused"),
-        n("bytes_in"),
-        n("bytes_out"),
-        n("syscalls_total"),
-        n("syscalls_total") as f64 / n("messages").max(1) as f64,
-        s("user_cpu_s"),
-        s("sys_cpu_s"),
-        n("peak_rss_bytes") / 1024,
+        st.accepted,
+        st.closed,
+        st.closed_abnormally,
+        st.vanished,
+        st.idle_closed,
+        st.refused,
+        st.bytes_in,
+        st.bytes_out,
+        st.syscalls_total,
+        st.syscalls_total as f64 / st.messages.max(1) as f64,
+        st.user_cpu_s,
+        st.sys_cpu_s,
+        st.peak_rss_bytes / 1024,
     );
     // A proxy also says how its connections ended.
-    let proxy = match stats["proxy"].as_object() {
-        Some(p) => {
-            let p = |key: &str| p.get(key).and_then(Value::as_u64).unwrap_or(0);
-            format!(
-                "; proxied {} (upstream failed {}, timed out {}, reset {}; clients reset {}; errors {}; idle {})",
-                p("relayed"),
-                p("upstream_failed"),
-                p("upstream_timeouts"),
-                p("upstream_resets"),
-                p("client_resets"),
-                p("errors"),
-                p("idle")
-            )
-        }
+    let proxy = match &st.proxy {
+        Some(p) => format!(
+            "; proxied {} (upstream failed {}, timed out {}, reset {}; clients reset {}; errors {}; idle {})",
+            p.relayed, p.upstream_failed, p.upstream_timeouts, p.upstream_resets, p.client_resets, p.errors, p.idle
+        ),
         None => String::new(),
     };
     line + &http + &proxy
@@ -235,4 +309,49 @@ pub fn write_json(path: &Path, value: &Value) -> CliResult<()> {
     let text = serde_json::to_string_pretty(value)?;
     std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod merge_tests {
+    use super::*;
+    use crate::apps::proxy::ProxyCounts;
+
+    fn stats(v: serde_json::Value) -> ServerStats {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn merging_sums_counters_keeps_maxima_and_joins_text() {
+        let mut m = stats(serde_json::json!({"backend": "epoll", "accepted": 2, "bytes_out": 10, "peak_conns": 2,
+            "wall_s": 1.5, "user_cpu_s": 0.25, "peak_output_bytes": 7, "inbox_peak": 3, "peak_rss_bytes": 1000,
+            "syscalls": {"read": 3, "accept4": 2}}));
+        let b = stats(serde_json::json!({"backend": "uring", "accepted": 3, "bytes_out": 5, "peak_conns": 3,
+            "wall_s": 2.0, "user_cpu_s": 0.5, "peak_output_bytes": 4, "inbox_peak": 9, "peak_rss_bytes": 500,
+            "syscalls": {"read": 1, "write": 4}, "uring_setup": "sqpoll"}));
+        m.merge(&b);
+        assert_eq!((m.accepted, m.bytes_out, m.peak_conns, m.peak_rss_bytes), (5, 15, 5, 1500));
+        assert_eq!((m.wall_s, m.user_cpu_s), (2.0, 0.75));
+        assert_eq!((m.peak_output_bytes, m.inbox_peak), (7, 9), "one connection's, one inbox's: the largest");
+        let want: BTreeMap<String, u64> =
+            [("read", 4), ("accept4", 2), ("write", 4)].map(|(k, n)| (k.into(), n)).into();
+        assert_eq!(m.syscalls, want);
+        assert_eq!(m.uring_setup.as_deref(), Some("sqpoll"), "what one side lacks, the other gives");
+        assert_eq!(m.backend, "epoll, uring");
+        assert_eq!(m.http_responses, None, "only http servers count responses");
+    }
+
+    #[test]
+    fn protocol_counts_add_where_known() {
+        let part = |responses: u64, relayed: u64| ServerStats {
+            http_responses: Some(responses),
+            resp_replies: None,
+            proxy: Some(ProxyCounts { relayed, ..Default::default() }),
+            ..Default::default()
+        };
+        let mut m = part(5, 1);
+        m.merge(&part(7, 2));
+        m.merge(&ServerStats { resp_replies: Some(4), ..Default::default() });
+        assert_eq!((m.http_responses, m.resp_replies), (Some(12), Some(4)));
+        assert_eq!(m.proxy.map(|p| p.relayed), Some(3));
+    }
 }

@@ -3,10 +3,9 @@
 //! histograms add (percentiles are read from the sum, never averaged),
 //! the measured time is the longest, client stats add.
 
-use super::result::LoadResult;
+use super::result::{LoadResult, MergedFile};
 use super::summary;
 use crate::CliResult;
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -63,9 +62,7 @@ pub fn run(args: MergeArgs) -> CliResult<ExitCode> {
     check_shards(&parts)?;
     let mut merged = merge(&parts, Setup::Longest)?;
     for p in &parts {
-        let mut v = p.result.summary()?;
-        v["file"] = Value::from(p.label.clone());
-        merged.merged_files.push(v);
+        merged.merged_files.push(MergedFile { file: p.label.clone(), result: p.result.summary() });
     }
     summary::conclude("iomux merge", &merged, args.json.as_deref(), true, &[])
 }
@@ -139,7 +136,7 @@ pub fn merge(parts: &[Part], setup: Setup) -> CliResult<LoadResult> {
         sent_messages: 0,
         sent_bytes: 0,
         errors: Default::default(),
-        client: Value::Null,
+        client: Default::default(),
         procs: Vec::new(),
         merged_files: Vec::new(),
         ..f.clone()
@@ -203,7 +200,7 @@ pub fn merge(parts: &[Part], setup: Setup) -> CliResult<LoadResult> {
         if e.first.is_none() {
             e.first = r.errors.first.as_ref().map(|x| format!("{label}: {x}"));
         }
-        add_stats(&mut m.client, &r.client);
+        m.client.merge(&r.client);
         connects.push(r.connect.clone());
         backends.push(r.backend.clone());
     }
@@ -234,42 +231,6 @@ fn distinct(mut v: Vec<String>) -> String {
     v.sort();
     v.dedup();
     v.join(", ")
-}
-
-/// Adds loop stats (CPU, syscalls by kind, bytes, peak RSS...): numbers
-/// add, except the wall time (the longest); text stays when it agrees.
-fn add_stats(sum: &mut Value, o: &Value) {
-    match (sum, o) {
-        (sum @ Value::Null, o) => *sum = o.clone(),
-        (Value::Object(sum), Value::Object(o)) => {
-            for (k, v) in o {
-                match sum.get_mut(k) {
-                    None => {
-                        sum.insert(k.clone(), v.clone());
-                    }
-                    // One run's wall time, one connection's peak: the larger, not the sum.
-                    Some(s) if k == "wall_s" || k == "peak_output_bytes" => {
-                        if let (Some(a), Some(b)) = (s.as_f64(), v.as_f64()) {
-                            *s = Value::from(a.max(b));
-                        }
-                    }
-                    Some(s) => add_stats(s, v),
-                }
-            }
-        }
-        (sum @ Value::Number(_), Value::Number(o)) => {
-            *sum = match (sum.as_u64(), o.as_u64()) {
-                (Some(a), Some(b)) => Value::from(a + b),
-                _ => Value::from(sum.as_f64().unwrap_or(0.0) + o.as_f64().unwrap_or(0.0)),
-            }
-        }
-        (sum, o) if *sum != *o => *sum = Value::from(distinct(vec![text(sum), text(o)])),
-        _ => {}
-    }
-}
-
-fn text(v: &Value) -> String {
-    v.as_str().map_or_else(|| v.to_string(), str::to_string)
 }
 
 /// Two parts' counts added; unknown where neither knows.
@@ -318,22 +279,5 @@ mod tests {
         let closed = part("d", 2, 0, None, (1000.0, 1010.0));
         let open = part("e", 2, 0, Some(100.0), (1000.0, 1010.0));
         assert!(merge(&[open, closed], Setup::Span).is_err(), "open and closed loops differ");
-    }
-
-    #[test]
-    fn client_stats_add_and_wall_time_is_the_longest() {
-        let mut sum = Value::Null;
-        let a = json!({"backend": "epoll", "user_cpu_s": 1.5, "syscalls": {"read": 10, "epoll_wait": 3},
-                       "peak_rss_bytes": 1000, "wall_s": 2.0, "uring_setup": null});
-        let b = json!({"backend": "uring", "user_cpu_s": 0.5, "syscalls": {"read": 5, "io_uring_enter": 7},
-                       "peak_rss_bytes": 500, "wall_s": 3.0, "uring_setup": null});
-        add_stats(&mut sum, &a);
-        add_stats(&mut sum, &b);
-        assert_eq!(sum["user_cpu_s"], 2.0);
-        assert_eq!(sum["syscalls"], json!({"read": 15, "epoll_wait": 3, "io_uring_enter": 7}));
-        assert_eq!(sum["peak_rss_bytes"], 1500);
-        assert_eq!(sum["wall_s"], 3.0);
-        assert_eq!(sum["backend"], "epoll, uring");
-        assert_eq!(sum["uring_setup"], Value::Null);
     }
 }

@@ -6,7 +6,7 @@
 
 use super::hdrlog::Log;
 use super::merge::{self, Part, Setup};
-use super::result::LoadResult;
+use super::result::{ChildResult, LoadResult};
 use super::watch::{Display, Snapshot};
 use super::LoadArgs;
 use crate::CliResult;
@@ -138,7 +138,7 @@ pub fn run(args: &LoadArgs) -> CliResult<(LoadResult, Vec<String>)> {
         let status = r.status.map_or("no exit status".to_string(), |s| s.to_string());
         match LoadResult::read(&r.json) {
             Ok(r) => {
-                summaries.push(r.summary()?);
+                summaries.push(ChildResult::Done(Box::new(r.summary())));
                 parts.push(Part { label: format!("process {}", p.index), result: r });
                 merged_children.push(p);
             }
@@ -146,7 +146,7 @@ pub fn run(args: &LoadArgs) -> CliResult<(LoadResult, Vec<String>)> {
                 let tail = p.stderr.lock().unwrap_or_else(|e| e.into_inner()).join("\n  ");
                 let why = if tail.is_empty() { e.to_string() } else { tail };
                 failed.push(format!("{} exited with {status} and no result:\n  {why}", p.describe()));
-                summaries.push(serde_json::json!({"process": p.index, "failed": why, "exit": status}));
+                summaries.push(ChildResult::Failed { process: p.index, failed: why, exit: status });
             }
         }
     }

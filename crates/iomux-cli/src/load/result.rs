@@ -69,7 +69,9 @@ pub struct LoadResult {
     pub echoes_per_sec: f64,
     pub mb_per_sec: f64,
     pub latency: Option<Latency>,
-    /// The latency histogram (ns): HdrHistogram V2 + deflate, base64.
+    /// The latency histogram (ns): HdrHistogram V2 + deflate, base64
+    /// (none in the parts listed by a merged result).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub latency_hdr: String,
     /// CPU time (user + system) of the load's process from the start of
     /// measuring to the last echo (summed over processes and merged parts).
@@ -79,14 +81,32 @@ pub struct LoadResult {
     #[serde(default)]
     pub cpu_us_per_echo: Option<f64>,
     pub errors: Errors,
-    /// Client loop stats, as `iomux serve` writes its own (summed when merged).
-    pub client: Value,
+    /// Client loop stats, as `iomux serve` writes its own (merged by
+    /// `ServerStats::merge` when results merge).
+    #[serde(default)]
+    pub client: crate::stats::ServerStats,
     /// `--procs`: each child's result, less its histogram.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub procs: Vec<Value>,
+    pub procs: Vec<ChildResult>,
     /// `iomux merge`: each file's result, less its histogram.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub merged_files: Vec<Value>,
+    pub merged_files: Vec<MergedFile>,
+}
+
+/// One `--procs` child's result (less its histogram), or why it has none.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ChildResult {
+    Failed { process: usize, failed: String, exit: String },
+    Done(Box<LoadResult>),
+}
+
+/// One file `iomux merge` read.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MergedFile {
+    pub file: String,
+    #[serde(flatten)]
+    pub result: LoadResult,
 }
 
 /// A shard's place in the whole load.
@@ -197,7 +217,7 @@ impl LoadResult {
                 connect: r.connect_errors.clone(),
                 first: r.first_error.clone(),
             },
-            client: crate::stats::stats_json(stats, args.backend, &[])?,
+            client: crate::stats::server_stats(stats, args.backend)?,
             procs: Vec::new(),
             merged_files: Vec::new(),
         };
@@ -236,12 +256,8 @@ impl LoadResult {
     }
 
     /// The figures without the histogram, for a merged result's list of parts.
-    pub fn summary(&self) -> CliResult<Value> {
-        let mut v = self.to_json()?;
-        if let Some(map) = v.as_object_mut() {
-            map.remove("latency_hdr");
-        }
-        Ok(v)
+    pub fn summary(&self) -> LoadResult {
+        LoadResult { latency_hdr: String::new(), ..self.clone() }
     }
 
     /// Reads a result file; the error names the file and what is wrong.

@@ -7,7 +7,7 @@ use crate::apps::http::{HttpServer, HttpSettings};
 use crate::apps::proxy::{ProxyCounts, ProxyServer, Upstream};
 use crate::apps::{Proto, Server};
 use crate::flags::Flags;
-use crate::stats::{stats_json, summary, write_json};
+use crate::stats::{server_stats, summary, write_json};
 use crate::CliResult;
 use iomux::runtime::{Config, ConfigBuilder, Control, Keepalive, Runtime};
 use iomux::Backend;
@@ -471,7 +471,7 @@ fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCod
             }
         }
     };
-    let mut extra = vec![("proto", serde_json::json!(proto.name()))];
+    let mut extra = crate::stats::ServerStats { proto: Some(proto.name().to_string()), ..Default::default() };
     let stats = if proto == Proto::Http {
         let settings = args.http_settings();
         let finished = runtime.run(|_| {
@@ -480,8 +480,7 @@ fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCod
         })?;
         let responses: u64 = finished.handlers.iter().map(|h| h.responses).sum();
         let timeouts: u64 = finished.handlers.iter().map(|h| h.timeouts).sum();
-        extra.push(("http_responses", serde_json::json!(responses)));
-        extra.push(("http_timeouts", serde_json::json!(timeouts)));
+        (extra.http_responses, extra.http_timeouts) = (Some(responses), Some(timeouts));
         finished.stats
     } else if proto == Proto::Resp {
         use crate::apps::pubsub::{Hub, PubsubCounts, Registry};
@@ -496,9 +495,7 @@ fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCod
         let errors: u64 = finished.handlers.iter().map(|h| h.errors).sum();
         let mut pubsub = PubsubCounts::default();
         finished.handlers.iter().for_each(|h| pubsub.add(&h.hub.counts));
-        extra.push(("resp_replies", serde_json::json!(replies)));
-        extra.push(("resp_errors", serde_json::json!(errors)));
-        extra.push(("pubsub", serde_json::to_value(pubsub)?));
+        (extra.resp_replies, extra.resp_errors, extra.pubsub) = (Some(replies), Some(errors), Some(pubsub));
         finished.stats
     } else if let (Proto::Proxy, Some(upstream)) = (proto, &args.upstream) {
         let (buffer, idle) = (args.proxy_buffer as usize, args.idle_timeout.map(Duration::from_secs_f64));
@@ -509,7 +506,7 @@ fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCod
         })?;
         let mut counts = ProxyCounts::default();
         finished.handlers.iter().for_each(|h| counts.add(&h.counts));
-        extra.push(("proxy", serde_json::to_value(counts)?));
+        extra.proxy = Some(counts);
         finished.stats
     } else {
         runtime
@@ -519,13 +516,15 @@ fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCod
             })?
             .stats
     };
-    let json = stats_json(&stats, backend, &extra)?;
+    // The loops' figures, and what the protocol's handlers counted.
+    let mut stats = server_stats(&stats, backend)?;
+    stats.merge(&extra);
     // A worker's figures are one part of the parent's summary.
     if args.worker.is_none() {
-        eprintln!("iomux serve: stopped. {}", summary(&json));
+        eprintln!("iomux serve: stopped. {}", summary(&stats));
     }
     if let Some(path) = &args.stats_file {
-        write_json(path, &json)?;
+        write_json(path, &serde_json::to_value(&stats)?)?;
     }
     Ok(ExitCode::SUCCESS)
 }

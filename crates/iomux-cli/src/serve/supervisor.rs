@@ -10,10 +10,10 @@
 //! SIGTERM, and merges the workers' stats files once all have stopped.
 
 use super::ServeArgs;
-use crate::stats::{summary, write_json};
+use crate::stats::{summary, write_json, ServerStats};
 use crate::CliResult;
 use iomux::Backend;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use signal_hook::consts::{SIGCHLD, SIGINT, SIGTERM};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -350,11 +350,7 @@ impl Supervisor<'_> {
         for run in runs {
             let exit = run.exit.map_or_else(|| "unknown".to_string(), describe);
             match read_stats(&run.stats_file) {
-                Ok(mut stats) => {
-                    stats["worker"] = json!(run.worker);
-                    stats["pid"] = json!(run.pid);
-                    workers.push(stats);
-                }
+                Ok(stats) => workers.push(WorkerStats { worker: run.worker, pid: run.pid, stats }),
                 Err(why) => {
                     if run.exit.is_some_and(|s| s.success()) {
                         failed.get_or_insert(format!("worker {} (pid {}) left no stats: {why}", run.worker, run.pid));
@@ -365,21 +361,18 @@ impl Supervisor<'_> {
         }
         let args = self.args;
         let proto = args.proto.name();
-        let mut stats = merge(&workers, self.backend, proto);
-        stats["procs"] = json!(args.procs);
-        stats["restarts"] = json!(self.restarts);
-        stats["workers"] = Value::Array(workers);
-        // Figures of a worker process killed before it wrote them (they
-        // were in its memory only): the sums above leave them out.
-        stats["lost"] = Value::Array(lost);
+        let mut merged =
+            ServerStats { backend: self.backend.name().into(), proto: Some(proto.into()), ..Default::default() };
+        workers.iter().for_each(|w| merged.merge(&w.stats));
         let restarts = match self.restarts {
             0 => String::new(),
             1 => ", 1 restart".to_string(),
             n => format!(", {n} restarts"),
         };
-        eprintln!("iomux serve: stopped ({} procs{restarts}). {}", args.procs, summary(&stats));
+        eprintln!("iomux serve: stopped ({} procs{restarts}). {}", args.procs, summary(&merged));
         if let Some(path) = &args.stats_file {
-            write_json(path, &stats)?;
+            let stats = Supervised { stats: merged, procs: args.procs, restarts: self.restarts, workers, lost };
+            write_json(path, &serde_json::to_value(&stats)?)?;
         }
         if self.died {
             // The death decides the status; anything else is said too.
@@ -504,7 +497,29 @@ fn listener_on(addr: SocketAddr) -> Option<String> {
     None
 }
 
-fn read_stats(path: &Path) -> Result<Value, String> {
+/// What `serve --procs --stats-file` writes: the workers' figures merged,
+/// and each worker's.
+#[derive(serde::Serialize)]
+struct Supervised {
+    #[serde(flatten)]
+    stats: ServerStats,
+    procs: u16,
+    restarts: u64,
+    workers: Vec<WorkerStats>,
+    /// Worker processes killed before they wrote their figures (they were
+    /// in their memory only): the sums above leave them out.
+    lost: Vec<Value>,
+}
+
+#[derive(serde::Serialize)]
+struct WorkerStats {
+    worker: u16,
+    pid: u32,
+    #[serde(flatten)]
+    stats: ServerStats,
+}
+
+fn read_stats(path: &Path) -> Result<ServerStats, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -525,107 +540,9 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
-/// Counters that add up over workers; `peak_conns` and `peak_rss_bytes`
-/// too (the workers' peaks need not coincide: the sum bounds the whole
-/// server's from above).
-const SUMMED: [&str; 19] = [
-    "loops",
-    "accepted",
-    "connected",
-    "closed",
-    "closed_abnormally",
-    "vanished",
-    "idle_closed",
-    "refused",
-    "accept_backoffs",
-    "bytes_in",
-    "bytes_out",
-    "spliced_bytes",
-    "inbox_refused",
-    "messages",
-    "gathered_sends",
-    "turns",
-    "peak_conns",
-    "syscalls_total",
-    "peak_rss_bytes",
-];
-
-/// The workers' stats JSON merged into one of the same shape, as
-/// `LoopStats::merge` merges loops: sums, except the longest `wall_s` and
-/// the largest `peak_output_bytes` (one connection's).
-fn merge(workers: &[Value], backend: Backend, proto: &str) -> Value {
-    let u64s = |key: &'static str| workers.iter().map(move |w| w[key].as_u64().unwrap_or(0));
-    let f64s = |key: &'static str| workers.iter().map(move |w| w[key].as_f64().unwrap_or(0.0));
-    let mut merged = json!({
-        "backend": backend.name(),
-        "proto": proto,
-        "user_cpu_s": f64s("user_cpu_s").sum::<f64>(),
-        "sys_cpu_s": f64s("sys_cpu_s").sum::<f64>(),
-        "wall_s": f64s("wall_s").fold(0.0, f64::max),
-        "peak_output_bytes": u64s("peak_output_bytes").max().unwrap_or(0),
-        "inbox_peak": u64s("inbox_peak").max().unwrap_or(0),
-        "uring_setup": workers.iter().map(|w| &w["uring_setup"]).find(|v| !v.is_null()).cloned().unwrap_or(Value::Null),
-    });
-    for key in SUMMED {
-        merged[key] = json!(u64s(key).sum::<u64>());
-    }
-    let mut syscalls = Map::new();
-    for (kind, n) in workers.iter().filter_map(|w| w["syscalls"].as_object()).flatten() {
-        let sum = syscalls.get(kind).and_then(Value::as_u64).unwrap_or(0) + n.as_u64().unwrap_or(0);
-        syscalls.insert(kind.clone(), json!(sum));
-    }
-    merged["syscalls"] = Value::Object(syscalls);
-    // http workers: their requests answered and timeouts.
-    for key in ["http_responses", "http_timeouts"] {
-        if workers.iter().any(|w| w[key].is_u64()) {
-            merged[key] = json!(u64s(key).sum::<u64>());
-        }
-    }
-    // proxy workers: how their proxied connections ended.
-    if workers.iter().any(|w| w["proxy"].is_object()) {
-        let mut sum = crate::apps::proxy::ProxyCounts::default();
-        for w in workers {
-            if let Ok(c) = serde_json::from_value::<crate::apps::proxy::ProxyCounts>(w["proxy"].clone()) {
-                sum.add(&c);
-            }
-        }
-        merged["proxy"] = serde_json::to_value(sum).unwrap_or(Value::Null);
-    }
-    // io_uring workers: the same configuration, so the first one's features.
-    if let Some(features) = workers.iter().map(|w| &w["uring_features"]).find(|v| !v.is_null()) {
-        merged["uring_features"] = features.clone();
-        for key in ["zero_copy_sends", "zero_copy_copied"] {
-            merged[key] = json!(u64s(key).sum::<u64>());
-        }
-    }
-    merged
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn merge_sums_counters_and_keeps_maxima() {
-        let a = json!({"accepted": 2, "bytes_out": 10, "peak_conns": 2, "wall_s": 1.5, "user_cpu_s": 0.25,
-                       "peak_output_bytes": 7, "syscalls": {"read": 3, "accept4": 2}, "uring_setup": null});
-        let b = json!({"accepted": 3, "bytes_out": 5, "peak_conns": 3, "wall_s": 2.0, "user_cpu_s": 0.5,
-                       "peak_output_bytes": 4, "syscalls": {"read": 1, "write": 4}, "uring_setup": "sqpoll"});
-        let m = merge(&[a, b], Backend::Epoll, "echo");
-        assert_eq!(m["accepted"], 5);
-        assert_eq!(m["bytes_out"], 15);
-        assert_eq!(m["peak_conns"], 5);
-        assert_eq!(m["wall_s"], 2.0);
-        assert_eq!(m["user_cpu_s"], 0.75);
-        assert_eq!(m["peak_output_bytes"], 7);
-        assert_eq!(m["syscalls"], json!({"read": 4, "accept4": 2, "write": 4}));
-        assert_eq!(m["uring_setup"], "sqpoll");
-        assert_eq!(m["backend"], "epoll");
-        assert!(m["http_responses"].is_null(), "only http workers count responses");
-        let h = |n: u64| json!({"http_responses": n, "http_timeouts": 1});
-        let m = merge(&[h(5), h(7)], Backend::Epoll, "http");
-        assert_eq!((m["http_responses"].as_u64(), m["http_timeouts"].as_u64()), (Some(12), Some(2)));
-    }
 
     #[test]
     fn exits_are_described() {

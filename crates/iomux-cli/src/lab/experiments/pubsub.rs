@@ -36,6 +36,18 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// What the client does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Load {
+    /// 20 subscribers that read.
+    Fanout,
+    /// 20 that read and one that never does.
+    Slow,
+}
+
+crate::lab::harness::display_as_value!(Load);
+
 const SUBSCRIBERS: usize = 20;
 const PAYLOAD: usize = 1024;
 const WINDOW: usize = 16;
@@ -50,18 +62,6 @@ const GOAL: f64 = 2.0;
 const RSS_BOUND_MIB: f64 = 64.0;
 /// iomux-epoll against the floor: its own part.
 const OF_FLOOR: f64 = 0.95;
-
-/// What the client does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Load {
-    /// 20 subscribers that read.
-    Fanout,
-    /// 20 that read and one that never does.
-    Slow,
-}
-
-crate::lab::harness::display_as_value!(Load);
 
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
