@@ -192,37 +192,22 @@ pub fn peak_rss() -> io::Result<u64> {
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no VmHWM in /proc/self/status"))
 }
 
-/// A folder only this user can enter, in the temporary folder, for a
-/// run's working files (results of child processes); removed with what
-/// it holds when dropped.
-pub struct PrivateDir(pub std::path::PathBuf);
+/// A folder only this user can enter (mode 0700, a name nobody else
+/// holds), in the temporary folder, for a run's working files (results of
+/// child processes); removed with what it holds when dropped.
+pub struct PrivateDir(tempfile::TempDir);
 
 impl PrivateDir {
     /// `what` names the contents, for the error.
     pub fn new(prefix: &str, what: &str) -> io::Result<PrivateDir> {
-        use std::os::unix::fs::DirBuilderExt;
-        let base = std::env::temp_dir();
-        for n in 0..100u32 {
-            let path = base.join(format!("{prefix}-{}-{n}", std::process::id()));
-            // `create` refuses a path that exists: nobody else's folder is used.
-            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => return Ok(PrivateDir(path)),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-                Err(e) => {
-                    return Err(io::Error::new(
-                        e.kind(),
-                        format!("creating a folder for {what} in {}: {e}", base.display()),
-                    ))
-                }
-            }
-        }
-        Err(io::Error::other(format!("no free folder name for {what} in {}", base.display())))
+        let made = tempfile::Builder::new().prefix(&format!("{prefix}-")).tempdir();
+        made.map(PrivateDir).map_err(|e| {
+            io::Error::new(e.kind(), format!("creating a folder for {what} in {}: {e}", std::env::temp_dir().display()))
+        })
     }
-}
 
-impl Drop for PrivateDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+    pub fn path(&self) -> &std::path::Path {
+        self.0.path()
     }
 }
 

@@ -80,8 +80,8 @@ pub fn run(args: &LoadArgs) -> CliResult<(LoadResult, Vec<String>)> {
     for index in 0..n {
         let mut child_args = args.with_share(whole.part(n, index))?;
         child_args.procs = 1;
-        child_args.json = Some(dir.0.join(format!("proc-{index}.json")));
-        child_args.hdr_log = args.hdr_log.as_ref().map(|_| dir.0.join(format!("proc-{index}.hlog")));
+        child_args.json = Some(dir.path().join(format!("proc-{index}.json")));
+        child_args.hdr_log = args.hdr_log.as_ref().map(|_| dir.path().join(format!("proc-{index}.hlog")));
         child_args.report_progress = true;
         (child_args.shard, child_args.shard_count) = (None, None);
         let spawned = Command::new(&exe)
@@ -98,7 +98,7 @@ pub fn run(args: &LoadArgs) -> CliResult<(LoadResult, Vec<String>)> {
                 return Err(format!("starting --procs child {index} ({}): {e}", exe.display()).into());
             }
         };
-        let json = dir.0.join(format!("proc-{index}.json"));
+        let json = dir.path().join(format!("proc-{index}.json"));
         running.push(Running { child, status: None, json });
         procs.push(Proc {
             index,

@@ -186,7 +186,7 @@ impl Supervisor<'_> {
         let worker = &mut self.workers[usize::from(n)];
         worker.started += 1;
         worker.listening = false;
-        let stats_file = self.dir.0.join(format!("worker-{n}-{}.json", worker.started));
+        let stats_file = self.dir.path().join(format!("worker-{n}-{}.json", worker.started));
         let mut child = Command::new(&self.exe)
             .arg("serve")
             .args(self.args.worker_args(n, self.backend, self.addr, stats_file.clone()))

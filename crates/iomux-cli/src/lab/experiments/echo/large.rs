@@ -8,11 +8,12 @@ use crate::lab::experiments::echo::kernel_memory::Sampler;
 use crate::lab::experiments::echo::{KernelMemory, Sample};
 use crate::lab::rig::cell::{cpus, LOAD_BACKEND};
 use crate::lab::rig::child::{ServerChild, Tracer};
+use crate::lab::rig::load_child::LoadChild;
 use crate::limits::{self, Need};
-use crate::load::result::LoadResult;
 use crate::CliResult;
 use iomux::Backend;
-use std::process::{Command, Stdio};
+use std::process::Command;
+use std::time::Duration;
 
 /// Connections one process of either side holds at most: the descriptor
 /// limit less what the process keeps for itself, rounded down to a
@@ -55,44 +56,30 @@ pub fn run(backend: Backend, conns: usize, messages: u64, procs: usize, tracer: 
     let (server_cpu, load_cpu) = cpus();
     let server = ServerChild::start_procs(backend, "echo", server_cpu, tracer, procs)?;
     let server_rss_start = server.workers_rss();
-    // Removed with its contents however the run ends.
-    let dir = crate::os::PrivateDir::new("iomux-lab-e4", "the load's result")?;
-    let json_path = dir.0.join("load.json");
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the iomux executable: {e}"))?;
-    let mut load = Command::new(exe);
-    load.args(["load", "--connect", &server.addr.to_string(), "--backend", LOAD_BACKEND.name()])
-        .args(["--conns", &conns.to_string(), "--per-conn", &messages.to_string()])
-        .args(["--procs", &procs.to_string(), "--timeout", "300", "--json"])
-        .arg(&json_path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null());
-    if let Some(cpu) = load_cpu {
-        load.args(["--cpu", &cpu.to_string()]);
-    }
+    let mut args = server.load_args(LOAD_BACKEND, load_cpu);
+    args.procs = u16::try_from(procs).map_err(|_| format!("E4: {procs} load processes are too many"))?;
+    (args.conns, args.per_conn, args.timeout) = (conns, Some(messages), 300.0);
     let sampler = Sampler::start();
-    let status = load.status();
+    let mut load = LoadChild::start(&args, |exe| Command::new(exe), "");
+    // Its own --timeout ends a stalled run; this limit catches a hang.
+    let status = load.as_mut().map_err(|e| e.to_string()).and_then(|l| {
+        l.wait(Duration::from_secs(600), |_| {})
+            .map_err(|e| e.to_string())?
+            .ok_or("hung: killed after 600 s".to_string())
+    });
     let (before, peak) = (sampler.before, sampler.finish());
     let result = server.stop()?;
-    let status = status.map_err(|e| format!("cannot start iomux load: {e}"))?;
-    let text = std::fs::read_to_string(&json_path);
-    let load: Option<LoadResult> = text.as_ref().ok().and_then(|t| serde_json::from_str(t).ok());
-    let load = match load {
-        Some(l) if status.success() => l,
-        Some(l) => {
+    let (load, status) = (load?, status.map_err(|e| format!("E4 {backend}: iomux load --procs {procs}: {e}"))?);
+    let load = match load.result() {
+        Ok(l) if status.success() => l,
+        Ok(l) => {
             return Err(format!(
                 "E4 {backend}: iomux load --procs {procs} exited with {status}; errors: {:?}",
                 l.errors
             )
             .into())
         }
-        None => {
-            let why = text.map_or_else(|e| e.to_string(), |_| "not a load result".into());
-            return Err(format!(
-                "E4 {backend}: iomux load --procs {procs} exited with {status}; {}: {why}",
-                json_path.display()
-            )
-            .into());
-        }
+        Err(why) => return Err(format!("E4 {backend}: --procs {procs}, exit {status}: {why}").into()),
     };
     let expected = conns as u64 * messages;
     if load.errors.total > 0 || load.echoes != expected {

@@ -2,82 +2,22 @@
 //! fault profile, and what the kernel reclaims after.
 
 use super::*;
+use crate::lab::rig::load_child::LoadChild;
 
-/// `iomux load` in the client's namespace with `args`' flags, its result
-/// written to a file of its own.
-pub(super) struct LoadChild {
-    child: Child,
-    json: std::path::PathBuf,
-    /// Its stderr, for the message of a load that fails.
-    said: std::path::PathBuf,
+/// `iomux load` in the client's namespace with `args`' flags.
+fn start_load(net: &Net, args: &crate::load::LoadArgs) -> CliResult<LoadChild> {
+    LoadChild::start(args, |exe| net.command(Side::Client, exe), " in the client's namespace")
 }
 
-impl LoadChild {
-    fn start(net: &Net, args: &crate::load::LoadArgs) -> CliResult<LoadChild> {
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find the iomux executable: {e}"))?;
-        let stem = std::env::temp_dir().join(format!("iomux-e8-{}-{}", std::process::id(), fastrand::u64(..)));
-        let (json, said) = (stem.with_extension("json"), stem.with_extension("stderr"));
-        let stderr = std::fs::File::create(&said).map_err(|e| format!("creating {}: {e}", said.display()))?;
-        let mut args = args.clone();
-        args.json = Some(json.clone());
-        let child = net
-            .command(Side::Client, exe.as_os_str())
-            .arg("load")
-            .args(args.to_cli())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .map_err(|e| format!("starting iomux load in the client's namespace: {e}"))?;
-        Ok(LoadChild { child, json, said })
+/// Waits up to `limit` for the load to end, then reads its result; None
+/// when it had to be killed (its own --timeout ends a stalled run: this
+/// limit only catches a load that hangs).
+fn finish(mut load: LoadChild, limit: Duration) -> CliResult<Option<LoadResult>> {
+    if load.wait(limit, |_| {})?.is_none() {
+        eprintln!("faults: iomux load did not end within {} s: killed, counted as hung", limit.as_secs());
+        return Ok(None);
     }
-
-    fn sockets(&self) -> usize {
-        sockets(self.child.id())
-    }
-
-    /// Waits up to `limit` for the load to end, then reads its result;
-    /// None when it had to be killed (its own --timeout ends a stalled
-    /// run: this limit only catches a load that hangs).
-    fn finish(mut self, limit: Duration) -> CliResult<Option<LoadResult>> {
-        let deadline = Instant::now() + limit;
-        while self.child.try_wait()?.is_none() {
-            if Instant::now() > deadline {
-                eprintln!("faults: iomux load did not end within {} s: killed, counted as hung", limit.as_secs());
-                self.kill();
-                return Ok(None);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let text = std::fs::read_to_string(&self.json);
-        let said = std::fs::read_to_string(&self.said).unwrap_or_default();
-        self.remove_files();
-        let text = text.map_err(|_| {
-            let last = said.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("nothing on stderr");
-            format!("iomux load in the client's namespace wrote no result: {}", last.trim())
-        })?;
-        Ok(Some(serde_json::from_str(&text)?))
-    }
-
-    fn remove_files(&self) {
-        let _ = std::fs::remove_file(&self.json);
-        let _ = std::fs::remove_file(&self.said);
-    }
-
-    fn kill(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        self.remove_files();
-    }
-}
-
-/// A load dropped is killed (the clients gone at once) and its files removed.
-impl Drop for LoadChild {
-    fn drop(&mut self) {
-        self.kill();
-    }
+    Ok(Some(load.result()?))
 }
 
 /// Sockets process `pid` and its children (`--procs`' workers) hold now.
@@ -150,7 +90,7 @@ pub(super) fn echo_cell(net: &Net, p: &Params, arm: Arm) -> CliResult<Sample> {
     // Long enough to tell a stall the bound explains from one it does not.
     args.timeout = STALL_S.max(bound + 5.0);
     let before = retransmits(net)?;
-    let Some(result) = LoadChild::start(net, &args)?.finish(Duration::from_secs(600))? else {
+    let Some(result) = finish(start_load(net, &args)?, Duration::from_secs(600))? else {
         return Ok(Sample { hung: 1, ..Sample::default() });
     };
     let retrans = retransmits(net)?.saturating_sub(before);
@@ -222,7 +162,7 @@ pub(super) fn sink_cell(net: &Net, backend: Backend) -> CliResult<Sample> {
     let own = sockets(server.pid);
     let before = retransmits(net)?;
     let start = Instant::now();
-    let load = LoadChild::start(net, &args)?;
+    let load = start_load(net, &args)?;
     // The link's rate while every sender is busy: the server end's frames
     // from 1 s in (connected, windows open) to half a second before the
     // senders stop (their buffers still drain after that).
@@ -233,7 +173,7 @@ pub(super) fn sink_cell(net: &Net, backend: Backend) -> CliResult<Sample> {
     at(SINK_S - 0.5);
     let (to, bytes_to) = (Instant::now(), net.rx_bytes(Side::Server)?);
     let link_mbit_s = (bytes_to - bytes_from) as f64 * 8.0 / to.duration_since(from).as_secs_f64() / 1e6;
-    let Some(result) = load.finish(Duration::from_secs(120))? else {
+    let Some(result) = finish(load, Duration::from_secs(120))? else {
         return Ok(Sample { hung: 1, ..Sample::default() });
     };
     let (_, left_open) = wait_down(|| sockets(server.pid), own, Duration::from_secs(30));
@@ -259,7 +199,7 @@ pub(super) fn idle_cell(net: &Net, backend: Backend) -> CliResult<Sample> {
     args.idle = IDLE_Z;
     args.requests = Some(IDLE_ROUND_TRIPS);
     args.timeout = STALL_S;
-    let Some(result) = LoadChild::start(net, &args)?.finish(Duration::from_secs(300))? else {
+    let Some(result) = finish(start_load(net, &args)?, Duration::from_secs(300))? else {
         return Ok(Sample { hung: 1, ..Sample::default() });
     };
     let stats = server.stop()?.typed;
@@ -282,7 +222,7 @@ pub(super) fn hold(
     args.duration = Some(3600.0);
     args.keepalive = keepalive;
     let own = sockets(server.pid);
-    let load = LoadChild::start(net, &args)?;
+    let load = start_load(net, &args)?;
     let deadline = Instant::now() + Duration::from_secs(120);
     while sockets(server.pid) < own + p.vanishing {
         if Instant::now() > deadline || !std::path::Path::new(&format!("/proc/{}", server.pid)).exists() {
@@ -326,9 +266,9 @@ pub(super) fn server_vanishes(net: &Net, p: &Params, backend: Backend) -> CliRes
     net.set_faults(Side::Server, None, Some(DROP_ALL), None)?;
     drop(server); // killed: the host is gone
     let limit = Duration::from_secs_f64(p.reclaim_bound_s * 3.0);
-    let (reclaim_s, left_open) = wait_down(|| load.sockets(), 0, limit);
+    let (reclaim_s, left_open) = wait_down(|| sockets(load.pid()), 0, limit);
     let retrans = retransmits(net)?.saturating_sub(before);
-    let Some(result) = load.finish(Duration::from_secs(10))? else {
+    let Some(result) = finish(load, Duration::from_secs(10))? else {
         return Ok(Sample { hung: 1, reclaim_s, left_open, ..Sample::default() });
     };
     Ok(Sample {

@@ -37,7 +37,6 @@ use crate::CliResult;
 use iomux::runtime::Keepalive;
 use iomux::Backend;
 use serde::{Deserialize, Serialize};
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 /// The defaults of the flags experiments share.

@@ -66,18 +66,18 @@ pub(super) const KEEPALIVE_S: u16 = 1;
 pub(super) const VANISHING: usize = 200;
 /// A load that sees no echo for this long gives up, naming the stall.
 pub(super) const STALL_S: f64 = 20.0;
-/// E3 on the LAN: senders, and seconds of sending.
-pub(super) const SINK_SENDERS: usize = 40;
+/// E3 on the LAN: its senders, and seconds of sending.
+pub(super) const SINK_SENDERS: usize = crate::lab::experiments::sink::SENDERS;
 pub(super) const SINK_S: f64 = 4.0;
-/// E2 on the LAN: active connections, idle ones, round trips.
-pub(super) const IDLE_ACTIVE: usize = 10;
+/// E2 on the LAN: its active connections and round trips, and idle ones.
+pub(super) const IDLE_ACTIVE: usize = crate::lab::experiments::idle::ACTIVE;
 /// 640: the largest of the documents' Z (0, 10, ..., 640, 1280, ...)
 /// that select holds in one process (FD_SETSIZE 1,024), so that E2 runs
 /// on all six backends.
 pub(super) const IDLE_Z: usize = 640;
-pub(super) const IDLE_ROUND_TRIPS: u64 = 40_000;
+pub(super) const IDLE_ROUND_TRIPS: u64 = crate::lab::experiments::idle::ROUND_TRIPS;
 /// E3's published figure: the article's sink, NIC-bound on a 100 Mbit LAN.
-pub(super) const E3_PUBLISHED_MBIT_S: f64 = 97.95;
+pub(super) const E3_PUBLISHED_MBIT_S: f64 = crate::lab::experiments::sink::PUBLISHED_KBIT_S / 1000.0;
 
 pub(super) fn vanishing(profile: Profile) -> bool {
     matches!(profile, Profile::Vanished | Profile::ServerVanished)

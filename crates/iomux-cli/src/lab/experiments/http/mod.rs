@@ -345,7 +345,7 @@ impl Experiment for Http {
             let Some(program) = program.filter(|_| nginx || a.server != Server::Nginx) else {
                 return Ok(Err(missing.clone()));
             };
-            let lua = scratch.0.join(format!("pipeline-{}.lua", a.depth));
+            let lua = scratch.path().join(format!("pipeline-{}.lua", a.depth));
             if a.depth > 1 && !lua.exists() {
                 std::fs::write(&lua, clients::wrk_pipeline_script(a.depth))
                     .map_err(|e| format!("writing {}: {e}", lua.display()))?;

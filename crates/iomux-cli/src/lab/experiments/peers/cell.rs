@@ -19,6 +19,7 @@
 
 use crate::lab::rig::cell::{cpus, LOAD_BACKEND};
 use crate::lab::rig::child::ServerChild;
+use crate::lab::rig::load_child::LoadChild;
 use crate::lab::rig::sampler::{Readings, Sampler, Timeline};
 use crate::lab::rig::syscount::SyscallCounter;
 use crate::load::result::LoadResult;
@@ -26,9 +27,8 @@ use crate::CliResult;
 use iomux::Backend;
 use iomux_peers::Peer;
 use serde::{Deserialize, Serialize};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 /// Who serves a cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,9 +132,8 @@ impl std::fmt::Display for Failure {
     }
 }
 
-/// Runs one cell, its working files in `scratch` named after `tag`
-/// (unique to the cell: its scenario and pass).
-pub fn run(server: &Server, load: Load, count: Syscalls, scratch: &Path, tag: &str) -> Result<Run, Failure> {
+/// Runs one cell.
+pub fn run(server: &Server, load: Load, count: Syscalls) -> Result<Run, Failure> {
     let (server_cpu, load_cpu) = cpus();
     let child = server.start(server_cpu).map_err(|e| Failure::NoServer(e.to_string()))?;
     // Started after the server, which keeps the mask it had.
@@ -148,8 +147,7 @@ pub fn run(server: &Server, load: Load, count: Syscalls, scratch: &Path, tag: &s
         }
         Syscalls::Not => None,
     };
-    let base = format!("{}-{tag}", server.name());
-    measure(child, sampler, counter, load, (scratch, &base)).map_err(|e| Failure::Failed(e.to_string()))
+    measure(child, sampler, counter, load).map_err(|e| Failure::Failed(e.to_string()))
 }
 
 /// The lab's calling thread pinned to one CPU while this lives, its former
@@ -178,54 +176,28 @@ impl Drop for PinnedHere {
     }
 }
 
-/// Runs the load against `child`, watched by `sampler` (and `counter`),
-/// its result and messages in BASE.json and BASE.err in `dir`.
-fn measure(
-    child: ServerChild,
-    sampler: Sampler,
-    counter: Option<SyscallCounter>,
-    load: Load,
-    (dir, base): (&Path, &str),
-) -> CliResult<Run> {
+/// Runs the load against `child`, watched by `sampler` (and `counter`).
+fn measure(child: ServerChild, sampler: Sampler, counter: Option<SyscallCounter>, load: Load) -> CliResult<Run> {
     let (_, load_cpu) = cpus();
     let server_pid = child.pid;
-    let json_path = dir.join(format!("{base}.json"));
-    let err_path = dir.join(format!("{base}.err"));
     let mut args = child.load_args(LOAD_BACKEND, load_cpu);
     args.conns = load.conns;
     args.threads = 1;
     args.duration = Some(load.seconds);
     args.rate = load.rate;
     args.tick_us = load.tick_us;
-    args.json = Some(json_path.clone());
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the iomux executable: {e}"))?;
-    let err_file = std::fs::File::create(&err_path).map_err(|e| format!("creating {}: {e}", err_path.display()))?;
-    let mut load_child = Command::new(exe)
-        .arg("load")
-        .args(args.to_cli())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(err_file)
-        .spawn()
-        .map_err(|e| format!("cannot start iomux load: {e}"))?;
-    let load_pid = load_child.id();
+    let mut load_child = LoadChild::start(&args, |exe| Command::new(exe), "")?;
+    let load_pid = load_child.pid();
     sampler.watch(load_pid);
-    let exited = wait_sampled(&mut load_child, &sampler, Duration::from_secs_f64(load.seconds) + LOAD_SLACK);
+    let limit = Duration::from_secs_f64(load.seconds) + LOAD_SLACK;
+    let exited = load_child.wait(limit, |pid| sampler.sample_now(pid));
     let readings = sampler.finish();
     let traced = counter.map(SyscallCounter::finish).transpose();
     let stopped = child.stop();
-    let status = exited?;
-    let said = std::fs::read_to_string(&err_path).unwrap_or_default();
-    let text = std::fs::read_to_string(&json_path);
-    let _ = std::fs::remove_file(&json_path);
-    let _ = std::fs::remove_file(&err_path);
-    let report: Option<LoadResult> = text.ok().and_then(|t| serde_json::from_str(&t).ok());
+    let status = exited?.ok_or_else(|| format!("iomux load did not finish within {} s; killed", limit.as_secs()))?;
     // A server that failed mid-run is why the load failed: say so first.
     let server_failed = stopped.as_ref().err().map_or(String::new(), |e| format!("{e}; "));
-    let Some(report) = report else {
-        let last = said.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
-        return Err(format!("{server_failed}iomux load exited with {status} and wrote no result: {last}").into());
-    };
+    let report = load_child.result().map_err(|why| format!("{server_failed}iomux load exited with {status}: {why}"))?;
     let (errors, connected) = (report.errors.total, report.connected);
     if errors > 0 || connected != load.conns as u64 || !status.success() {
         let first = report.errors.first.as_deref().unwrap_or("");
@@ -239,38 +211,6 @@ fn measure(
     let syscall_timeline = traced?;
     let of = |pid: u32| readings.iter().find(|r| r.pid == pid);
     figures(&report, (of(server_pid), of(load_pid)), syscall_timeline.as_ref())
-}
-
-/// Waits for the load, sampling it once it has exited and before it is
-/// reaped (its CPU clock still reads then: its final CPU time); kills it
-/// after `limit`.
-fn wait_sampled(child: &mut Child, sampler: &Sampler, limit: Duration) -> CliResult<std::process::ExitStatus> {
-    use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
-    let deadline = Instant::now() + limit;
-    let pid = i32::try_from(child.id()).ok().and_then(Pid::from_raw).ok_or("iomux load has no pid")?;
-    loop {
-        let peek = waitid(WaitId::Pid(pid), WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT);
-        match peek {
-            Ok(Some(_)) => {
-                sampler.sample_now(child.id());
-                return Ok(child.wait().map_err(|e| format!("reaping iomux load: {e}"))?);
-            }
-            Ok(None) => {}
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("waiting for iomux load: {e}").into());
-            }
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("iomux load did not finish within {} s; killed", limit.as_secs()).into());
-        }
-        // Seldom, though on the load's CPU (PinnedHere) where it can be.
-        // When the load is seen gone does not matter: its final CPU time stays.
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// The cell's figures from the load's report and what was sampled.

@@ -341,8 +341,6 @@ impl Experiment for Peers {
     }
 
     fn rig<'a>(p: &'a Params, trial: &mut Trial<Arm, Run>, _: &'a Settings) -> CliResult<Measure<'a, Arm, Run>> {
-        let scratch = crate::os::PrivateDir::new("iomux-lab-peers", "load results")
-            .map_err(|e| format!("creating a folder for the load results: {e}"))?;
         // A claim compares servers of one scenario. This machine has spells
         // of 10-40 s in which every process's CPU per echo is about 30%
         // higher (server and load alike, with no other process busy and a
@@ -355,7 +353,6 @@ impl Experiment for Peers {
         // tried again either (each try would wait for it to give up).
         let mut cannot_start: Vec<(Server, String)> = Vec::new();
         let mut perf_dropped: Option<String> = None;
-        let mut cell = 0;
         Ok(Box::new(move |a: &Arm| -> Measured<Run> {
             if let Some((_, why)) = cannot_start.iter().find(|(s, _)| *s == a.server) {
                 return Ok(Err(why.clone()));
@@ -370,8 +367,7 @@ impl Experiment for Peers {
                 seconds: if a.perf { p.perf_seconds.unwrap_or(p.seconds) } else { p.seconds },
             };
             let count = if a.perf { Syscalls::Perf } else { Syscalls::Not };
-            cell += 1;
-            Ok(match cell::run(&a.server, load, count, &scratch.0, &format!("{}-{cell}", a.scenario)) {
+            Ok(match cell::run(&a.server, load, count) {
                 Ok(run) => Ok(run),
                 Err(Failure::NoPerf(why)) => {
                     perf_dropped = Some(format!("{a}: {why}"));

@@ -58,10 +58,10 @@ impl Haproxy {
         let addr = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| format!("finding a free port for haproxy: {e}"))?;
-        let conf = dir.0.join("haproxy.cfg");
+        let conf = dir.path().join("haproxy.cfg");
         std::fs::write(&conf, config(addr, upstream, maxconn, splice))
             .map_err(|e| format!("writing {}: {e}", conf.display()))?;
-        let log = std::fs::File::create(dir.0.join("haproxy.log")).map_err(|e| format!("haproxy's log: {e}"))?;
+        let log = std::fs::File::create(dir.path().join("haproxy.log")).map_err(|e| format!("haproxy's log: {e}"))?;
         let mut cmd = Command::new(program);
         // -db: foreground, no daemon; -f: this configuration only.
         cmd.arg("-db").arg("-f").arg(&conf).stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
@@ -95,7 +95,7 @@ impl Haproxy {
 
     /// The last thing haproxy said on stderr.
     fn said(&self) -> String {
-        let text = std::fs::read_to_string(self.dir.0.join("haproxy.log")).unwrap_or_default();
+        let text = std::fs::read_to_string(self.dir.path().join("haproxy.log")).unwrap_or_default();
         text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("nothing on stderr").to_string()
     }
 

@@ -334,14 +334,14 @@ fn check_with(chromium: &Path, report_html: &Path, screenshot_png: &Path) -> Res
     // The copy lives in the private folder; <base> resolves its links
     // against the original's folder as the original would.
     let dir_url = report.parent().map(|d| file_url(d) + "/").unwrap_or_default();
-    let probed = work.0.join("probed.html");
+    let probed = work.path().join("probed.html");
     std::fs::write(&probed, inject(&html, &dir_url)).map_err(|e| failed("cannot write", &probed, e))?;
     let window = format!("--window-size={},{}", VIEWPORT.0, VIEWPORT.1);
     // Virtual time runs idle time at once: late errors are caught for
     // nothing, and the dump waits for the budget rather than only for load.
     let dump = run(
         chromium,
-        &work.0,
+        work.path(),
         "dump",
         &[&window, "--virtual-time-budget=2000", "--dump-dom", &file_url(&probed)],
         missing,
@@ -369,7 +369,7 @@ fn check_with(chromium: &Path, report_html: &Path, screenshot_png: &Path) -> Res
         _ => {}
     }
     let shot_arg = format!("--screenshot={}", screenshot.display());
-    let shot = run(chromium, &work.0, "screenshot", &[&window, &shot_arg, &file_url(&report)], missing)?;
+    let shot = run(chromium, work.path(), "screenshot", &[&window, &shot_arg, &file_url(&report)], missing)?;
     let mut magic = [0u8; 8];
     let wrote = std::fs::File::open(&screenshot).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic));
     if wrote.is_err() || magic != *b"\x89PNG\r\n\x1a\n" {

@@ -35,11 +35,11 @@ fn browser_renders_the_fixture_report_cleanly() {
     for entry in std::fs::read_dir(&fixture).unwrap() {
         let path = entry.unwrap().path();
         if matches!(path.extension().and_then(|e| e.to_str()), Some("md" | "svg" | "json")) {
-            std::fs::copy(&path, dir.0.join(path.file_name().unwrap())).unwrap();
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
         }
     }
-    let report = crate::lab::report(&dir.0).unwrap().0;
-    let shot = dir.0.join("screenshot.png");
+    let report = crate::lab::report(dir.path()).unwrap().0;
+    let shot = dir.path().join("screenshot.png");
     let Some(c) = checked(&report, &shot) else { return };
 
     assert!(c.errors.is_empty(), "page errors: {:#?}", c.errors);
@@ -78,7 +78,7 @@ fn browser_renders_the_fixture_report_cleanly() {
 #[test]
 fn browser_reports_a_broken_page() {
     let dir = PrivateDir::new("iomux-browser-test", "a broken page").unwrap();
-    let page = dir.0.join("broken.html");
+    let page = dir.path().join("broken.html");
     std::fs::write(
         &page,
         "<!doctype html><html><head><title>broken</title></head><body><h1>broken</h1>\
@@ -87,7 +87,7 @@ fn browser_reports_a_broken_page() {
          <figure><svg></svg></figure></body></html>",
     )
     .unwrap();
-    let shot = dir.0.join("broken.png");
+    let shot = dir.path().join("broken.png");
     let Some(c) = checked(&page, &shot) else { return };
 
     let said = |kind: &str, text: &str| c.errors.iter().any(|e| e.kind == kind && e.message.contains(text));
@@ -110,7 +110,7 @@ fn browser_reports_a_broken_page() {
 #[test]
 fn browser_measures_the_first_screen() {
     let dir = PrivateDir::new("iomux-browser-test", "a summary page").unwrap();
-    let page = dir.0.join("summary.html");
+    let page = dir.path().join("summary.html");
     let plot =
         |h: u32| format!("<figure><svg width=\"600\" height=\"{h}\"><rect width=\"10\" height=\"10\"/></svg></figure>");
     std::fs::write(
@@ -124,7 +124,7 @@ fn browser_measures_the_first_screen() {
         ),
     )
     .unwrap();
-    let Some(c) = checked(&page, &dir.0.join("summary.png")) else { return };
+    let Some(c) = checked(&page, &dir.path().join("summary.png")) else { return };
 
     assert!(c.problems().is_empty(), "{:#?}", c.problems());
     let v = c.verdicts.as_ref().unwrap();
@@ -139,9 +139,9 @@ fn browser_measures_the_first_screen() {
 #[test]
 fn browser_missing_is_its_own_outcome() {
     let dir = PrivateDir::new("iomux-browser-test", "a page").unwrap();
-    let page = dir.0.join("page.html");
+    let page = dir.path().join("page.html");
     std::fs::write(&page, "<!doctype html><p>x</p>").unwrap();
-    match check_with(Path::new("/nonexistent/chromium"), &page, &dir.0.join("x.png")) {
+    match check_with(Path::new("/nonexistent/chromium"), &page, &dir.path().join("x.png")) {
         Err(BrowserError::Missing(why)) => {
             assert!(why.contains("/nonexistent/chromium") && why.contains("scripts/install-chromium"), "{why}")
         }

@@ -1,0 +1,106 @@
+//! `iomux load` as a child of the lab, started one way for every
+//! experiment: its flags from a [`LoadArgs`], its result written to a
+//! private folder, its stderr kept for the message of a load that fails.
+
+use crate::load::result::LoadResult;
+use crate::load::LoadArgs;
+use crate::os::PrivateDir;
+use crate::CliResult;
+use std::ffi::OsStr;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct LoadChild {
+    child: Child,
+    /// Holds `load.json` and `load.stderr`; removed when dropped.
+    dir: PrivateDir,
+    /// Where it runs, for messages: "" or " in the client's namespace".
+    place: String,
+}
+
+impl LoadChild {
+    /// Starts `iomux load` with `args`' flags (their `--json` replaced by
+    /// its own file). `command` makes the command that runs the given
+    /// executable: `Command::new`, or one that enters a namespace.
+    pub fn start(args: &LoadArgs, command: impl FnOnce(&OsStr) -> Command, place: &str) -> CliResult<LoadChild> {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find the iomux executable: {e}"))?;
+        let dir = PrivateDir::new("iomux-lab-load", "the load's result")?;
+        let said = dir.path().join("load.stderr");
+        let stderr = std::fs::File::create(&said).map_err(|e| format!("creating {}: {e}", said.display()))?;
+        let mut args = args.clone();
+        args.json = Some(dir.path().join("load.json"));
+        let child = command(exe.as_os_str())
+            .arg("load")
+            .args(args.to_cli())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .map_err(|e| format!("cannot start iomux load{place}: {e}"))?;
+        Ok(LoadChild { child, dir, place: place.to_string() })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits up to `limit` for the load to exit. `exited` runs once it has
+    /// exited and before it is reaped, while its CPU clock still reads (its
+    /// final CPU time). None: it was still running at `limit`, and killed.
+    pub fn wait(&mut self, limit: Duration, exited: impl FnOnce(u32)) -> CliResult<Option<ExitStatus>> {
+        use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
+        let deadline = Instant::now() + limit;
+        let pid = i32::try_from(self.pid()).ok().and_then(Pid::from_raw).ok_or("iomux load has no pid")?;
+        loop {
+            match waitid(WaitId::Pid(pid), WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT) {
+                Ok(Some(_)) => {
+                    exited(self.pid());
+                    return Ok(Some(self.child.wait().map_err(|e| format!("reaping iomux load: {e}"))?));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.kill();
+                    return Err(format!("waiting for iomux load{}: {e}", self.place).into());
+                }
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                return Ok(None);
+            }
+            // Seldom: when the load is seen gone does not matter, its
+            // final CPU time stays until it is reaped.
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The result it wrote, or why there is none (its last line on stderr).
+    pub fn result(&self) -> Result<LoadResult, String> {
+        let json = self.dir.path().join("load.json");
+        let text = std::fs::read_to_string(&json);
+        match text.as_deref().map(serde_json::from_str::<LoadResult>) {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(e)) => Err(format!("iomux load{} wrote no readable result ({e})", self.place)),
+            Err(_) => Err(format!("iomux load{} wrote no result: {}", self.place, self.last_words())),
+        }
+    }
+
+    /// Its last line on stderr.
+    pub fn last_words(&self) -> String {
+        let said = std::fs::read_to_string(self.dir.path().join("load.stderr")).unwrap_or_default();
+        said.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("nothing on stderr").trim().to_string()
+    }
+
+    fn kill(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A load dropped is killed: its clients gone at once.
+impl Drop for LoadChild {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
