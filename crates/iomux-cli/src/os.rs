@@ -200,7 +200,9 @@ pub struct PrivateDir(tempfile::TempDir);
 impl PrivateDir {
     /// `what` names the contents, for the error.
     pub fn new(prefix: &str, what: &str) -> io::Result<PrivateDir> {
-        let made = tempfile::Builder::new().prefix(&format!("{prefix}-")).tempdir();
+        use std::os::unix::fs::PermissionsExt;
+        let only_us = std::fs::Permissions::from_mode(0o700);
+        let made = tempfile::Builder::new().prefix(&format!("{prefix}-")).permissions(only_us).tempdir();
         made.map(PrivateDir).map_err(|e| {
             io::Error::new(e.kind(), format!("creating a folder for {what} in {}: {e}", std::env::temp_dir().display()))
         })
@@ -235,6 +237,17 @@ pub fn counter(text: &str, prefix: &str, name: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_private_folder_is_ours_alone_and_goes_when_dropped() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = PrivateDir::new("iomux-test", "a test").unwrap();
+        let path = dir.path().to_path_buf();
+        std::fs::write(path.join("f"), "x").unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o700);
+        drop(dir);
+        assert!(!path.exists());
+    }
 
     #[test]
     fn counters_are_read_by_column_name() {

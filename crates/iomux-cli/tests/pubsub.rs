@@ -289,7 +289,8 @@ fn a_subscriber_that_never_reads_is_dropped_at_the_hard_limit(backend: &str) {
     let mut publisher = connect(addr);
     let batch: String = (0..1024).map(|_| format!("PUBLISH bulk {payload}\r\n")).collect();
     for sent in 0..(MESSAGES / 1024) as u64 {
-        let due = sent.saturating_sub(LAG) * 1024 * push_len;
+        // Once this batch is written, the readers are at most LAG behind.
+        let due = (sent + 1).saturating_sub(LAG) * 1024 * push_len;
         let started = Instant::now();
         // A reader that failed has finished early: its join says why.
         while progress.iter().any(|p| p.load(Ordering::Relaxed) < due) && !readers.iter().any(|r| r.is_finished()) {

@@ -94,11 +94,33 @@ pub struct LoadResult {
 }
 
 /// One `--procs` child's result (less its histogram), or why it has none.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize)]
 #[serde(untagged)]
 pub enum ChildResult {
     Failed { process: usize, failed: String, exit: String },
     Done(Box<LoadResult>),
+}
+
+/// By hand, not `untagged`: a child's entry that does not read says which
+/// field is wrong, not only that no variant matched.
+impl<'de> Deserialize<'de> for ChildResult {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ChildResult, D::Error> {
+        use serde::de::Error;
+        #[derive(Deserialize)]
+        struct Failed {
+            process: usize,
+            failed: String,
+            exit: String,
+        }
+        let v = Value::deserialize(d)?;
+        if v.get("failed").is_some() {
+            let Failed { process, failed, exit } =
+                serde_json::from_value(v).map_err(|e| D::Error::custom(format!("a failed child's entry: {e}")))?;
+            return Ok(ChildResult::Failed { process, failed, exit });
+        }
+        let result = serde_json::from_value(v).map_err(|e| D::Error::custom(format!("a child's result: {e}")))?;
+        Ok(ChildResult::Done(Box::new(result)))
+    }
 }
 
 /// One file `iomux merge` read.
@@ -272,7 +294,13 @@ impl LoadResult {
             )
             .into());
         }
-        serde_json::from_value(value).map_err(|e| format!("{}: not a complete load result: {e}", path.display()).into())
+        let result: LoadResult = serde_json::from_value(value)
+            .map_err(|e| format!("{}: not a complete load result: {e}", path.display()))?;
+        // Only the parts a merged result lists go without one.
+        if result.latency_hdr.is_empty() {
+            return Err(format!("{}: not a complete load result: no latency_hdr", path.display()).into());
+        }
+        Ok(result)
     }
 }
 

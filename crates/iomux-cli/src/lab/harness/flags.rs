@@ -21,12 +21,16 @@ pub trait RoundDefaults: Clone + Default + Send + Sync + 'static {
     const BUDGET_NOTE: &'static str = "";
     /// What a round does with the cells, in `--reps`'s help.
     const ROUND: &'static str = "the cells in another order each round";
+    /// Said after the default in `--reps`'s help.
+    const REPS_NOTE: &'static str = "";
 }
 
 /// An experiment's defaults for `--backends`.
 pub trait BackendDefaults: Clone + Default + Send + Sync + 'static {
     /// iomux backends measured: (quick, full).
     const BACKENDS: (&'static [Backend], &'static [Backend]) = (&[Backend::Epoll, Backend::Uring], Backend::ALL);
+    /// Said after the default in `--backends`'s help.
+    const BACKENDS_NOTE: &'static str = "";
 }
 
 /// A default that differs between quick settings and `--full`; shown in
@@ -93,13 +97,17 @@ impl<D: RoundDefaults> RoundFlags<D> {
 
 fn reps_help<D: RoundDefaults>() -> String {
     let (quick, full) = D::REPS;
-    format!("Rounds before any is added for undecided claims, {} [default: {quick}; --full: {full}]", D::ROUND)
+    format!(
+        "Rounds before any is added for undecided claims, {} [default: {quick}; --full: {full}{}]",
+        D::ROUND,
+        D::REPS_NOTE
+    )
 }
 
 /// `--backends`.
 #[derive(clap::Args, Debug, Default, Clone)]
 pub struct BackendFlags<D: BackendDefaults> {
-    #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend, help = backends_help(D::BACKENDS))]
+    #[arg(long, value_delimiter = ',', value_parser = crate::parse_backend, help = backends_help(D::BACKENDS, D::BACKENDS_NOTE))]
     pub backends: Option<Vec<Backend>>,
     #[arg(skip)]
     defaults: PhantomData<D>,
@@ -115,7 +123,7 @@ impl<D: BackendDefaults> BackendFlags<D> {
     }
 }
 
-fn backends_help((quick, full): (&[Backend], &[Backend])) -> String {
+fn backends_help((quick, full): (&[Backend], &[Backend]), note: &str) -> String {
     let names = |b: &[Backend]| {
         if b == Backend::ALL {
             "all six".to_string()
@@ -124,7 +132,7 @@ fn backends_help((quick, full): (&[Backend], &[Backend])) -> String {
         }
     };
     let default = if quick == full { names(quick) } else { format!("{}; --full: {}", names(quick), names(full)) };
-    format!("iomux backends, comma-separated [default: {default}]")
+    format!("iomux backends, comma-separated [default: {default}{note}]")
 }
 
 #[cfg(test)]

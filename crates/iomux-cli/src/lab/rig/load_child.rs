@@ -10,8 +10,18 @@ use std::ffi::OsStr;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+/// Where the load's stderr goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Stderr {
+    /// To a file, for the message of a load that fails.
+    Kept,
+    /// To the bench's own stderr: a long run's progress, shown as it goes.
+    Shown,
+}
+
 pub struct LoadChild {
     child: Child,
+    stderr: Stderr,
     /// Holds `load.json` and `load.stderr`; removed when dropped.
     dir: PrivateDir,
     /// Where it runs, for messages: "" or " in the client's namespace".
@@ -22,11 +32,21 @@ impl LoadChild {
     /// Starts `iomux load` with `args`' flags (their `--json` replaced by
     /// its own file). `command` makes the command that runs the given
     /// executable: `Command::new`, or one that enters a namespace.
-    pub fn start(args: &LoadArgs, command: impl FnOnce(&OsStr) -> Command, place: &str) -> CliResult<LoadChild> {
+    pub fn start(
+        args: &LoadArgs,
+        command: impl FnOnce(&OsStr) -> Command,
+        place: &str,
+        shown: Stderr,
+    ) -> CliResult<LoadChild> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find the iomux executable: {e}"))?;
         let dir = PrivateDir::new("iomux-lab-load", "the load's result")?;
         let said = dir.path().join("load.stderr");
-        let stderr = std::fs::File::create(&said).map_err(|e| format!("creating {}: {e}", said.display()))?;
+        let stderr = match shown {
+            Stderr::Shown => Stdio::inherit(),
+            Stderr::Kept => {
+                std::fs::File::create(&said).map_err(|e| format!("creating {}: {e}", said.display()))?.into()
+            }
+        };
         let mut args = args.clone();
         args.json = Some(dir.path().join("load.json"));
         let child = command(exe.as_os_str())
@@ -37,19 +57,20 @@ impl LoadChild {
             .stderr(stderr)
             .spawn()
             .map_err(|e| format!("cannot start iomux load{place}: {e}"))?;
-        Ok(LoadChild { child, dir, place: place.to_string() })
+        Ok(LoadChild { child, stderr: shown, dir, place: place.to_string() })
     }
 
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
-    /// Waits up to `limit` for the load to exit. `exited` runs once it has
-    /// exited and before it is reaped, while its CPU clock still reads (its
-    /// final CPU time). None: it was still running at `limit`, and killed.
+    /// Waits up to `limit` (`Duration::MAX`: for as long as it runs) for
+    /// the load to exit. `exited` runs once it has exited and before it is
+    /// reaped, while its CPU clock still reads (its final CPU time). None:
+    /// it was still running at `limit`, and killed.
     pub fn wait(&mut self, limit: Duration, exited: impl FnOnce(u32)) -> CliResult<Option<ExitStatus>> {
         use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
-        let deadline = Instant::now() + limit;
+        let deadline = Instant::now().checked_add(limit);
         let pid = i32::try_from(self.pid()).ok().and_then(Pid::from_raw).ok_or("iomux load has no pid")?;
         loop {
             match waitid(WaitId::Pid(pid), WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT) {
@@ -63,7 +84,7 @@ impl LoadChild {
                     return Err(format!("waiting for iomux load{}: {e}", self.place).into());
                 }
             }
-            if Instant::now() > deadline {
+            if deadline.is_some_and(|d| Instant::now() > d) {
                 self.kill();
                 return Ok(None);
             }
@@ -86,6 +107,9 @@ impl LoadChild {
 
     /// Its last line on stderr.
     pub fn last_words(&self) -> String {
+        if self.stderr == Stderr::Shown {
+            return "its messages are above".into();
+        }
         let said = std::fs::read_to_string(self.dir.path().join("load.stderr")).unwrap_or_default();
         said.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("nothing on stderr").trim().to_string()
     }

@@ -8,7 +8,7 @@ use crate::lab::experiments::echo::kernel_memory::Sampler;
 use crate::lab::experiments::echo::{KernelMemory, Sample};
 use crate::lab::rig::cell::{cpus, LOAD_BACKEND};
 use crate::lab::rig::child::{ServerChild, Tracer};
-use crate::lab::rig::load_child::LoadChild;
+use crate::lab::rig::load_child::{LoadChild, Stderr};
 use crate::limits::{self, Need};
 use crate::CliResult;
 use iomux::Backend;
@@ -60,12 +60,12 @@ pub fn run(backend: Backend, conns: usize, messages: u64, procs: usize, tracer: 
     args.procs = u16::try_from(procs).map_err(|_| format!("E4: {procs} load processes are too many"))?;
     (args.conns, args.per_conn, args.timeout) = (conns, Some(messages), 300.0);
     let sampler = Sampler::start();
-    let mut load = LoadChild::start(&args, |exe| Command::new(exe), "");
-    // Its own --timeout ends a stalled run; this limit catches a hang.
+    // Its progress shows as it goes: a full-size run takes most of an hour.
+    let mut load = LoadChild::start(&args, |exe| Command::new(exe), "", Stderr::Shown);
+    // Waited for as long as it runs: its own --timeout ends a stalled run.
     let status = load.as_mut().map_err(|e| e.to_string()).and_then(|l| {
-        l.wait(Duration::from_secs(600), |_| {})
-            .map_err(|e| e.to_string())?
-            .ok_or("hung: killed after 600 s".to_string())
+        let status = l.wait(Duration::MAX, |_| {}).map_err(|e| e.to_string())?;
+        status.ok_or_else(|| "ended without a status".to_string())
     });
     let (before, peak) = (sampler.before, sampler.finish());
     let result = server.stop()?;

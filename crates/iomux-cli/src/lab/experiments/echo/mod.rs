@@ -31,12 +31,13 @@ impl RoundDefaults for Defaults {
     const REPS: (usize, usize) = (1, 3);
     const BUDGET_S: f64 = 30.0;
     const BUDGET_NOTE: &'static str = "; at full size: 0";
+    const REPS_NOTE: &'static str = "; at full size: 1";
 }
 
 impl BackendDefaults for Defaults {
-    /// Quick: all six; full (and past one process's connections): the
-    /// article's two servers.
+    /// Quick: all six; full, and at full size: the article's two servers.
     const BACKENDS: (&'static [Backend], &'static [Backend]) = (&DEFAULT_BACKENDS, &FULL_BACKENDS);
+    const BACKENDS_NOTE: &'static str = "; also past one process's connections, or with --procs above 1";
 }
 
 #[derive(clap::Args, Debug, Default)]

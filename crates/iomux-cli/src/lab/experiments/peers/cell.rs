@@ -19,7 +19,7 @@
 
 use crate::lab::rig::cell::{cpus, LOAD_BACKEND};
 use crate::lab::rig::child::ServerChild;
-use crate::lab::rig::load_child::LoadChild;
+use crate::lab::rig::load_child::{LoadChild, Stderr};
 use crate::lab::rig::sampler::{Readings, Sampler, Timeline};
 use crate::lab::rig::syscount::SyscallCounter;
 use crate::load::result::LoadResult;
@@ -186,7 +186,7 @@ fn measure(child: ServerChild, sampler: Sampler, counter: Option<SyscallCounter>
     args.duration = Some(load.seconds);
     args.rate = load.rate;
     args.tick_us = load.tick_us;
-    let mut load_child = LoadChild::start(&args, |exe| Command::new(exe), "")?;
+    let mut load_child = LoadChild::start(&args, |exe| Command::new(exe), "", Stderr::Kept)?;
     let load_pid = load_child.pid();
     sampler.watch(load_pid);
     let limit = Duration::from_secs_f64(load.seconds) + LOAD_SLACK;
