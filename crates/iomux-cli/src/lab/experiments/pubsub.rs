@@ -156,8 +156,8 @@ fn cell(p: &Params, arm: &Arm) -> Result<Run, String> {
             payload: PAYLOAD,
             channel: "e7".into(),
             // The slow one must fall past the 32 MiB limit: 2 s of 1 KiB
-            // messages at least (redis-server, the slowest here, publishes
-            // about 60 MiB of them to it in 2 s in its quota).
+            // messages at least (the slowest slow cell of a quick lab,
+            // iomux-uring's at 47,500 publishes/s, queued 95 MiB for it).
             duration: Duration::from_secs_f64(if arm.load == Load::Slow { p.seconds.max(2.0) } else { p.seconds }),
             timeout: Duration::from_secs(10),
         };
