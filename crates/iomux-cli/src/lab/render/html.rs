@@ -137,6 +137,8 @@ pub fn counts<'a>(claims: impl Iterator<Item = &'a Claim>) -> String {
 #[derive(Serialize)]
 struct Goals {
     label: &'static str,
+    /// Beside the label: two experiments may share one (E7's RESP and pub/sub).
+    name: &'static str,
     class: &'static str,
     symbol: &'static str,
     counts: String,
@@ -208,11 +210,13 @@ pub fn write_report(folder: &Folder) -> CliResult<PathBuf> {
         .iter()
         .flat_map(|r| r.header.claims.iter().filter(|c| c.is_documents()).map(|c| ClaimRow::of(r.entry, c)))
         .collect();
-    let machine: Vec<ClaimRow> = folder
+    let machine_pairs: Vec<_> = folder
         .results
         .iter()
-        .flat_map(|r| r.header.claims.iter().filter(|c| c.source == Source::Machine).map(|c| ClaimRow::of(r.entry, c)))
+        .flat_map(|r| r.header.claims.iter().filter(|c| c.source == Source::Machine).map(move |c| (r.entry, c)))
         .collect();
+    let machine_counts = counts(machine_pairs.iter().map(|(_, c)| *c));
+    let machine: Vec<ClaimRow> = machine_pairs.iter().map(|(e, c)| ClaimRow::of(e, c)).collect();
     let goals: Vec<Goals> = folder
         .results
         .iter()
@@ -227,6 +231,7 @@ pub fn write_report(folder: &Folder) -> CliResult<PathBuf> {
             let (class, symbol) = badge(worst);
             Some(Goals {
                 label: r.entry.label,
+                name: r.entry.name,
                 class,
                 symbol,
                 counts: counts(goals.iter().copied()),
@@ -248,6 +253,7 @@ pub fn write_report(folder: &Folder) -> CliResult<PathBuf> {
             documents => documents,
             goals => goals,
             machine_claims => machine,
+            machine_counts => machine_counts,
             headline => headline,
             sections => sections,
             failed => folder.failed.iter().map(|f| Failed { label: f.entry.label, name: f.entry.name, error: f.error.clone() }).collect::<Vec<_>>(),
