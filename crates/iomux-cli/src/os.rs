@@ -65,14 +65,46 @@ pub fn signal_and_wait(child: &mut std::process::Child, signal: rustix::process:
     if let Some(pid) = i32::try_from(child.id()).ok().and_then(rustix::process::Pid::from_raw) {
         let _ = rustix::process::kill_process(pid, signal);
     }
-    let deadline = std::time::Instant::now() + grace;
-    while std::time::Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return true;
+    matches!(wait_within(child, grace), Ok(Some(_)))
+}
+
+/// Waits up to `limit` (`Duration::MAX`: without one) for `child` to
+/// exit, without reaping it: true once it has, false at the limit. By its
+/// pidfd: wait-timeout's process-wide SIGCHLD handler would replace the
+/// one `serve --procs` keeps, and a sleep loop sees an exit late.
+pub fn exited_within(child: &std::process::Child, limit: Duration) -> io::Result<bool> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let pid = i32::try_from(child.id())
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("no process has pid {}", child.id())))?;
+    let pidfd = match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
+        Ok(fd) => fd,
+        // Reaped already (by a tracer): it has exited.
+        Err(rustix::io::Errno::SRCH) => return Ok(true),
+        Err(e) => return Err(io::Error::new(e.kind(), format!("pidfd_open of pid {}: {e}", child.id()))),
+    };
+    let deadline = std::time::Instant::now().checked_add(limit);
+    loop {
+        let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+        let timeout = left.map(|w| Timespec { tv_sec: w.as_secs() as i64, tv_nsec: i64::from(w.subsec_nanos()) });
+        let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
+        match poll(&mut fds, timeout.as_ref()) {
+            Ok(0) if left.is_some_and(|l| l.is_zero()) => return Ok(false),
+            Ok(0) | Err(rustix::io::Errno::INTR) => {}
+            Ok(_) => return Ok(true),
+            Err(e) => return Err(io::Error::new(e.kind(), format!("poll on the pidfd of pid {}: {e}", child.id()))),
         }
-        std::thread::sleep(Duration::from_millis(10));
     }
-    false
+}
+
+/// [`exited_within`], then reaped: its status, or None at the limit.
+pub fn wait_within(child: &mut std::process::Child, limit: Duration) -> io::Result<Option<std::process::ExitStatus>> {
+    if exited_within(child, limit)? {
+        child.wait().map(Some)
+    } else {
+        Ok(None)
+    }
 }
 
 /// CPU time (user + system, in ns as the scheduler counts it) that
@@ -160,17 +192,10 @@ pub fn wait_output_within(mut child: std::process::Child, limit: Duration) -> io
     };
     let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
     let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let deadline = std::time::Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(io::Error::new(io::ErrorKind::TimedOut, format!("still running after {limit:?}; killed")));
-        }
-        std::thread::sleep(Duration::from_millis(5));
+    let Some(status) = wait_within(&mut child, limit)? else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(io::Error::new(io::ErrorKind::TimedOut, format!("still running after {limit:?}; killed")));
     };
     let joined = |h: std::thread::JoinHandle<Vec<u8>>| h.join().unwrap_or_default();
     Ok(std::process::Output { status, stdout: joined(stdout), stderr: joined(stderr) })
@@ -237,6 +262,16 @@ pub fn counter(text: &str, prefix: &str, name: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_child_is_waited_for_up_to_a_limit() {
+        let mut child = std::process::Command::new("sleep").arg("0.3").spawn().unwrap();
+        assert!(!exited_within(&child, Duration::from_millis(50)).unwrap(), "still sleeping");
+        let status = wait_within(&mut child, Duration::from_secs(5)).unwrap();
+        assert!(status.is_some_and(|s| s.success()));
+        let mut quick = std::process::Command::new("true").spawn().unwrap();
+        assert!(wait_within(&mut quick, Duration::MAX).unwrap().is_some(), "no limit at all");
+    }
 
     #[test]
     fn a_private_folder_is_ours_alone_and_goes_when_dropped() {

@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// An external syscall counter to run the server under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -305,16 +305,10 @@ impl ServerChild {
                 return Err(format!("SIGTERM to {what}: {e}").into());
             }
         }
-        let deadline = Instant::now() + Duration::from_secs(STOP_WITHIN_S);
-        let status = loop {
-            if let Some(st) = self.child.try_wait().map_err(|e| format!("waiting for {what}: {e}"))? {
-                break st;
-            }
-            if Instant::now() > deadline {
-                self.kill();
-                return Err(format!("{what} did not stop within {STOP_WITHIN_S} s of SIGTERM").into());
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        let within = crate::os::wait_within(&mut self.child, Duration::from_secs(STOP_WITHIN_S));
+        let Some(status) = within.map_err(|e| format!("waiting for {what}: {e}"))? else {
+            self.kill();
+            return Err(format!("{what} did not stop within {STOP_WITHIN_S} s of SIGTERM").into());
         };
         let Some(stats_path) = self.stats_path.take() else {
             // A peer has no handler: SIGTERM's default action ends it.

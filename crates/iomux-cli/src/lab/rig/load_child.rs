@@ -8,7 +8,7 @@ use crate::os::PrivateDir;
 use crate::CliResult;
 use std::ffi::OsStr;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Where the load's stderr goes.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -69,28 +69,19 @@ impl LoadChild {
     /// reaped, while its CPU clock still reads (its final CPU time). None:
     /// it was still running at `limit`, and killed.
     pub fn wait(&mut self, limit: Duration, exited: impl FnOnce(u32)) -> CliResult<Option<ExitStatus>> {
-        use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
-        let deadline = Instant::now().checked_add(limit);
-        let pid = i32::try_from(self.pid()).ok().and_then(Pid::from_raw).ok_or("iomux load has no pid")?;
-        loop {
-            match waitid(WaitId::Pid(pid), WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT) {
-                Ok(Some(_)) => {
-                    exited(self.pid());
-                    return Ok(Some(self.child.wait().map_err(|e| format!("reaping iomux load: {e}"))?));
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    self.kill();
-                    return Err(format!("waiting for iomux load{}: {e}", self.place).into());
-                }
+        match crate::os::exited_within(&self.child, limit) {
+            Ok(true) => {
+                exited(self.pid());
+                Ok(Some(self.child.wait().map_err(|e| format!("reaping iomux load{}: {e}", self.place))?))
             }
-            if deadline.is_some_and(|d| Instant::now() > d) {
+            Ok(false) => {
                 self.kill();
-                return Ok(None);
+                Ok(None)
             }
-            // Seldom: when the load is seen gone does not matter, its
-            // final CPU time stays until it is reaped.
-            std::thread::sleep(Duration::from_millis(10));
+            Err(e) => {
+                self.kill();
+                Err(format!("waiting for iomux load{}: {e}", self.place).into())
+            }
         }
     }
 

@@ -16,7 +16,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The window the report is judged in, in CSS pixels (width, height).
 pub const VIEWPORT: (u32, u32) = (1400, 900);
@@ -455,27 +455,23 @@ fn run(
             std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => missing(e.to_string()),
             _ => io_failed("cannot start chromium", e),
         })?;
-    let start = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if start.elapsed() < RUN_TIMEOUT => std::thread::sleep(Duration::from_millis(20)),
-            Ok(None) => {
-                if let Ok(pid) = libc::pid_t::try_from(child.id()) {
-                    // SAFETY: kill has no memory effects; -pid is the group
-                    // this child leads, still unreaped so still ours.
-                    unsafe { libc::kill(-pid, libc::SIGKILL) };
-                }
-                let _ = child.wait();
-                let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
-                return Err(BrowserError::Failed(format!(
-                    "`{described}` ran {} s and was killed; stderr ends: {}",
-                    RUN_TIMEOUT.as_secs(),
-                    tail(&stderr)
-                )));
+    let status = match crate::os::wait_within(&mut child, RUN_TIMEOUT) {
+        Ok(Some(status)) => status,
+        Ok(None) => {
+            if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+                // SAFETY: kill has no memory effects; -pid is the group
+                // this child leads, still unreaped so still ours.
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
             }
-            Err(e) => return Err(io_failed("cannot wait", e)),
+            let _ = child.wait();
+            let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
+            return Err(BrowserError::Failed(format!(
+                "`{described}` ran {} s and was killed; stderr ends: {}",
+                RUN_TIMEOUT.as_secs(),
+                tail(&stderr)
+            )));
         }
+        Err(e) => return Err(io_failed("cannot wait", e)),
     };
     let stdout = std::fs::read_to_string(&out_path).map_err(|e| io_failed("cannot read stdout", e))?;
     let stderr = std::fs::read_to_string(&err_path).map_err(|e| io_failed("cannot read stderr", e))?;
