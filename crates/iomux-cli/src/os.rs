@@ -68,23 +68,25 @@ pub fn signal_and_wait(child: &mut std::process::Child, signal: rustix::process:
     matches!(wait_within(child, grace), Ok(Some(_)))
 }
 
-/// Waits up to `limit` (`Duration::MAX`: without one) for `child` to
-/// exit, without reaping it: true once it has, false at the limit. By its
-/// pidfd: wait-timeout's process-wide SIGCHLD handler would replace the
-/// one `serve --procs` keeps, and a sleep loop sees an exit late.
+/// Waits up to `limit` (`Duration::MAX`: without one) for `child`, not
+/// reaped yet, to exit, without reaping it: true once it has, false at the
+/// limit. By its pidfd: no sleep loop that sees an exit late, and not
+/// wait-timeout, which would install a process-wide SIGCHLD handler for
+/// it. Where pidfd_open fails (no descriptor left, a seccomp filter), by
+/// waitid's peek every 10 ms instead.
 pub fn exited_within(child: &std::process::Child, limit: Duration) -> io::Result<bool> {
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
     let pid = i32::try_from(child.id())
         .ok()
         .and_then(rustix::process::Pid::from_raw)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("no process has pid {}", child.id())))?;
+    let deadline = std::time::Instant::now().checked_add(limit);
     let pidfd = match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
         Ok(fd) => fd,
-        // Reaped already (by a tracer): it has exited.
+        // This process reaped it already.
         Err(rustix::io::Errno::SRCH) => return Ok(true),
-        Err(e) => return Err(io::Error::new(e.kind(), format!("pidfd_open of pid {}: {e}", child.id()))),
+        Err(_) => return peek_until(pid, deadline),
     };
-    let deadline = std::time::Instant::now().checked_add(limit);
     loop {
         let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
         let timeout = left.map(|w| Timespec { tv_sec: w.as_secs() as i64, tv_nsec: i64::from(w.subsec_nanos()) });
@@ -98,8 +100,29 @@ pub fn exited_within(child: &std::process::Child, limit: Duration) -> io::Result
     }
 }
 
-/// [`exited_within`], then reaped: its status, or None at the limit.
+/// [`exited_within`] without a pidfd: waitid's peek, which reaps nothing.
+fn peek_until(pid: rustix::process::Pid, deadline: Option<std::time::Instant>) -> io::Result<bool> {
+    use rustix::process::{waitid, WaitId, WaitIdOptions};
+    loop {
+        let peek = waitid(WaitId::Pid(pid), WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT);
+        match peek {
+            Ok(Some(_)) | Err(rustix::io::Errno::CHILD) => return Ok(true),
+            Ok(None) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(io::Error::new(e.kind(), format!("waitid on pid {}: {e}", pid.as_raw_nonzero()))),
+        }
+        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// [`exited_within`], then reaped: its status, or None at the limit. A
+/// child reaped already gives the status std kept.
 pub fn wait_within(child: &mut std::process::Child, limit: Duration) -> io::Result<Option<std::process::ExitStatus>> {
+    if let Some(status) = child.try_wait()? {
+        return Ok(Some(status));
+    }
     if exited_within(child, limit)? {
         child.wait().map(Some)
     } else {
@@ -192,10 +215,13 @@ pub fn wait_output_within(mut child: std::process::Child, limit: Duration) -> io
     };
     let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
     let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let Some(status) = wait_within(&mut child, limit)? else {
+    let waited = wait_within(&mut child, limit);
+    let Ok(Some(status)) = waited else {
         let _ = child.kill();
         let _ = child.wait();
-        return Err(io::Error::new(io::ErrorKind::TimedOut, format!("still running after {limit:?}; killed")));
+        return Err(waited.err().unwrap_or_else(|| {
+            io::Error::new(io::ErrorKind::TimedOut, format!("still running after {limit:?}; killed"))
+        }));
     };
     let joined = |h: std::thread::JoinHandle<Vec<u8>>| h.join().unwrap_or_default();
     Ok(std::process::Output { status, stdout: joined(stdout), stderr: joined(stderr) })
@@ -271,6 +297,12 @@ mod tests {
         assert!(status.is_some_and(|s| s.success()));
         let mut quick = std::process::Command::new("true").spawn().unwrap();
         assert!(wait_within(&mut quick, Duration::MAX).unwrap().is_some(), "no limit at all");
+        assert!(wait_within(&mut quick, Duration::ZERO).unwrap().is_some(), "reaped already: the status kept");
+        let gone = std::process::Command::new("true").spawn().unwrap();
+        let pid = rustix::process::Pid::from_raw(gone.id() as i32).unwrap();
+        assert!(peek_until(pid, None).unwrap(), "the peek sees the exit");
+        let mut gone = gone;
+        assert!(gone.wait().unwrap().success(), "and reaped nothing");
     }
 
     #[test]

@@ -52,6 +52,8 @@ const SUBSCRIBERS: usize = 20;
 const PAYLOAD: usize = 1024;
 const WINDOW: usize = 16;
 const SECONDS: QuickFull<f64> = QuickFull { quick: 1.0, full: 5.0 };
+/// A slow cell's shortest run: see `rig`.
+const SLOW_MIN_S: f64 = 2.0;
 /// Issue 34's goal: messages delivered per second against redis-server's.
 /// Judged as what this machine allows: the fan-out floor, which does
 /// nothing but the kernel's part, reaches 1.3 times here; iomux is judged
@@ -157,8 +159,13 @@ fn cell(p: &Params, arm: &Arm) -> Result<Run, String> {
             channel: "e7".into(),
             // The slow one must fall past the 32 MiB limit: 2 s of 1 KiB
             // messages at least (the slowest slow cell of a quick lab,
-            // iomux-uring's at 47,500 publishes/s, queued 95 MiB for it).
-            duration: Duration::from_secs_f64(if arm.load == Load::Slow { p.seconds.max(2.0) } else { p.seconds }),
+            // iomux-uring's at 47,500 publishes/s, publishes about 93 MiB
+            // to it in 2 s).
+            duration: Duration::from_secs_f64(if arm.load == Load::Slow {
+                p.seconds.max(SLOW_MIN_S)
+            } else {
+                p.seconds
+            }),
             timeout: Duration::from_secs(10),
         };
         let before = crate::os::process_cpu(pid).map_err(|e| format!("the server's CPU time: {e}"))?;
@@ -373,7 +380,8 @@ impl Shown for Pubsub {
         let intro = format!(
             "Every server pinned to the server CPU in a cgroup CPU quota of {:.0}% of one CPU, one loop \
              (`iomux serve --proto resp`, redis-server with `--io-threads 1`); the client, `iomux load --mode pubsub \
-             --subscribers {SUBSCRIBERS} --msg-size {PAYLOAD} --window {WINDOW}`, on the other CPU for {} s a run. \
+             --subscribers {SUBSCRIBERS} --msg-size {PAYLOAD} --window {WINDOW}`, on the other CPU for {} s a run \
+             ({SLOW_MIN_S} s at least under slow). \
              fanout: one publisher, {SUBSCRIBERS} subscribers that read, every push checked byte for byte. slow: the \
              same and one subscriber that never reads (the server drops it past 32 MiB queued). A fresh server per \
              run. Beside them, under fanout, the floor of a fan-out (`iomux peer --server c-pubsub-floor`: each \

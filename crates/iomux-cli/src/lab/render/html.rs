@@ -317,7 +317,11 @@ mod tests {
     fn the_report_is_drawn_from_json_alone_and_opens_with_the_verdicts() {
         let dir = std::env::temp_dir().join(format!("iomux-report-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let env = fixture(&[(Epoll, 0, 0.4), (Epoll, 100, 0.41), (Poll, 0, 0.4), (Poll, 100, 3.0)], 6);
+        let mut env = fixture(&[(Epoll, 0, 0.4), (Epoll, 100, 0.41), (Poll, 0, 0.4), (Poll, 100, 3.0)], 6);
+        // One of iomux's goals and one figure of what the machine allows.
+        env.claims.push(claim(Needed::AtLeast(1.0), 1.5, 2.0, 2.5, Verdict::Holds));
+        let machine = crate::lab::harness::claim::Source::Machine;
+        env.claims.push(Claim { source: machine, ..claim(Needed::AtLeast(1.0), 0.5, 0.6, 0.7, Verdict::DoesNotHold) });
         envelope::write(&dir, &env).unwrap();
         // An older experiment's file: verdicts shown, tables left in its Markdown.
         std::fs::write(
@@ -335,6 +339,9 @@ mod tests {
         // Tables from the envelope: 40,000 round trips' seconds with intervals.
         assert!(html.contains("<td>0.401 ±0.2%</td>") || html.contains("<td>0.400 ±0.2%</td>"), "{html}");
         assert!(html.contains("<figure class=\"headline\"><svg"));
+        // Goals by experiment, named; what the machine allows folded, counted.
+        assert!(html.contains("<div class=\"goals\"><details><summary>") && html.contains("<b>E2 idle</b>: 1 hold"));
+        assert!(html.contains("<details><summary>1 do not hold: references"), "{html}");
         // Escaped, never injected.
         assert!(html.contains("old &lt;b&gt;") && !html.contains("old <b>"));
         assert!(html.contains("Results written by an older iomux (schema 1)"));

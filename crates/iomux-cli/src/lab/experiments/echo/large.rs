@@ -62,10 +62,13 @@ pub fn run(backend: Backend, conns: usize, messages: u64, procs: usize, tracer: 
     let sampler = Sampler::start();
     // Its progress shows as it goes: a full-size run takes most of an hour.
     let mut load = LoadChild::start(&args, |exe| Command::new(exe), "", Stderr::Shown);
-    // Waited for as long as it runs: its own --timeout ends a stalled run.
+    // A full-size run took 2,216 to 2,522 s of echoes here (docs/
+    // experiments/echo.md); its --timeout ends a stall mid-echo, and this
+    // cap one anywhere else (a connect that hangs, a child that never ends).
+    let cap = Duration::from_secs(4 * 3600);
     let status = load.as_mut().map_err(|e| e.to_string()).and_then(|l| {
-        let status = l.wait(Duration::MAX, |_| {}).map_err(|e| e.to_string())?;
-        status.ok_or_else(|| "ended without a status".to_string())
+        let status = l.wait(cap, |_| {}).map_err(|e| e.to_string())?;
+        status.ok_or_else(|| format!("still running after {} h; killed", cap.as_secs() / 3600))
     });
     let (before, peak) = (sampler.before, sampler.finish());
     let result = server.stop()?;

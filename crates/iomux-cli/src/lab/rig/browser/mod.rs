@@ -457,13 +457,17 @@ fn run(
         })?;
     let status = match crate::os::wait_within(&mut child, RUN_TIMEOUT) {
         Ok(Some(status)) => status,
-        Ok(None) => {
+        // Not waited for (or waited too long): the whole group goes.
+        waited => {
             if let Ok(pid) = libc::pid_t::try_from(child.id()) {
                 // SAFETY: kill has no memory effects; -pid is the group
                 // this child leads, still unreaped so still ours.
                 unsafe { libc::kill(-pid, libc::SIGKILL) };
             }
             let _ = child.wait();
+            if let Err(e) = waited {
+                return Err(io_failed("cannot wait", e));
+            }
             let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
             return Err(BrowserError::Failed(format!(
                 "`{described}` ran {} s and was killed; stderr ends: {}",
@@ -471,7 +475,6 @@ fn run(
                 tail(&stderr)
             )));
         }
-        Err(e) => return Err(io_failed("cannot wait", e)),
     };
     let stdout = std::fs::read_to_string(&out_path).map_err(|e| io_failed("cannot read stdout", e))?;
     let stderr = std::fs::read_to_string(&err_path).map_err(|e| io_failed("cannot read stderr", e))?;
