@@ -3,7 +3,8 @@
 //! server reclaim every connection of clients that vanished, delays and
 //! reorders packets through the lab's delay line (`iomux netq`, with
 //! iptables), and leaves no network namespace behind, also when
-//! interrupted.
+//! interrupted. E2 and E3 run on the same emulated LAN through their own
+//! experiments (`--network lan`).
 
 mod lab_support;
 
@@ -32,6 +33,28 @@ fn namespaces_of(pid: u32) -> Vec<String> {
         .filter(|n| n.starts_with(&format!("iomux-e8-{pid}-")))
         .map(String::from)
         .collect()
+}
+
+#[test]
+fn e3_and_e2_run_on_the_emulated_lan_as_their_own_cells() {
+    if !can_run() {
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("iomux-lan-{}", std::process::id()));
+    let once = ["--backends", "epoll", "--reps", "1", "--budget", "0", "--network", "lan"];
+    let sink = bench(&[&["sink", "--seconds", "0.3"], &once[..]].concat(), &out, "sink");
+    let takes = sink["takes"].as_array().unwrap();
+    assert!(!takes.is_empty() && takes.iter().all(|t| t["arm"]["lan"] == true), "LAN cells only: {takes:?}");
+    for t in takes {
+        // The link's rate: 100 Mbit/s of frames, as the article's NIC.
+        let mbit = t["value"]["link_mbit_s"].as_f64().unwrap();
+        assert!((50.0..=110.0).contains(&mbit), "{mbit} Mbit/s: {t}");
+    }
+    let idle = bench(&[&["idle", "--idle", "0"], &once[..]].concat(), &out, "idle");
+    let takes = idle["takes"].as_array().unwrap();
+    assert!(!takes.is_empty() && takes.iter().all(|t| t["arm"]["lan"] == true && t["arm"]["idle"] == 640), "{takes:?}");
+    assert!(takes.iter().all(|t| t["value"]["seconds"].as_f64().unwrap() > 0.0));
+    std::fs::remove_dir_all(&out).ok();
 }
 
 #[test]

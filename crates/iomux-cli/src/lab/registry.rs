@@ -51,7 +51,7 @@ pub fn execute<E: Shown>(args: &E::Args, settings: &Settings) -> CliResult<Outco
     let started = Instant::now();
     let specs = E::claims(&params);
     let network_is_own = NetworkIsOwn(&settings.noise);
-    let meter: &dyn Meter = if E::NETWORK_IS_OWN { &network_is_own } else { &settings.noise };
+    let meter: &dyn Meter = if E::network_is_own(&params) { &network_is_own } else { &settings.noise };
     let rounds = E::rounds(&params);
     let mut trial = Trial::new(meter, E::ENTRY.name, std::time::Duration::from_secs_f64(rounds.budget_s));
     let mut measure = E::rig(&params, &mut trial, settings)?;

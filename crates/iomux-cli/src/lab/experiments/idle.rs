@@ -12,10 +12,14 @@ use crate::lab::render::plot::{self, Axes, Series};
 use crate::lab::render::table::thousands;
 use crate::lab::render::view::{Shown, TableView, View};
 use crate::lab::rig::cell::{self, data_path};
+use crate::lab::rig::child::ServerChild;
+use crate::lab::rig::lan;
+use crate::lab::rig::netns::Net;
 use crate::lab::Settings;
 use crate::CliResult;
 use iomux::Backend;
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 const IDLE: [usize; 12] = [0, 10, 20, 40, 80, 160, 320, 640, 1280, 2560, 5120, 10240];
 /// Quick settings stop at this Z: poll's 40,000 round trips among 10,240
@@ -52,6 +56,8 @@ pub struct Args {
     pub backends: BackendFlags<Defaults>,
     #[command(flatten)]
     pub rounds: RoundFlags<Defaults>,
+    #[command(flatten)]
+    pub network: lan::NetworkFlag,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -66,7 +72,14 @@ pub struct Params {
     rounds: Rounds,
     #[serde(with = "by_name")]
     load_backend: Backend,
+    #[serde(flatten)]
+    net: lan::Networks,
 }
+
+/// On the LAN, Z: 640, the largest of the documents' Z (0, 10, ..., 640,
+/// 1280, ...) that select holds in one process (FD_SETSIZE 1,024), so that
+/// E2 runs there on all six backends.
+pub(crate) const LAN_Z: usize = 640;
 
 /// One cell: a backend among Z idle connections.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -74,11 +87,21 @@ pub struct Arm {
     #[serde(with = "by_name")]
     backend: Backend,
     idle: usize,
+    /// On the emulated LAN rather than loopback.
+    #[serde(default)]
+    lan: bool,
+}
+
+impl Arm {
+    /// A loopback cell.
+    fn at(backend: Backend, idle: usize) -> Arm {
+        Arm { backend, idle, lan: false }
+    }
 }
 
 impl std::fmt::Display for Arm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}, Z = {}", self.backend, self.idle)
+        write!(f, "{}, Z = {}{}", self.backend, self.idle, if self.lan { ", lan" } else { "" })
     }
 }
 
@@ -98,7 +121,7 @@ impl Idle {
     /// most idle connections planned; None when the plan lacks them.
     fn ends(p: &Params, backend: Backend) -> Option<(Arm, Arm)> {
         let (z0, zn) = (*p.idle.iter().min()?, *p.idle.iter().max()?);
-        (z0 < zn && p.backends.contains(&backend)).then_some((Arm { backend, idle: z0 }, Arm { backend, idle: zn }))
+        (z0 < zn && p.backends.contains(&backend)).then_some((Arm::at(backend, z0), Arm::at(backend, zn)))
     }
 }
 
@@ -116,7 +139,8 @@ impl Experiment for Idle {
 
     const ENTRY: Entry =
         Entry::new("idle", "E2", "seconds for 40,000 round trips by 10 active connections among Z idle ones")
-            .smoke("--idle 0,100 --backends epoll,poll,uring --budget 20");
+            .smoke("--idle 0,100 --backends epoll,poll,uring --budget 20")
+            .needs(crate::lab::rig::tools::NET.tools);
     const PUBLISHED: &'static str = "kernel 2.6.11, PIII 933 MHz, 100 Mbit LAN; a plot, no table: poll's time grows \
                                      linearly with the number of idle connections, epoll's stays flat; with none \
                                      idle, poll is slightly faster than epoll.";
@@ -129,10 +153,12 @@ impl Experiment for Idle {
         idle.sort_unstable();
         idle.dedup();
         let backends = args.backends.chosen(settings.full)?;
-        if let Some(&most) = idle.last() {
+        let net = args.network.plan(settings.full)?;
+        if let Some(&most) = idle.last().filter(|_| net.loopback()) {
             cell::require_loopback("E2", most + ACTIVE)?;
         }
         Ok(Params {
+            net,
             idle,
             backends,
             active: ACTIVE,
@@ -163,15 +189,26 @@ impl Experiment for Idle {
 
     /// Every arm, but those whose runs took more than SLOW_S: not repeated.
     fn first_arms(p: &Params, _: usize, trial: &Trial<Arm, Sample>) -> Vec<Arm> {
-        p.backends
+        let loopback = p.net.loopback();
+        let on_loopback = p
+            .backends
             .iter()
-            .flat_map(|&backend| p.idle.iter().map(move |&idle| Arm { backend, idle }))
-            .filter(|a| trial.kept(a).all(|s| s.seconds <= SLOW_S))
-            .collect()
+            .filter(|_| loopback)
+            .flat_map(|&backend| p.idle.iter().map(move |&idle| Arm::at(backend, idle)));
+        let on_lan = p.backends.iter().filter(|_| p.net.lan()).map(|&backend| Arm { backend, idle: LAN_Z, lan: true });
+        on_loopback.chain(on_lan).filter(|a| trial.kept(a).all(|s| s.seconds <= SLOW_S)).collect()
     }
 
-    fn rig<'a>(_: &'a Params, _: &mut Trial<Arm, Sample>, _: &'a Settings) -> CliResult<Measure<'a, Arm, Sample>> {
-        Ok(Box::new(|a: &Arm| run_once(a.backend, a.idle)))
+    fn network_is_own(p: &Params) -> bool {
+        p.net.lan()
+    }
+
+    fn rig<'a>(p: &'a Params, _: &mut Trial<Arm, Sample>, _: &'a Settings) -> CliResult<Measure<'a, Arm, Sample>> {
+        let mut lan = lan::OnDemand::new(&p.net.lan);
+        Ok(Box::new(move |a: &Arm| match a.lan {
+            false => run_once(a.backend, a.idle),
+            true => lan.run(|net| lan_cell(net, a.backend)),
+        }))
     }
 }
 
@@ -195,7 +232,7 @@ impl Shown for Idle {
         for &idle in &p.idle {
             let mut row = vec![thousands(idle as f64)];
             for &backend in &p.backends {
-                let arm = Arm { backend, idle };
+                let arm = Arm::at(backend, idle);
                 row.push(match env.note(&arm) {
                     Some(n) => format!("n/a {}", view.footnote(n)),
                     None => shown(env.estimate(&arm, |s| s.seconds)),
@@ -214,7 +251,7 @@ impl Shown for Idle {
         };
         for &backend in &p.backends {
             for &idle in &p.idle {
-                let arm = Arm { backend, idle };
+                let arm = Arm::at(backend, idle);
                 let med = |f: fn(&Sample) -> f64| env.estimate(&arm, f).map(|e| e.median);
                 let Some(runs) = env.estimate(&arm, |s| s.seconds).map(|e| e.n) else { continue };
                 let fmt = |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
@@ -230,6 +267,34 @@ impl Shown for Idle {
             }
         }
         view.tables = vec![seconds, detail];
+        view.intro.extend(lan::intro(&p.net.lan, "the load", &format!("at Z = {LAN_Z}, the epoll article's setting")));
+        if matches!(p.net.lan, Some(Ok(_))) {
+            let mut on_lan = TableView::new(
+                format!("On the emulated 100 Mbit/s LAN, Z = {LAN_Z}:"),
+                &["backend", "runs", "seconds", "p50 us", "p99 us", "server CPU s"],
+                Vec::new(),
+            );
+            for &backend in &p.backends {
+                let arm = Arm { backend, idle: LAN_Z, lan: true };
+                let med = |f: fn(&Sample) -> f64, digits: usize| {
+                    env.estimate(&arm, f).map_or("-".into(), |e| format!("{:.digits$}", e.median))
+                };
+                let seconds = match env.note(&arm) {
+                    Some(n) => format!("n/a {}", view.footnote(n)),
+                    None => shown(env.estimate(&arm, |s| s.seconds)),
+                };
+                let runs = env.kept(&arm).count().to_string();
+                on_lan.rows.push(vec![
+                    backend.to_string(),
+                    runs,
+                    seconds,
+                    med(|s| s.p50_us, 1),
+                    med(|s| s.p99_us, 1),
+                    med(|s| s.server_cpu_s, 3),
+                ]);
+            }
+            view.tables.push(on_lan);
+        }
         let series: Vec<Series> = p
             .backends
             .iter()
@@ -239,7 +304,7 @@ impl Shown for Idle {
                     .idle
                     .iter()
                     .map(|&idle| {
-                        let e = env.estimate(&Arm { backend, idle }, |s| s.seconds);
+                        let e = env.estimate(&Arm::at(backend, idle), |s| s.seconds);
                         (idle as f64, e.map_or(f64::NAN, |e| e.median))
                     })
                     .collect(),
@@ -285,6 +350,31 @@ fn run_once(backend: Backend, idle: usize) -> Measured<Sample> {
     }))
 }
 
+/// One run on the LAN: the load (active and idle connections) in the
+/// client's namespace, the server in the other.
+fn lan_cell(net: &Net, backend: Backend) -> CliResult<Sample> {
+    let server = ServerChild::start_in(net, backend, "echo", &lan::server_flags())?;
+    let mut args = server.load_args(cell::LOAD_BACKEND, cell::cpus().1);
+    (args.conns, args.idle, args.requests) = (ACTIVE, LAN_Z, Some(ROUND_TRIPS));
+    let mut load = lan::load(net, &args)?;
+    if load.wait(Duration::from_secs(300), |_| {})?.is_none() {
+        return Err(format!("E2 {backend} on the LAN: the load did not end within 300 s").into());
+    }
+    let result = load.result()?;
+    if result.errors.total > 0 {
+        return Err(format!("E2 {backend} on the LAN: the load counted errors: {:?}", result.errors).into());
+    }
+    let s = server.stop()?.typed;
+    let latency = |f: fn(&crate::load::result::Latency) -> f64| result.latency.as_ref().map_or(f64::NAN, f);
+    Ok(Sample {
+        seconds: result.seconds,
+        p50_us: latency(|l| l.p50_us),
+        p99_us: latency(|l| l.p99_us),
+        server_cpu_s: s.cpu_s(),
+        syscalls_per_request: data_path(&s) as f64 / result.echoes.max(1) as f64,
+    })
+}
+
 /// One kept take of (backend, Z) in `round`, for tests that add a cell
 /// measured once to a [`fixture`].
 #[cfg(test)]
@@ -295,7 +385,7 @@ pub fn fixture_take(
     round: usize,
 ) -> crate::lab::harness::trial::Take<Arm, Sample> {
     crate::lab::harness::trial::Take {
-        arm: Arm { backend, idle },
+        arm: Arm::at(backend, idle),
         round,
         others: Some(0.0),
         cross_cpu_ns: None,
@@ -330,8 +420,9 @@ pub fn fixture(seconds: &[(Backend, usize, f64)], rounds: usize) -> Envelope<Par
         msg_size: 100,
         rounds: Rounds { first_rounds: rounds, budget_s: 0.0 },
         load_backend: cell::LOAD_BACKEND,
+        net: lan::NetworkFlag::default().plan(false).unwrap(),
     };
-    let arms: Vec<Arm> = seconds.iter().map(|&(backend, idle, _)| Arm { backend, idle }).collect();
+    let arms: Vec<Arm> = seconds.iter().map(|&(backend, idle, _)| Arm::at(backend, idle)).collect();
     let mut trial: Trial<Arm, Sample> = Trial::new(&Quiet, "fixture", std::time::Duration::ZERO);
     for round in 0..rounds {
         let spread = 1.0 + 0.002 * (round % 3) as f64;

@@ -12,12 +12,16 @@ use crate::lab::render::plot;
 use crate::lab::render::table::kinds;
 use crate::lab::render::view::{Shown, TableView, View};
 use crate::lab::rig::cell;
+use crate::lab::rig::child::ServerChild;
+use crate::lab::rig::lan;
+use crate::lab::rig::netns::{Net, Side};
 use crate::lab::Settings;
 use crate::load::LoadMode;
 use crate::CliResult;
 use iomux::Backend;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 pub(crate) const SENDERS: usize = 40;
 const SECONDS: QuickFull<f64> = QuickFull { quick: 0.5, full: 10.0 };
@@ -44,6 +48,8 @@ pub struct Args {
     pub backends: BackendFlags<Defaults>,
     #[command(flatten)]
     pub rounds: RoundFlags<Standard>,
+    #[command(flatten)]
+    pub network: lan::NetworkFlag,
 }
 
 fn parse_seconds(s: &str) -> Result<f64, String> {
@@ -92,19 +98,29 @@ pub struct Params {
     #[serde(with = "by_name")]
     load_backend: Backend,
     published: Vec<PublishedRow>,
+    #[serde(flatten)]
+    net: lan::Networks,
 }
 
-/// One cell: a backend, its senders paced to the article's NIC or not.
+/// One cell: a backend, its senders paced to the article's NIC or not, on
+/// loopback or on the emulated LAN (never paced: the link sets the pace).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Arm {
     #[serde(with = "by_name")]
     backend: Backend,
     paced: bool,
+    #[serde(default)]
+    lan: bool,
 }
 
 impl std::fmt::Display for Arm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}, {}", self.backend, if self.paced { "paced" } else { "loopback" })
+        let how = match (self.lan, self.paced) {
+            (true, _) => "lan",
+            (false, true) => "paced",
+            (false, false) => "loopback",
+        };
+        write!(f, "{}, {how}", self.backend)
     }
 }
 
@@ -116,6 +132,10 @@ pub struct Sample {
     pub cpu_s_per_gb: f64,
     pub syscalls_per_mb: f64,
     pub syscalls: BTreeMap<String, u64>,
+    /// On the LAN: the link's rate into the server while every sender is
+    /// busy, in Mbit/s of frames (headers included, as a NIC counts).
+    #[serde(default)]
+    pub link_mbit_s: Option<f64>,
 }
 
 /// One run: SENDERS senders for `seconds` (paced or not) against a
@@ -127,21 +147,56 @@ pub fn cell(backend: Backend, paced: bool, seconds: f64, serve_flags: &[String])
         a.duration = Some(seconds);
         a.rate = paced.then_some(PUBLISHED_RATE);
     })?;
-    let s = &c.server.typed;
+    Ok(sample_of(&c.server.typed, c.result.seconds, None))
+}
+
+/// A run's figures from the server's stats over `seconds` of sending.
+fn sample_of(s: &crate::stats::ServerStats, seconds: f64, link_mbit_s: Option<f64>) -> Sample {
     let bytes = s.bytes_in as f64;
-    Ok(Sample {
-        mb_per_sec: bytes / 1e6 / c.result.seconds,
+    Sample {
+        mb_per_sec: bytes / 1e6 / seconds,
         user_s: s.user_cpu_s,
         sys_s: s.sys_cpu_s,
         cpu_s_per_gb: s.cpu_s() / (bytes / 1e9),
         syscalls_per_mb: s.syscalls_total as f64 / (bytes / 1e6),
         syscalls: s.syscalls.clone(),
-    })
+        link_mbit_s,
+    }
+}
+
+/// Seconds of sending on the LAN: the link's rate is read from 1 s in
+/// (connected, windows open) to half a second before the senders stop.
+const LAN_SECONDS: f64 = 4.0;
+
+/// One run on the LAN: the senders in the client's namespace, the server
+/// in the other, the link's frames into the server counted.
+fn lan_cell(net: &Net, backend: Backend) -> CliResult<Sample> {
+    let server = ServerChild::start_in(net, backend, "sink", &lan::server_flags())?;
+    let mut args = server.load_args(cell::LOAD_BACKEND, cell::cpus().1);
+    (args.conns, args.mode, args.duration) = (SENDERS, LoadMode::Sink, Some(LAN_SECONDS));
+    let start = Instant::now();
+    let mut load = lan::load(net, &args)?;
+    let at =
+        |s: f64| std::thread::sleep((start + Duration::from_secs_f64(s)).saturating_duration_since(Instant::now()));
+    at(1.0);
+    let (from, bytes_from) = (Instant::now(), net.rx_bytes(Side::Server)?);
+    at(LAN_SECONDS - 0.5);
+    let (to, bytes_to) = (Instant::now(), net.rx_bytes(Side::Server)?);
+    let link_mbit_s = bytes_to.saturating_sub(bytes_from) as f64 * 8.0 / to.duration_since(from).as_secs_f64() / 1e6;
+    if load.wait(Duration::from_secs(120), |_| {})?.is_none() {
+        return Err("E3 on the LAN: the senders did not end within 120 s".into());
+    }
+    let result = load.result()?;
+    if result.errors.total > 0 {
+        return Err(format!("E3 on the LAN: the senders counted errors: {:?}", result.errors).into());
+    }
+    let stats = server.stop()?.typed;
+    Ok(sample_of(&stats, result.seconds, Some(link_mbit_s)))
 }
 
 /// `backend`'s CPU per GB over `base`'s, both paced or both not.
 fn cpu_ratio(p: &Params, backend: Backend, base: Backend, paced: bool, quantity: String) -> Spec<Arm, Sample> {
-    let (a, b) = (Arm { backend, paced }, Arm { backend: base, paced });
+    let (a, b) = (Arm { backend, paced, lan: false }, Arm { backend: base, paced, lan: false });
     let arms = if p.backends.contains(&backend) && p.backends.contains(&base) { vec![a, b] } else { vec![] };
     Spec::iomux(quantity, Needed::AtMost(1.0), arms, move |r: &RoundView<Arm, Sample>| {
         Some(r.get(&a)?.cpu_s_per_gb / r.get(&b)?.cpu_s_per_gb)
@@ -154,12 +209,15 @@ impl Experiment for Sink {
     experiment_types!(Args, Params, Arm, Sample, rounds: params.rounds);
 
     const ENTRY: Entry = Entry::new("sink", "E3", "40 senders, a server that only reads")
-        .smoke("--seconds 0.3 --backends poll,epoll-et,uring --budget 5");
+        .smoke("--seconds 0.3 --backends poll,epoll-et,uring --budget 5")
+        .needs(crate::lab::rig::tools::NET.tools);
     const PUBLISHED: &'static str = "the article's test, 100 Mbit NIC saturated: poll moved 95,165 kbit/s with the \
                                      machine ~78% in the kernel; epoll (ET) 97,950 kbit/s with ~24%.";
 
     fn plan(args: &Args, settings: &Settings) -> CliResult<Params> {
+        let net = args.network.plan(settings.full)?;
         Ok(Params {
+            net,
             backends: args.backends.chosen(settings.full)?,
             senders: SENDERS,
             msg_size: 100,
@@ -186,7 +244,30 @@ impl Experiment for Sink {
             false,
             "uring CPU per GB / epoll-et's, loopback".into(),
         ));
+        if p.net.lan() {
+            let arms: Vec<Arm> = p.backends.iter().map(|&backend| Arm { backend, paced: false, lan: true }).collect();
+            let of_round = arms.clone();
+            claims.push(
+                Spec::iomux(
+                    "on the LAN: Mbit/s of frames (headers included) on the 100 Mbit/s link into a server that only \
+                     reads, slowest backend",
+                    Needed::AtLeast(90.0),
+                    arms,
+                    move |r: &RoundView<Arm, Sample>| {
+                        of_round
+                            .iter()
+                            .map(|a| r.get(a).and_then(|s| s.link_mbit_s))
+                            .try_fold(f64::INFINITY, |m, v| Some(m.min(v?)))
+                    },
+                )
+                .documents("a server that only reads is bound by the 100 Mbit/s link (the article: 97.95 Mbit/s)"),
+            );
+        }
         claims
+    }
+
+    fn network_is_own(p: &Params) -> bool {
+        p.net.lan()
     }
 
     fn metrics() -> Vec<Metric<Sample>> {
@@ -197,14 +278,23 @@ impl Experiment for Sink {
     }
 
     fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Sample>) -> Vec<Arm> {
-        [true, false]
+        let loopback = p.net.loopback();
+        let on_loopback = [true, false]
             .into_iter()
-            .flat_map(|paced| p.backends.iter().map(move |&backend| Arm { backend, paced }))
-            .collect()
+            .filter(|_| loopback)
+            .flat_map(|paced| p.backends.iter().map(move |&backend| Arm { backend, paced, lan: false }));
+        let on_lan = p.backends.iter().filter(|_| p.net.lan()).map(|&backend| Arm { backend, paced: false, lan: true });
+        on_loopback.chain(on_lan).collect()
     }
 
     fn rig<'a>(p: &'a Params, _: &mut Trial<Arm, Sample>, _: &'a Settings) -> CliResult<Measure<'a, Arm, Sample>> {
-        Ok(Box::new(move |a: &Arm| -> Measured<Sample> { cell(a.backend, a.paced, p.seconds, &[]).map(Ok) }))
+        let mut lan = lan::OnDemand::new(&p.net.lan);
+        Ok(Box::new(move |a: &Arm| -> Measured<Sample> {
+            match a.lan {
+                false => cell(a.backend, a.paced, p.seconds, &[]).map(Ok),
+                true => lan.run(|net| lan_cell(net, a.backend)),
+            }
+        }))
     }
 }
 
@@ -219,6 +309,12 @@ impl Shown for Sink {
              process's, including io_uring's SQPOLL kernel thread. Cells: median ± half its 95% interval.",
             p.senders, p.msg_size, p.seconds
         );
+        let how = format!(
+            "unpaced, {LAN_SECONDS} s a run; pace: the link's rate into the server from 1 s in to half a second \
+             before the senders stop, in frames (headers included), as the article's NIC counted them"
+        );
+        let mut intro = vec![intro];
+        intro.extend(lan::intro(&p.net.lan, "the senders", &how));
         let mut measured = TableView {
             caption: String::new(),
             header: [
@@ -236,15 +332,22 @@ impl Shown for Sink {
             .to_vec(),
             rows: Vec::new(),
         };
-        for paced in [true, false] {
+        for (paced, lan) in [(true, false), (false, false), (false, true)] {
             for &backend in &p.backends {
-                let arm = Arm { backend, paced };
+                let arm = Arm { backend, paced, lan };
                 let Some(last) = env.kept(&arm).last() else { continue };
                 let med =
                     |f: fn(&Sample) -> f64| env.estimate(&arm, f).map_or("-".into(), |e| format!("{:.3}", e.median));
                 measured.rows.push(vec![
                     backend.to_string(),
-                    if paced { "97.95 Mbit/s".into() } else { "loopback".into() },
+                    match (lan, paced) {
+                        (true, _) => format!(
+                            "LAN: {} Mbit/s of frames",
+                            shown(env.estimate(&arm, |s| s.link_mbit_s.unwrap_or(f64::NAN)))
+                        ),
+                        (false, true) => "97.95 Mbit/s".into(),
+                        (false, false) => "loopback".into(),
+                    },
                     env.kept(&arm).count().to_string(),
                     shown(env.estimate(&arm, |s| s.mb_per_sec)),
                     shown(env.estimate(&arm, |s| s.cpu_s_per_gb)),
@@ -271,7 +374,7 @@ impl Shown for Sink {
             p.backends
                 .iter()
                 .map(|&backend| {
-                    let e = env.estimate(&Arm { backend, paced }, |s| s.cpu_s_per_gb);
+                    let e = env.estimate(&Arm { backend, paced, lan: false }, |s| s.cpu_s_per_gb);
                     (backend.to_string(), e.map_or(f64::NAN, |e| e.median))
                 })
                 .collect()
@@ -281,6 +384,6 @@ impl Shown for Sink {
             plot::Panel { title: "E3: CPU s per GB, paced (97.95 Mbit/s)", y_label: CPU_PER_GB, bars: bars(true) },
             plot::Panel { title: "E3: CPU s per GB, loopback", y_label: CPU_PER_GB, bars: bars(false) },
         ])?;
-        Ok(View { intro: vec![intro], tables: vec![measured, published], notes: Vec::new(), svg: Some(svg) })
+        Ok(View { intro, tables: vec![measured, published], notes: Vec::new(), svg: Some(svg) })
     }
 }

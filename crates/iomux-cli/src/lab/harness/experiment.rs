@@ -114,8 +114,11 @@ pub trait Experiment {
     ) -> CliResult<Measure<'a, Self::Arm, Self::Sample>>;
 
     /// Whether the kernel's softirq time counts as the experiment's own
-    /// in the noise reading of each sample (its traffic causes it).
-    const NETWORK_IS_OWN: bool = false;
+    /// in the noise reading of each sample (its traffic causes it: an
+    /// emulated link's work runs in softirq, charged to no process).
+    fn network_is_own(_params: &Self::Params) -> bool {
+        false
+    }
 
     /// Whether `iomux report A B` compares this arm's metrics: not for an
     /// arm run only for a count whose times mean nothing (E5's perf runs).

@@ -152,60 +152,6 @@ pub(super) fn echoed(result: &LoadResult) -> Sample {
     }
 }
 
-/// E3 on the LAN: senders for SINK_S seconds to a server that only reads.
-pub(super) fn sink_cell(net: &Net, backend: Backend) -> CliResult<Sample> {
-    let server = ServerChild::start_in(net, backend, "sink", &server_flags(0))?;
-    let mut args = server.load_args(cell::LOAD_BACKEND, cell::cpus().1);
-    args.conns = SINK_SENDERS;
-    args.mode = crate::load::LoadMode::Sink;
-    args.duration = Some(SINK_S);
-    let own = sockets(server.pid);
-    let before = retransmits(net)?;
-    let start = Instant::now();
-    let load = start_load(net, &args)?;
-    // The link's rate while every sender is busy: the server end's frames
-    // from 1 s in (connected, windows open) to half a second before the
-    // senders stop (their buffers still drain after that).
-    let at =
-        |s: f64| std::thread::sleep((start + Duration::from_secs_f64(s)).saturating_duration_since(Instant::now()));
-    at(1.0);
-    let (from, bytes_from) = (Instant::now(), net.rx_bytes(Side::Server)?);
-    at(SINK_S - 0.5);
-    let (to, bytes_to) = (Instant::now(), net.rx_bytes(Side::Server)?);
-    let link_mbit_s = (bytes_to - bytes_from) as f64 * 8.0 / to.duration_since(from).as_secs_f64() / 1e6;
-    let Some(result) = finish(load, Duration::from_secs(120))? else {
-        return Ok(Sample { hung: 1, ..Sample::default() });
-    };
-    let (_, left_open) = wait_down(|| sockets(server.pid), own, Duration::from_secs(30));
-    let retrans = retransmits(net)?.saturating_sub(before);
-    let stats = server.stop()?.typed;
-    let e = &result.errors;
-    Ok(Sample {
-        closed_early: e.unexpected_closes,
-        connect_errors: e.connect.values().sum(),
-        retransmits: retrans,
-        server_cpu_s: Some(stats.cpu_s()),
-        sink_mbit_s: Some(link_mbit_s),
-        left_open,
-        ..Sample::default()
-    })
-}
-
-/// E2 on the LAN: round trips by a few connections among many idle ones.
-pub(super) fn idle_cell(net: &Net, backend: Backend) -> CliResult<Sample> {
-    let server = ServerChild::start_in(net, backend, "echo", &server_flags(0))?;
-    let mut args = server.load_args(cell::LOAD_BACKEND, cell::cpus().1);
-    args.conns = IDLE_ACTIVE;
-    args.idle = IDLE_Z;
-    args.requests = Some(IDLE_ROUND_TRIPS);
-    args.timeout = STALL_S;
-    let Some(result) = finish(start_load(net, &args)?, Duration::from_secs(300))? else {
-        return Ok(Sample { hung: 1, ..Sample::default() });
-    };
-    let stats = server.stop()?.typed;
-    Ok(Sample { server_cpu_s: Some(stats.cpu_s()), seconds: Some(result.seconds), ..echoed(&result) })
-}
-
 /// A load holding `p.vanishing` idle connections to `server`, started
 /// and waited for until the server has accepted them all.
 pub(super) fn hold(

@@ -157,13 +157,6 @@ pub struct Sample {
     /// did not ask for.
     #[serde(default)]
     delay_line_drops: u64,
-    /// lan-sink: the link's rate into the server while every sender is
-    /// busy, in Mbit/s of frames (headers included, as a NIC counts).
-    #[serde(default)]
-    sink_mbit_s: Option<f64>,
-    /// lan-idle: seconds for the round trips.
-    #[serde(default)]
-    seconds: Option<f64>,
 }
 
 impl Sample {
@@ -186,8 +179,6 @@ pub struct Faults;
 /// The vanished profiles split them among processes instead (`procs`).
 fn cannot_hold(p: &Params, arm: Arm) -> Option<String> {
     let conns = match arm.profile {
-        Profile::LanIdle => IDLE_Z + IDLE_ACTIVE,
-        Profile::LanSink => SINK_SENDERS,
         Profile::Vanished | Profile::ServerVanished => return None,
         _ => p.conns,
     };
@@ -224,9 +215,12 @@ impl Experiment for Faults {
     /// The emulated links' work (tbf, nftables, veth, the delay line's
     /// NFQUEUE) runs in softirq, kernel threads and interrupts charged to
     /// no process: others are user-space processes outside the bench.
-    const NETWORK_IS_OWN: bool = true;
+    fn network_is_own(_: &Params) -> bool {
+        true
+    }
     const PUBLISHED: &'static str = "nothing: the documents measured on a clean LAN (E2's 100 Mbit LAN, E3's sink at \
-                                     97.95 Mbit/s, NIC-bound); this experiment adds the faults a server meets.";
+                                     97.95 Mbit/s, NIC-bound: both run on the emulated LAN with --network lan); this \
+                                     experiment adds the faults a server meets.";
 
     fn plan(args: &Args, settings: &Settings) -> CliResult<Params> {
         let mut profiles = args.profiles.clone().unwrap_or_else(|| match settings.full {
@@ -292,27 +286,6 @@ impl Experiment for Faults {
                 continue; // nothing to judge it on: every cell is n/a
             }
             let of_round = arms.clone();
-            if profile == Profile::LanIdle {
-                continue; // a figure beside E2's, no threshold of its own
-            }
-            if profile == Profile::LanSink {
-                specs.push(
-                    Spec::iomux(
-                        "lan-sink: Mbit/s of frames (headers included) on the 100 Mbit/s link into a server that only \
-                         reads, slowest backend",
-                        Needed::AtLeast(90.0),
-                        arms,
-                        move |r: &RoundView<Arm, Sample>| {
-                            of_round
-                                .iter()
-                                .map(|a| r.get(a).and_then(|s| s.sink_mbit_s))
-                                .try_fold(f64::INFINITY, |m, v| Some(m.min(v?)))
-                        },
-                    )
-                    .documents("a server that only reads is bound by the 100 Mbit/s link (the article: 97.95 Mbit/s)"),
-                );
-                continue;
-            }
             if vanishing(profile) {
                 let who = if profile == Profile::Vanished { "server" } else { "load" };
                 specs.push(Spec::iomux(
@@ -385,8 +358,6 @@ impl Experiment for Faults {
                 // the next cell once the rules are gone.
                 Profile::Vanished => clients_vanish(&Net::create()?, p, a.backend),
                 Profile::ServerVanished => server_vanishes(&Net::create()?, p, a.backend),
-                Profile::LanSink => sink_cell(&net, a.backend),
-                Profile::LanIdle => idle_cell(&net, a.backend),
                 _ => echo_cell(&net, p, *a),
             };
             net.set_faults(Side::Server, None, None, None)?;

@@ -8,10 +8,6 @@ use super::*;
 pub enum Profile {
     /// The seeds' LAN: 100 Mbit/s, about 0.1 ms.
     Lan,
-    /// E3 on that LAN: 40 senders of 100-byte messages, a server that only reads.
-    LanSink,
-    /// E2 on that LAN: 40,000 round trips by 10 connections among 640 idle ones.
-    LanIdle,
     /// A WAN: 25 ms +- 5 ms round trips.
     Wan,
     /// 1% of packets lost, each direction.
@@ -32,10 +28,8 @@ pub enum Profile {
 
 crate::lab::harness::display_as_value!(Profile);
 
-pub(super) const ALL: [Profile; 11] = [
+pub(super) const ALL: [Profile; 9] = [
     Profile::Lan,
-    Profile::LanSink,
-    Profile::LanIdle,
     Profile::Wan,
     Profile::Loss1,
     Profile::Loss5,
@@ -66,26 +60,9 @@ pub(super) const KEEPALIVE_S: u16 = 1;
 pub(super) const VANISHING: usize = 200;
 /// A load that sees no echo for this long gives up, naming the stall.
 pub(super) const STALL_S: f64 = 20.0;
-/// E3 on the LAN: its senders, and seconds of sending.
-pub(super) const SINK_SENDERS: usize = crate::lab::experiments::sink::SENDERS;
-pub(super) const SINK_S: f64 = 4.0;
-/// E2 on the LAN: its active connections and round trips, and idle ones.
-pub(super) const IDLE_ACTIVE: usize = crate::lab::experiments::idle::ACTIVE;
-/// 640: the largest of the documents' Z (0, 10, ..., 640, 1280, ...)
-/// that select holds in one process (FD_SETSIZE 1,024), so that E2 runs
-/// on all six backends.
-pub(super) const IDLE_Z: usize = 640;
-pub(super) const IDLE_ROUND_TRIPS: u64 = crate::lab::experiments::idle::ROUND_TRIPS;
-/// E3's published figure: the article's sink, NIC-bound on a 100 Mbit LAN.
-pub(super) const E3_PUBLISHED_MBIT_S: f64 = crate::lab::experiments::sink::PUBLISHED_KBIT_S / 1000.0;
 
 pub(super) fn vanishing(profile: Profile) -> bool {
     matches!(profile, Profile::Vanished | Profile::ServerVanished)
-}
-
-/// E2 and E3 re-run on the emulated LAN: figures of their own.
-pub(super) fn rerun(profile: Profile) -> bool {
-    matches!(profile, Profile::LanSink | Profile::LanIdle)
 }
 
 /// The faults of a profile on this machine: the qdisc of each end of the
@@ -126,7 +103,7 @@ pub(super) fn stall_bound_s(profile: Profile, p: &Params, ordinary_echo_s: f64) 
     let (rtt, loss): (f64, f64) = match profile {
         Profile::Wan => (wan_rtt, 0.0),
         // tbf's queue holds up to 20 ms each way.
-        Profile::Lan | Profile::LanIdle | Profile::LanSink => (0.040, 0.0),
+        Profile::Lan => (0.040, 0.0),
         Profile::Reorder => (0.002, 0.0),
         Profile::Loss1 => (0.001, 0.01),
         Profile::Loss5 => (0.001, 0.05),
@@ -174,10 +151,7 @@ pub(super) fn setting(profile: Profile, netem: bool, nfqueue: bool) -> Result<Se
     let qdisc = |q: &str| Ok(Setting { qdisc: Some(q.into()), ..Setting::default() });
     let delay = |d: Delay| Ok(Setting { delay: Some(d), ..Setting::default() });
     match (profile, netem) {
-        (Profile::Lan | Profile::LanSink | Profile::LanIdle, true) => qdisc("netem delay 50us rate 100mbit"),
-        (Profile::Lan | Profile::LanSink | Profile::LanIdle, false) => {
-            qdisc("tbf rate 100mbit burst 32kb latency 20ms")
-        }
+        (Profile::Lan, _) => qdisc(crate::lab::rig::lan::qdisc(netem)),
         (Profile::Wan, true) => qdisc("netem delay 12500us 2500us distribution normal"),
         (Profile::Reorder, true) => qdisc("netem delay 1ms reorder 25%"),
         (Profile::Wan | Profile::Reorder, false) if !nfqueue => {
@@ -207,13 +181,10 @@ pub(super) fn setting(profile: Profile, netem: bool, nfqueue: bool) -> Result<Se
 pub(super) fn mechanism(profile: Profile, netem: bool, nfqueue: bool) -> Emulation {
     let (mechanism, caveat) = match (profile, setting(profile, netem, nfqueue)) {
         (_, Err(why)) => (None, Some(why)),
-        (Profile::Lan | Profile::LanSink | Profile::LanIdle, Ok(_)) if netem => {
-            (Some("netem (rate, delay), both ends".into()), None)
+        (Profile::Lan, Ok(_)) => {
+            let (how, caveat) = crate::lab::rig::lan::mechanism(netem);
+            (Some(how), caveat)
         }
-        (Profile::Lan | Profile::LanSink | Profile::LanIdle, Ok(_)) => (
-            Some("tc tbf 100 Mbit/s, both ends".into()),
-            Some("rate only: the 0.1 ms delay is not emulated (no netem; veth adds about 0.02 ms)".into()),
-        ),
         (Profile::Wan | Profile::Reorder, Ok(_)) if netem => (Some("netem, both ends".into()), None),
         (Profile::Wan, Ok(_)) => (
             Some(

@@ -1,4 +1,4 @@
-//! E8's page: its tables (one per profile, the LAN runs of E2 and E3) and its plot.
+//! E8's page: its tables (the mechanisms, a row per profile and backend) and its plot.
 
 use super::*;
 
@@ -68,7 +68,7 @@ impl Shown for Faults {
             .to_vec(),
             rows: Vec::new(),
         };
-        for &profile in p.profiles.iter().filter(|&&pr| !rerun(pr)) {
+        for &profile in p.profiles.iter() {
             for &backend in &p.backends {
                 let arm = Arm { profile, backend };
                 if let Some(n) = env.note(&arm) {
@@ -104,61 +104,17 @@ impl Shown for Faults {
                 ]);
             }
         }
-        view.tables = vec![mechanisms];
-        if !results.rows.is_empty() {
-            view.tables.push(results); // none when E2 and E3 alone ran
-        }
-        if let Some(lan) = lan_table(env, &mut view) {
-            view.tables.push(lan);
-        }
+        view.tables = vec![mechanisms, results];
         view.svg = plot(env)?;
         Ok(view)
     }
-}
-
-/// E3 and E2 on the emulated LAN, a row per backend, beside the
-/// documents' figures.
-pub(super) fn lan_table(env: &Envelope<Params, Arm, Sample>, view: &mut View) -> Option<TableView> {
-    let p = &env.params;
-    let (sink, idle) = (p.profiles.contains(&Profile::LanSink), p.profiles.contains(&Profile::LanIdle));
-    if !sink && !idle {
-        return None;
-    }
-    let mut table = TableView {
-        caption: format!(
-            "E3 and E2 again, on the emulated 100 Mbit/s LAN: E3's {SINK_SENDERS} senders of 100-byte messages for \
-             {SINK_S} s to a server that only reads (the article: {E3_PUBLISHED_MBIT_S} Mbit/s, NIC-bound), and \
-             E2's {IDLE_ROUND_TRIPS} round trips by {IDLE_ACTIVE} connections among {IDLE_Z} idle ones (the epoll \
-             article: a plot, poll's time growing with idle connections, epoll's flat):"
-        ),
-        header: ["backend", "E3 sink Mbit/s", "E2 seconds", "E2 p99 us"].map(String::from).to_vec(),
-        rows: Vec::new(),
-    };
-    for &backend in &p.backends {
-        let mut cell = |profile: Profile, on: bool, f: fn(&Sample) -> f64| -> String {
-            let arm = Arm { profile, backend };
-            match (on, env.note(&arm)) {
-                (false, _) => "-".into(),
-                (true, Some(n)) => format!("n/a {}", view.footnote(n)),
-                (true, None) => shown(env.estimate(&arm, f)),
-            }
-        };
-        let row = vec![
-            backend.to_string(),
-            cell(Profile::LanSink, sink, |s| s.sink_mbit_s.unwrap_or(f64::NAN)),
-            cell(Profile::LanIdle, idle, |s| s.seconds.unwrap_or(f64::NAN)),
-            cell(Profile::LanIdle, idle, |s| s.p99_us.unwrap_or(f64::NAN)),
-        ];
-        table.rows.push(row);
-    }
-    Some(table)
 }
 
 /// p99 echo latency per profile (or, with vanished profiles alone, the
 /// seconds to reclaim), a bar per backend.
 pub(super) fn plot(env: &Envelope<Params, Arm, Sample>) -> CliResult<Option<String>> {
     let p = &env.params;
-    let echo: Vec<Profile> = p.profiles.iter().copied().filter(|&pr| !vanishing(pr) && !rerun(pr)).collect();
+    let echo: Vec<Profile> = p.profiles.iter().copied().filter(|&pr| !vanishing(pr)).collect();
     type Get = fn(&Sample) -> f64;
     let (profiles, get, title, y): (Vec<Profile>, Get, &str, &str) = match echo.is_empty() {
         false => (
