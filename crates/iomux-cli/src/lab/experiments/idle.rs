@@ -121,7 +121,8 @@ impl Idle {
     /// most idle connections planned; None when the plan lacks them.
     fn ends(p: &Params, backend: Backend) -> Option<(Arm, Arm)> {
         let (z0, zn) = (*p.idle.iter().min()?, *p.idle.iter().max()?);
-        (z0 < zn && p.backends.contains(&backend)).then_some((Arm::at(backend, z0), Arm::at(backend, zn)))
+        (z0 < zn && p.backends.contains(&backend) && p.net.loopback())
+            .then_some((Arm::at(backend, z0), Arm::at(backend, zn)))
     }
 }
 
@@ -139,8 +140,7 @@ impl Experiment for Idle {
 
     const ENTRY: Entry =
         Entry::new("idle", "E2", "seconds for 40,000 round trips by 10 active connections among Z idle ones")
-            .smoke("--idle 0,100 --backends epoll,poll,uring --budget 20")
-            .needs(crate::lab::rig::tools::NET.tools);
+            .smoke("--idle 0,100 --backends epoll,poll,uring --budget 20");
     const PUBLISHED: &'static str = "kernel 2.6.11, PIII 933 MHz, 100 Mbit LAN; a plot, no table: poll's time grows \
                                      linearly with the number of idle connections, epoll's stays flat; with none \
                                      idle, poll is slightly faster than epoll.";
@@ -200,7 +200,7 @@ impl Experiment for Idle {
     }
 
     fn network_is_own(p: &Params) -> bool {
-        p.net.lan()
+        p.net.lan_runs()
     }
 
     fn rig<'a>(p: &'a Params, _: &mut Trial<Arm, Sample>, _: &'a Settings) -> CliResult<Measure<'a, Arm, Sample>> {
@@ -266,7 +266,10 @@ impl Shown for Idle {
                 ]);
             }
         }
-        view.tables = vec![seconds, detail];
+        // With --network lan alone, only the LAN's table has figures.
+        if p.net.loopback() {
+            view.tables = vec![seconds, detail];
+        }
         view.intro.extend(lan::intro(&p.net.lan, "the load", &format!("at Z = {LAN_Z}, the epoll article's setting")));
         if matches!(p.net.lan, Some(Ok(_))) {
             let mut on_lan = TableView::new(
@@ -318,7 +321,9 @@ impl Shown for Idle {
             x_log: false,
             y_log: false,
         };
-        view.svg = Some(plot::line_chart(&axes, &series)?);
+        if p.net.loopback() {
+            view.svg = Some(plot::line_chart(&axes, &series)?);
+        }
         Ok(view)
     }
 }
@@ -448,4 +453,21 @@ pub fn fixture(seconds: &[(Backend, usize, f64)], rounds: usize) -> Envelope<Par
     };
     env.figures = crate::lab::harness::experiment::figures::<Idle>(&env);
     env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn with_the_lan_alone_no_claim_reads_a_loopback_cell() {
+        let mut env = fixture(&[(Backend::Epoll, 0, 0.4), (Backend::Epoll, 100, 0.4)], 1);
+        assert!(Idle::claims(&env.params).iter().all(|c| !c.arms.is_empty()), "loopback: the claims have cells");
+        env.params.net = lan::Networks { networks: vec![lan::Network::Lan], lan: Some(Err("not here".into())) };
+        assert!(Idle::claims(&env.params).iter().all(|c| c.arms.is_empty()));
+        assert!(!Idle::network_is_own(&env.params), "a LAN that cannot run adds no traffic");
+        let arms =
+            Idle::first_arms(&env.params, 0, &Trial::new(&crate::lab::harness::trial::Quiet, "t", Duration::ZERO));
+        assert!(arms.iter().all(|a| a.lan && a.idle == LAN_Z) && arms.len() == 2, "{arms:?}");
+    }
 }

@@ -64,6 +64,12 @@ impl Networks {
     pub fn lan(&self) -> bool {
         self.lan.is_some()
     }
+
+    /// Asked for and possible here: its cells' traffic runs in softirq,
+    /// on the emulated link (`network_is_own`).
+    pub fn lan_runs(&self) -> bool {
+        matches!(self.lan, Some(Ok(_)))
+    }
 }
 
 fn loopback_only() -> Vec<Network> {
@@ -110,7 +116,8 @@ pub fn up(netem: bool) -> CliResult<Net> {
 /// or None when not asked for), made at its first cell and kept.
 pub struct OnDemand<'a> {
     planned: &'a Option<Result<bool, String>>,
-    net: Option<Net>,
+    /// Made, or why it could not be (said by every LAN cell after).
+    net: Option<Result<Net, String>>,
 }
 
 impl<'a> OnDemand<'a> {
@@ -125,12 +132,10 @@ impl<'a> OnDemand<'a> {
             Some(Err(why)) => return Ok(Err(format!("the LAN: {why}"))),
             None => return Ok(Err("the LAN was not planned".into())),
         };
-        if self.net.is_none() {
-            self.net = Some(up(netem)?);
-        }
-        match &self.net {
-            Some(net) => cell(net).map(Ok),
-            None => Ok(Err("the LAN could not be made".into())),
+        let net = self.net.get_or_insert_with(|| up(netem).map_err(|e| format!("the LAN could not be made: {e}")));
+        match net {
+            Ok(net) => cell(net).map(Ok),
+            Err(why) => Ok(Err(why.clone())),
         }
     }
 }

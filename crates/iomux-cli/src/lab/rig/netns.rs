@@ -1,4 +1,4 @@
-//! A network of the lab's own for E8: two network namespaces, the server's
+//! A network of the lab's own for E8 (and E2, E3 on the LAN): two network namespaces, the server's
 //! and the client's, joined by a veth pair, with faults set inside them by
 //! `tc` (rate), `nft` (loss, duplication, resets, a vanished peer) and
 //! `iomux netq` behind iptables' NFQUEUE (delay, reordering).

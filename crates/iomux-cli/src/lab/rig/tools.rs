@@ -36,7 +36,7 @@ pub const CHROMIUM: Kit = Kit {
 
 pub const NET: Kit = Kit {
     tools: &["nft", "tc", "ip", "iptables"],
-    for_what: "E8 (bench faults)",
+    for_what: "E8 (bench faults) and E2, E3 with --network lan",
     script: "scripts/install-net-tools",
     text: include_str!("../../../../../scripts/install-net-tools"),
 };

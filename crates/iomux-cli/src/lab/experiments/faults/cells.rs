@@ -2,11 +2,11 @@
 //! fault profile, and what the kernel reclaims after.
 
 use super::*;
-use crate::lab::rig::load_child::{LoadChild, Stderr};
+use crate::lab::rig::load_child::LoadChild;
 
 /// `iomux load` in the client's namespace with `args`' flags.
 fn start_load(net: &Net, args: &crate::load::LoadArgs) -> CliResult<LoadChild> {
-    LoadChild::start(args, |exe| net.command(Side::Client, exe), " in the client's namespace", Stderr::Kept)
+    crate::lab::rig::lan::load(net, args)
 }
 
 /// Waits up to `limit` for the load to end, then reads its result; None

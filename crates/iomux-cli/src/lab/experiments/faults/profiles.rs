@@ -8,6 +8,13 @@ use super::*;
 pub enum Profile {
     /// The seeds' LAN: 100 Mbit/s, about 0.1 ms.
     Lan,
+    /// Retired: E3 on the LAN is `iomux bench sink --network lan` now;
+    /// kept so that older results still read.
+    #[value(skip)]
+    LanSink,
+    /// Retired: E2 on the LAN is `iomux bench idle --network lan` now.
+    #[value(skip)]
+    LanIdle,
     /// A WAN: 25 ms +- 5 ms round trips.
     Wan,
     /// 1% of packets lost, each direction.
@@ -152,6 +159,9 @@ pub(super) fn setting(profile: Profile, netem: bool, nfqueue: bool) -> Result<Se
     let delay = |d: Delay| Ok(Setting { delay: Some(d), ..Setting::default() });
     match (profile, netem) {
         (Profile::Lan, _) => qdisc(crate::lab::rig::lan::qdisc(netem)),
+        (Profile::LanSink | Profile::LanIdle, _) => {
+            Err("now E3's and E2's own cells: iomux bench sink (or idle) --network lan".into())
+        }
         (Profile::Wan, true) => qdisc("netem delay 12500us 2500us distribution normal"),
         (Profile::Reorder, true) => qdisc("netem delay 1ms reorder 25%"),
         (Profile::Wan | Profile::Reorder, false) if !nfqueue => {
@@ -185,6 +195,8 @@ pub(super) fn mechanism(profile: Profile, netem: bool, nfqueue: bool) -> Emulati
             let (how, caveat) = crate::lab::rig::lan::mechanism(netem);
             (Some(how), caveat)
         }
+        // setting() refuses them: never reached.
+        (Profile::LanSink | Profile::LanIdle, Ok(_)) => (None, None),
         (Profile::Wan | Profile::Reorder, Ok(_)) if netem => (Some("netem, both ends".into()), None),
         (Profile::Wan, Ok(_)) => (
             Some(
