@@ -27,8 +27,8 @@ const IDLE: [usize; 12] = [0, 10, 20, 40, 80, 160, 320, 640, 1280, 2560, 5120, 1
 /// need six of them (over 3 minutes); at 2,560 they take about 3 s and
 /// poll's growth is already 8 times its time at Z = 0.
 const QUICK_MOST_IDLE: usize = 2560;
-pub(crate) const ACTIVE: usize = 10;
-pub(crate) const ROUND_TRIPS: u64 = 40_000;
+const ACTIVE: usize = 10;
+const ROUND_TRIPS: u64 = 40_000;
 /// A cell whose first run took longer is run once in the first rounds
 /// (poll and select among thousands of idle fds).
 const SLOW_S: f64 = 1.0;
@@ -79,7 +79,7 @@ pub struct Params {
 /// On the LAN, Z: 640, the largest of the documents' Z (0, 10, ..., 640,
 /// 1280, ...) that select holds in one process (FD_SETSIZE 1,024), so that
 /// E2 runs there on all six backends.
-pub(crate) const LAN_Z: usize = 640;
+const LAN_Z: usize = 640;
 
 /// One cell: a backend among Z idle connections.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

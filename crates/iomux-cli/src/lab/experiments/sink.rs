@@ -23,13 +23,13 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-pub(crate) const SENDERS: usize = 40;
+const SENDERS: usize = 40;
 const SECONDS: QuickFull<f64> = QuickFull { quick: 0.5, full: 10.0 };
 
 /// The article's epoll traffic, 97,950 kbit/s, as 100-byte messages per second.
 const PUBLISHED_RATE: f64 = PUBLISHED_KBIT_S * 1000.0 / 8.0 / 100.0;
 /// The article's epoll sink, NIC-bound on its 100 Mbit LAN.
-pub(crate) const PUBLISHED_KBIT_S: f64 = 97_950.0;
+const PUBLISHED_KBIT_S: f64 = 97_950.0;
 
 /// Every backend, quick or full.
 #[derive(Clone, Debug, Default)]

@@ -2,12 +2,8 @@
 //! fault profile, and what the kernel reclaims after.
 
 use super::*;
+use crate::lab::rig::lan;
 use crate::lab::rig::load_child::LoadChild;
-
-/// `iomux load` in the client's namespace with `args`' flags.
-fn start_load(net: &Net, args: &crate::load::LoadArgs) -> CliResult<LoadChild> {
-    crate::lab::rig::lan::load(net, args)
-}
 
 /// Waits up to `limit` for the load to end, then reads its result; None
 /// when it had to be killed (its own --timeout ends a stalled run: this
@@ -58,9 +54,7 @@ pub(super) fn retransmits(net: &Net) -> CliResult<u64> {
 
 pub(super) fn server_flags(keepalive: u16) -> Vec<String> {
     let mut flags = vec!["--keepalive".to_string(), keepalive.to_string()];
-    if let (Some(cpu), _) = cell::cpus() {
-        flags.extend(["--cpu".into(), cpu.to_string()]);
-    }
+    flags.extend(lan::server_flags());
     flags
 }
 
@@ -90,7 +84,7 @@ pub(super) fn echo_cell(net: &Net, p: &Params, arm: Arm) -> CliResult<Sample> {
     // Long enough to tell a stall the bound explains from one it does not.
     args.timeout = STALL_S.max(bound + 5.0);
     let before = retransmits(net)?;
-    let Some(result) = finish(start_load(net, &args)?, Duration::from_secs(600))? else {
+    let Some(result) = finish(lan::load(net, &args)?, Duration::from_secs(600))? else {
         return Ok(Sample { hung: 1, ..Sample::default() });
     };
     let retrans = retransmits(net)?.saturating_sub(before);
@@ -168,7 +162,7 @@ pub(super) fn hold(
     args.duration = Some(3600.0);
     args.keepalive = keepalive;
     let own = sockets(server.pid);
-    let load = start_load(net, &args)?;
+    let load = lan::load(net, &args)?;
     let deadline = Instant::now() + Duration::from_secs(120);
     while sockets(server.pid) < own + p.vanishing {
         if Instant::now() > deadline || !std::path::Path::new(&format!("/proc/{}", server.pid)).exists() {
