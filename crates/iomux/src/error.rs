@@ -106,6 +106,15 @@ pub enum Error {
     LoopPanicked,
     /// The loop is stopping: it opens no new connection.
     Stopping,
+    /// A connection's [`Layer`](crate::runtime::Layer) (TLS) refused
+    /// bytes: the peer's (garbage, a truncated record, a version it does
+    /// not speak) or the handler's.
+    Layer {
+        /// The layer's name ("tls").
+        layer: &'static str,
+        /// What it refused, in its words.
+        reason: String,
+    },
     /// A message was sent to a loop that has ended
     /// ([`Sender::send`](crate::runtime::Sender::send)); it was dropped.
     LoopEnded {
@@ -156,6 +165,7 @@ impl Error {
             Error::LoopPanicked => io::ErrorKind::Other,
             Error::Stopping => io::ErrorKind::NotConnected,
             Error::LoopEnded { .. } => io::ErrorKind::BrokenPipe,
+            Error::Layer { .. } => io::ErrorKind::InvalidData,
         }
     }
 }
@@ -209,6 +219,7 @@ impl fmt::Display for Error {
             Error::LoopPanicked => f.write_str("a loop's handler panicked; the other loops were stopped"),
             Error::Stopping => f.write_str("the loop is stopping: no new connection"),
             Error::LoopEnded { loop_index } => write!(f, "loop {loop_index} has ended: the message was dropped"),
+            Error::Layer { layer, reason } => write!(f, "{layer}: {reason}"),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! one process or (`--procs`) in several under a supervising parent.
 
 mod supervisor;
+mod tls;
 
 use crate::apps::http::{HttpServer, HttpSettings};
 use crate::apps::proxy::{ProxyCounts, ProxyServer, Upstream};
@@ -163,6 +164,8 @@ pub struct ServeArgs {
     /// (0 turns a limit off). Counted in the stats' pubsub.slow_dropped.
     #[arg(long, default_value = "32mb,8mb,60", value_name = "HARD,SOFT,SECONDS", value_parser = crate::apps::pubsub::Limits::parse)]
     pubsub_limit: crate::apps::pubsub::Limits,
+    #[command(flatten)]
+    tls: tls::TlsArgs,
     /// Worker N of a --procs parent: listen with SO_REUSEPORT, stop when
     /// the parent's end of stdin closes, leave the summary to the parent.
     #[arg(long, hide = true)]
@@ -212,6 +215,7 @@ impl ServeArgs {
             connect_timeout,
             splice,
             pubsub_limit,
+            tls,
             worker: _,
         } = self;
         let mut f = Flags::default();
@@ -248,6 +252,8 @@ impl ServeArgs {
             .optional("max-conns", *max_conns)
             .optional("nofile", *nofile)
             .optional("cpu", *cpu)
+            .path("tls-cert", tls.tls_cert.as_deref())
+            .path("tls-key", tls.tls_key.as_deref())
             .path("stats-file", Some(&stats_file));
         f.into_args()
     }
@@ -318,12 +324,25 @@ impl SpliceMode {
     }
 }
 
-pub fn run(args: ServeArgs) -> CliResult<ExitCode> {
+pub fn run(mut args: ServeArgs) -> CliResult<ExitCode> {
     let (backend, config) = check(&args)?;
+    let alpn: &[&[u8]] = if args.proto == Proto::Http { &[b"http/1.1"] } else { &[] };
+    let tls = args.tls.setup(alpn)?;
     if args.procs > 1 {
+        if let Some(tls) = &tls {
+            // One certificate for every worker: a made one is read from its files.
+            args.tls = tls::TlsArgs {
+                tls_cert: Some(tls.cert.clone()),
+                tls_key: Some(tls.key.clone()),
+                tls_self_signed: None,
+            };
+            if tls.made {
+                println!("iomux serve: {}", tls.describe());
+            }
+        }
         return supervisor::run(&args, backend);
     }
-    serve(args, backend, config)
+    serve(args, backend, config, tls.as_ref())
 }
 
 /// Refuses bad input before anything starts (for --procs, before any
@@ -435,7 +454,7 @@ fn check(args: &ServeArgs) -> CliResult<(Backend, Config)> {
 }
 
 /// One process serving: the whole server, or one worker of a --procs parent.
-fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCode> {
+fn serve(args: ServeArgs, backend: Backend, config: Config, tls: Option<&tls::TlsSetup>) -> CliResult<ExitCode> {
     match args.nofile {
         Some(n) => crate::os::set_nofile_soft(n).map_err(|e| format!("setting RLIMIT_NOFILE to {n}: {e}"))?,
         None => {
@@ -453,10 +472,11 @@ fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCod
     }
     let addr = runtime.local_addr().ok_or("no listening address")?;
     let banner = format!(
-        "iomux serve: listening on {addr} (pid {}, backend {backend}, proto {}, {threads} thread{})",
+        "iomux serve: listening on {addr} (pid {}, backend {backend}, proto {}, {threads} thread{}{})",
         std::process::id(),
         args.proto.name(),
-        if threads == 1 { "" } else { "s" }
+        if threads == 1 { "" } else { "s" },
+        tls.map(|t| format!(", {}", t.describe())).unwrap_or_default()
     );
     // "listening" only once every loop is set up: a client may connect at once.
     let runtime = runtime.on_ready(move || {
@@ -474,7 +494,7 @@ fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCod
     let mut extra = crate::stats::ServerStats { proto: Some(proto.name().to_string()), ..Default::default() };
     let stats = if proto == Proto::Http {
         let settings = args.http_settings();
-        let finished = runtime.run(|_| {
+        let finished = tls::run_loops(runtime, tls, |_| {
             pin();
             HttpServer::new(settings)
         })?;
@@ -486,7 +506,7 @@ fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCod
         use crate::apps::pubsub::{Hub, PubsubCounts, Registry};
         let keys = crate::apps::resp::Keyspace::new();
         let (registry, senders, limits) = (Registry::shared(), runtime.senders()?, args.pubsub_limit);
-        let finished = runtime.run(|i| {
+        let finished = tls::run_loops(runtime, tls, |i| {
             pin();
             let hub = Hub::new(i, registry.clone(), senders.clone(), limits);
             crate::apps::resp::RespServer::new(keys.clone(), iomux_resp::Limits::default(), hub)
@@ -500,7 +520,7 @@ fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCod
     } else if let (Proto::Proxy, Some(upstream)) = (proto, &args.upstream) {
         let (buffer, idle) = (args.proxy_buffer as usize, args.idle_timeout.map(Duration::from_secs_f64));
         let splice_at = args.splice.threshold();
-        let finished = runtime.run(|_| {
+        let finished = tls::run_loops(runtime, tls, |_| {
             pin();
             ProxyServer::new(upstream.clone(), buffer, idle).splicing_from(splice_at)
         })?;
@@ -509,12 +529,11 @@ fn serve(args: ServeArgs, backend: Backend, config: Config) -> CliResult<ExitCod
         extra.proxy = Some(counts);
         finished.stats
     } else {
-        runtime
-            .run(|_| {
-                pin();
-                Server::new(proto, args.idle_timeout.map(Duration::from_secs_f64))
-            })?
-            .stats
+        tls::run_loops(runtime, tls, |_| {
+            pin();
+            Server::new(proto, args.idle_timeout.map(Duration::from_secs_f64))
+        })?
+        .stats
     };
     // The loops' figures, and what the protocol's handlers counted.
     let mut stats = server_stats(&stats, backend)?;
@@ -607,6 +626,8 @@ mod tests {
             "--http-idle-timeout=30",
             "--keepalive=45",
             "--idle-timeout=2.5",
+            "--tls-cert=/tmp/cert.pem",
+            "--tls-key=/tmp/key.pem",
         ]);
         let addr: SocketAddr = "[::1]:4321".parse().unwrap();
         let stats = std::env::temp_dir().join("iomux-worker-args-test.json");
@@ -646,6 +667,25 @@ mod tests {
         assert_eq!(worker.upstream, Some(Upstream::Unix("/run/app.sock".into())));
         assert_eq!((worker.proxy_buffer, worker.connect_timeout, worker.splice), (65536, 0.25, SpliceMode::Always));
         assert!(check(&worker).is_ok());
+    }
+
+    /// A made certificate is written where asked and makes a config; a
+    /// key without its certificate, or a file that is not PEM, is refused
+    /// by name before anything is served.
+    #[test]
+    fn tls_flags_are_checked_before_serving() {
+        let dir = crate::os::PrivateDir::new("iomux-tls-test", "a test certificate").unwrap();
+        let made = parse(&["--tls-self-signed", dir.path().to_str().unwrap()]).tls.setup(&[]).unwrap().unwrap();
+        assert!(made.made && made.cert.starts_with(dir.path()));
+        let pem = std::fs::read_to_string(&made.cert).unwrap();
+        assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"), "{pem}");
+        let loaded = parse(&["--tls-cert", made.cert.to_str().unwrap(), "--tls-key", made.key.to_str().unwrap()]);
+        assert!(loaded.tls.setup(&[b"http/1.1"]).unwrap().is_some_and(|t| !t.made));
+        assert!(parse_err(&["--tls-key=/tmp/k.pem"]).contains("--tls-cert"));
+        let swapped = parse(&["--tls-cert", made.key.to_str().unwrap(), "--tls-key", made.cert.to_str().unwrap()]);
+        let err = swapped.tls.setup(&[]).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("key.pem"), "{err}");
+        assert!(parse(&[]).tls.setup(&[]).unwrap().is_none());
     }
 
     #[test]

@@ -43,6 +43,7 @@ pub struct Config {
     pub(crate) keepalive: Option<Keepalive>,
     pub(crate) user_timeout: Option<Duration>,
     pub(crate) connect_timeout: Option<Duration>,
+    pub(crate) handshake_timeout: Duration,
     pub(crate) inbox_capacity: Option<usize>,
     pub(crate) share_min: usize,
 }
@@ -117,6 +118,7 @@ impl Default for Config {
             keepalive: None,
             user_timeout: None,
             connect_timeout: None,
+            handshake_timeout: Duration::from_secs(10),
             inbox_capacity: None,
             share_min: 1024,
         }
@@ -152,6 +154,11 @@ impl Config {
     /// How long an outbound connect may take, if limited.
     pub fn connect_timeout(&self) -> Option<Duration> {
         self.connect_timeout
+    }
+
+    /// How long a layered connection's handshake may take.
+    pub fn handshake_timeout(&self) -> Duration {
+        self.handshake_timeout
     }
 
     /// Messages each loop's inbox holds before `try_send` refuses (None: no bound).
@@ -374,6 +381,27 @@ impl ConfigBuilder {
         self
     }
 
+    /// How long a layered connection's handshake ([`Io::set_layer`](super::Io::set_layer))
+    /// may take, from the layer's setting (for an outbound connection
+    /// its connect included), before the connection closes with
+    /// [`CloseReason::HandshakeTimeout`](super::CloseReason::HandshakeTimeout)
+    /// (default: 10 s). A peer that opens connections and stalls their
+    /// handshakes holds no more than this.
+    ///
+    /// ```
+    /// use iomux::runtime::Config;
+    /// use std::time::Duration;
+    ///
+    /// let config = Config::builder().handshake_timeout(Duration::from_secs(3)).build()?;
+    /// assert_eq!(config.handshake_timeout(), Duration::from_secs(3));
+    /// assert!(Config::builder().handshake_timeout(Duration::ZERO).build().is_err());
+    /// # Ok::<(), iomux::Error>(())
+    /// ```
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.config.handshake_timeout = timeout;
+        self
+    }
+
     /// Messages each loop's inbox holds before [`Sender::try_send`](super::Sender::try_send)
     /// refuses more (default: none, no bound). [`Sender::send`](super::Sender::send)
     /// queues past it; the deepest an inbox got is in
@@ -450,6 +478,9 @@ impl ConfigBuilder {
         }
         if c.inbox_capacity == Some(0) {
             return invalid("inbox_capacity", "must be at least 1 message (None: no bound)".into());
+        }
+        if c.handshake_timeout.is_zero() {
+            return invalid("handshake_timeout", "must be longer than zero".into());
         }
         if c.connect_timeout.is_some_and(|t| t.is_zero()) {
             return invalid("connect_timeout", "must be longer than zero (None waits for the kernel)".into());

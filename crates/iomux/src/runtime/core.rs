@@ -117,6 +117,7 @@ impl<'h, H: Handler> Core<'h, H> {
             io.lingering.next_deadline(),
             io.closing.next_deadline(),
             io.connect_deadlines.next_deadline(),
+            io.handshake_deadlines.next_deadline(),
         ];
         timeout_until(deadlines, Instant::now)
     }
@@ -204,6 +205,10 @@ impl<'h, H: Handler> Core<'h, H> {
             self.io.connect_deadline(id);
         }
         self.io.prune_connect_deadlines();
+        while let Some(id) = self.io.handshake_deadlines.pop_due(self.io.now) {
+            self.io.handshake_deadline(id);
+        }
+        self.io.prune_handshake_deadlines();
         if self.io.accept_resume_at.is_some_and(|t| t <= self.io.now) {
             self.io.accept_resume_at = None;
         }
@@ -250,9 +255,14 @@ impl<'h, H: Handler> Core<'h, H> {
 
     /// An outbound connect finished.
     pub(crate) fn connected(&mut self, id: ConnId) {
-        if !self.io.connected(id) {
+        // A layered one's handler hears of it once the handshake is done.
+        if !self.io.connected(id) || self.io.connect_deferred(id) {
             return;
         }
+        self.tell_connected(id);
+    }
+
+    fn tell_connected(&mut self, id: ConnId) {
         if let Some((pending, mut state)) = self.io.take_for_callback(id) {
             self.handler.on_connect(&mut self.io, id, &mut state);
             self.io.put_back(id, pending, state);
@@ -263,23 +273,61 @@ impl<'h, H: Handler> Core<'h, H> {
     /// to the handler (discarded once the connection is closing; held back
     /// while reading is paused).
     pub(crate) fn received(&mut self, id: ConnId, data: &[u8]) {
-        if !self.io.delivers(id) {
+        if !self.io.delivers_plain(id) {
+            return self.received_other(id, data);
+        }
+        self.io.stats.bytes_in += data.len() as u64;
+        self.io.stats.reads += 1;
+        self.deliver(id, data, true);
+    }
+
+    /// Bytes arrived on a connection that does not take them as they
+    /// are: a layered one's go through its layer (even while it closes
+    /// during its handshake); a closing one's are discarded.
+    #[cold]
+    fn received_other(&mut self, id: ConnId, data: &[u8]) {
+        if !self.io.is_layered(id) {
             return;
         }
         self.io.stats.bytes_in += data.len() as u64;
         self.io.stats.reads += 1;
+        let mut plain = std::mem::take(&mut self.io.layer_plain);
+        if let Some(events) = self.io.layer_input(id, data, &mut plain) {
+            if events.established && self.io.established(id) {
+                self.tell_connected(id);
+            }
+            if !plain.is_empty() && self.io.delivers(id) {
+                self.deliver(id, &plain, false);
+            }
+            if events.peer_closed {
+                self.io.ended(id);
+            }
+        }
+        plain.clear();
+        if plain.capacity() <= self.io.cfg.read_buffer {
+            self.io.layer_plain = plain;
+        }
+    }
+
+    /// Offers `data` (after any input left before) to the handler and
+    /// keeps what it leaves. `clear`: bytes as received, not a layer's.
+    fn deliver(&mut self, id: ConnId, data: &[u8], clear: bool) {
         let Some((mut pending, mut state)) = self.io.take_for_callback(id) else { return };
         if pending.is_empty() {
             // Nothing held back: no copy.
-            let consumed = self.offer(id, &mut state, data, 0);
+            let consumed = self.offer(id, &mut state, data, 0, clear);
             pending.extend_from_slice(&data[consumed..]);
         } else {
             // What is left was offered whole and declined, unless reading
             // was paused (then none of it was).
             let declined = if self.io.held_back(id) { 0 } else { pending.len() };
             pending.extend_from_slice(data);
-            let consumed = self.offer(id, &mut state, &pending, declined);
+            let consumed = self.offer(id, &mut state, &pending, declined, clear);
             pending.drain(..consumed);
+        }
+        if clear && !pending.is_empty() && self.io.is_layered(id) {
+            // The handler set a layer (STARTTLS) with bytes still unread.
+            self.io.cleartext_after_switch(id);
         }
         self.put_back_offered(id, pending, state);
     }
@@ -292,11 +340,12 @@ impl<'h, H: Handler> Core<'h, H> {
     /// consumed nothing of is offered again with up to `read_buffer` bytes
     /// more, so a request of any size reaches it whole; `declined` is how
     /// much of `input`'s start it already consumed nothing of. Returns the
-    /// bytes consumed.
-    fn offer(&mut self, id: ConnId, state: &mut H::Conn, input: &[u8], mut declined: usize) -> usize {
+    /// bytes consumed. `clear` input (not a layer's) stops once the
+    /// handler sets a layer: the rest is not plaintext any more.
+    fn offer(&mut self, id: ConnId, state: &mut H::Conn, input: &[u8], mut declined: usize, clear: bool) -> usize {
         let read = self.io.cfg.read_buffer;
         let mut consumed = 0;
-        while consumed < input.len() && self.io.takes_input(id) {
+        while consumed < input.len() && self.io.offers(id, clear) {
             let end = input.len().min(consumed + declined + read);
             let n = self.handler.on_data(&mut self.io, id, state, &input[consumed..end]).min(end - consumed);
             if n == 0 {
@@ -337,8 +386,9 @@ impl<'h, H: Handler> Core<'h, H> {
         if !self.io.takes_input(id) {
             return;
         }
+        let clear = !self.io.is_layered(id);
         let Some((mut pending, mut state)) = self.io.take_for_callback(id) else { return };
-        let consumed = self.offer(id, &mut state, &pending, 0);
+        let consumed = self.offer(id, &mut state, &pending, 0, clear);
         pending.drain(..consumed);
         self.put_back_offered(id, pending, state);
     }

@@ -7,6 +7,7 @@
 //! core asks for, which the core leaves in `dirty` (a connection whose
 //! reading or output changed), `doomed` (to close) and the accept budget.
 
+use super::layer::Layered;
 use super::messages::{RoomSignal, Sender};
 use super::slab::Slab;
 use super::stats::LoopStats;
@@ -25,6 +26,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod layering;
 mod splice;
 use splice::Splice;
 pub(crate) use splice::SPLICE_OUT_WAIT;
@@ -45,6 +47,9 @@ const WRITE_SHUT: u32 = 2048; // Io::shutdown_write: FIN once the output is out;
 const WRITE_CLOSED: u32 = 4096; // our FIN is sent
 const EOF_UNTOLD: u32 = 8192; // the peer's EOF came; on_read_closed not called yet
 pub(crate) const UNIX: u32 = 16384; // a Unix stream socket (no TCP options, no zero-copy send)
+                                    // 1 << 15 is splice's SPLICE_OUT_WAIT.
+const LAYERED: u32 = 1 << 16; // bytes go through a layer (Io::set_layer): the slow paths
+const HANDSHAKING: u32 = 1 << 17; // the layer's handshake is not done: read even while closing
 
 /// Output buffers kept for reuse, so a write costs no allocation and an
 /// idle connection owns no buffer.
@@ -84,6 +89,8 @@ pub(crate) struct Conn<S> {
     queued: Option<Instant>,
     /// Its input goes to another connection by splice(2) ([`Io::splice`]).
     splice: Option<Box<Splice>>,
+    /// Its bytes go through a layer ([`Io::set_layer`]).
+    layered: Option<Box<Layered>>,
 }
 
 impl<S> Conn<S> {
@@ -93,10 +100,22 @@ impl<S> Conn<S> {
     pub(crate) fn has(&self, flag: u32) -> bool {
         self.flags & flag != 0
     }
-    /// Whether the handler may still queue output: not after
-    /// [`Io::close`], [`Io::shutdown_write`] or a stop.
-    fn takes_output(&self) -> bool {
-        self.flags & (DOOMED | CLOSING | WRITE_SHUT) == 0
+    /// Whether the handler's writes are queued as they are: open for
+    /// output (not after [`Io::close`], [`Io::shutdown_write`] or a stop)
+    /// and not layered. One test for both, so plaintext pays nothing for
+    /// layers: the other cases take `write_layered`.
+    fn writes_plain(&self) -> bool {
+        self.flags & (DOOMED | CLOSING | WRITE_SHUT | LAYERED) == 0
+    }
+    /// Whether a close waits for the layer's handshake to complete first
+    /// (the bytes written before it go out sealed, then the closing
+    /// record); not once the layer failed.
+    fn waits_for_handshake(&self) -> bool {
+        self.has(HANDSHAKING) && self.layered.as_ref().is_some_and(|l| l.failure.is_none())
+    }
+    /// Plaintext the layer holds until its handshake completes.
+    fn held(&self) -> usize {
+        self.layered.as_ref().map_or(0, |l| l.layer.held())
     }
     /// Whether the driver should read: to deliver, or (lingering) to
     /// discard. Not while input read before is held back unoffered: that
@@ -108,7 +127,8 @@ impl<S> Conn<S> {
         if self.flags & (READ_CLOSED | CONNECTING | DOOMED) != 0 || self.splice.is_some() {
             return false;
         }
-        self.has(LINGER) || self.flags & (CLOSING | PAUSED | HELD | UNOFFERED) == 0
+        // A handshake goes on whatever the handler does: it delivers nothing.
+        self.flags & (LINGER | HANDSHAKING) != 0 || self.flags & (CLOSING | PAUSED | HELD | UNOFFERED) == 0
     }
     /// Whether some output is not handed to the kernel yet.
     pub(crate) fn has_unsent(&self) -> bool {
@@ -187,6 +207,10 @@ pub struct Io<S> {
     pub(crate) connecting: VecDeque<(ConnId, AnyAddr)>,
     /// Outbound connects by their [`ConfigBuilder::connect_timeout`](super::ConfigBuilder::connect_timeout).
     pub(crate) connect_deadlines: Deadlines,
+    /// Layered connections' handshakes by their [`ConfigBuilder::handshake_timeout`](super::ConfigBuilder::handshake_timeout).
+    pub(crate) handshake_deadlines: Deadlines,
+    /// Plaintext a layer yielded, handed to the handler (reused).
+    pub(crate) layer_plain: Vec<u8>,
     /// Who splices into a connection: target to source ([`Io::splice`]).
     feeders: HashMap<ConnId, ConnId>,
     /// Splicing connections to pump (their target can take bytes again).
@@ -227,6 +251,8 @@ impl<S> Io<S> {
             drain_deadline: None,
             connecting: VecDeque::new(),
             connect_deadlines: Deadlines::default(),
+            handshake_deadlines: Deadlines::default(),
+            layer_plain: Vec::new(),
             feeders: HashMap::new(),
             pumps: VecDeque::new(),
             room: None,
@@ -261,8 +287,8 @@ impl<S> Io<S> {
     #[must_use = "a write to a closed or closing connection is refused"]
     pub fn write(&mut self, conn: ConnId, data: &[u8]) -> bool {
         let Some(c) = self.conns.get_mut(conn) else { return false };
-        if !c.takes_output() {
-            return false; // after close, shutdown_write or a stop, nothing more goes out
+        if !c.writes_plain() {
+            return self.write_layered(conn, data);
         }
         if data.is_empty() {
             return true;
@@ -311,8 +337,8 @@ impl<S> Io<S> {
             return self.write(conn, &data);
         }
         let Some(c) = self.conns.get_mut(conn) else { return false };
-        if !c.takes_output() {
-            return false;
+        if !c.writes_plain() {
+            return self.write_layered(conn, &data); // a layer seals a copy
         }
         if c.out.len() > c.out_pos {
             // What was written before goes first: seal it.
@@ -368,8 +394,8 @@ impl<S> Io<S> {
     #[must_use = "a write to a closed or closing connection is refused"]
     pub fn write_with<R>(&mut self, conn: ConnId, f: impl FnOnce(&mut Vec<u8>) -> R) -> Option<R> {
         let c = self.conns.get_mut(conn)?;
-        if !c.takes_output() {
-            return None; // after close, shutdown_write or a stop, nothing more goes out
+        if !c.writes_plain() {
+            return self.write_with_layered(conn, f);
         }
         // The closure gets a buffer of its own, so it cannot disturb bytes
         // already queued, whatever it does with the Vec.
@@ -421,9 +447,11 @@ impl<S> Io<S> {
         }
     }
 
-    /// Output bytes queued and not yet sent (0 for a closed connection).
+    /// Output bytes queued and not yet sent (0 for a closed connection),
+    /// with, on a layered connection, the plaintext its layer holds until
+    /// the handshake completes.
     pub fn buffered(&self, conn: ConnId) -> usize {
-        self.conns.get(conn).map_or(0, Conn::buffered)
+        self.conns.get(conn).map_or(0, |c| c.buffered() + c.held())
     }
 
     /// Calls [`Handler::on_drained`](super::Handler::on_drained) once, when
@@ -478,7 +506,7 @@ impl<S> Io<S> {
     /// ```
     pub fn notify_below(&mut self, conn: ConnId, bytes: usize) {
         let Some(c) = self.conns.get_mut(conn) else { return };
-        if c.buffered() <= bytes && !c.has(CONNECTING) {
+        if c.buffered() + c.held() <= bytes && c.flags & (CONNECTING | HANDSHAKING) == 0 {
             // Next turn, after events and timers, so a handler that writes
             // from on_drained cannot starve them.
             c.flags &= !NOTIFY_DRAINED;
@@ -533,7 +561,7 @@ impl<S> Io<S> {
     /// }
     /// ```
     pub fn is_full(&self, conn: ConnId) -> bool {
-        self.conns.get(conn).is_some_and(|c| c.buffered() >= self.cfg.max_output)
+        self.conns.get(conn).is_some_and(|c| c.buffered() + c.held() >= self.cfg.max_output)
     }
 
     /// Shuts down the connection's write side: once the output queued so
@@ -579,6 +607,7 @@ impl<S> Io<S> {
         }
         let Some(c) = self.conns.get_mut(conn) else { return };
         c.flags |= WRITE_SHUT;
+        self.seal_close(conn);
         self.fin_if_sent(conn);
         self.mark_dirty(conn);
     }
@@ -663,7 +692,9 @@ impl<S> Io<S> {
         let Some(c) = self.conns.get_mut(conn) else { return };
         c.flags |= CLOSING | flag;
         c.deadline = None;
-        if c.buffered() == 0 {
+        self.seal_close(conn);
+        let Some(c) = self.conns.get(conn) else { return };
+        if c.buffered() == 0 && !c.waits_for_handshake() {
             self.linger(conn);
         } else {
             self.closing.push(until, conn);
@@ -975,6 +1006,7 @@ impl<S> Io<S> {
             deadline: None,
             queued: None,
             splice: None,
+            layered: None,
         };
         let id = self.conns.insert(conn);
         self.stats.peak_conns = self.stats.peak_conns.max(self.conns.len() as u64);
@@ -1025,8 +1057,15 @@ impl<S> Io<S> {
     /// Why connection `id`, which we are closing, closes: idle
     /// ([`Io::close_idle`], even if the loop stopped while it lingered),
     /// the loop's stop, or ours.
-    pub(crate) fn closing_reason(&self, id: ConnId) -> CloseReason {
-        if self.conns.get(id).is_some_and(|c| c.has(IDLE)) {
+    pub(crate) fn closing_reason(&mut self, id: ConnId) -> CloseReason {
+        let Some(c) = self.conns.get_mut(id) else { return CloseReason::closing(self.shutting_down) };
+        if !c.has(DOOMED) {
+            // A layer that failed closed it, after its alert.
+            if let Some(e) = c.layered.as_mut().and_then(|l| l.failure.take()) {
+                return CloseReason::Layer(e);
+            }
+        }
+        if c.has(IDLE) {
             return CloseReason::Idle;
         }
         CloseReason::closing(self.shutting_down)
@@ -1115,8 +1154,8 @@ impl<S> Io<S> {
         // From now, not the turn's start: a long turn must not shorten it.
         let until = Instant::now() + self.cfg.linger;
         let Some(c) = self.conns.get_mut(id) else { return };
-        if c.has(LINGER) {
-            return;
+        if c.has(LINGER) || c.waits_for_handshake() {
+            return; // the handshake's end lingers (`established`)
         }
         if c.has(READ_CLOSED) || c.has(CONNECTING) {
             let reason = self.closing_reason(id);
@@ -1177,7 +1216,8 @@ impl<S> Io<S> {
     /// with the peer's input ended too, the connection is done.
     fn fin_if_sent(&mut self, id: ConnId) {
         let Some(c) = self.conns.get_mut(id) else { return };
-        if c.flags & (WRITE_SHUT | WRITE_CLOSED | CONNECTING | CLOSING | DOOMED) != WRITE_SHUT || c.buffered() > 0 {
+        let not_yet = WRITE_SHUT | WRITE_CLOSED | CONNECTING | CLOSING | DOOMED | HANDSHAKING;
+        if c.flags & not_yet != WRITE_SHUT || c.buffered() > 0 {
             return;
         }
         if let Err(e) = net::shutdown_write(c.fd.raw()) {
@@ -1221,6 +1261,13 @@ impl<S> Io<S> {
     /// paused neither by the output's bound nor by the handler.
     pub(crate) fn takes_input(&self, id: ConnId) -> bool {
         self.conns.get(id).is_some_and(|c| c.flags & (CLOSING | DOOMED | PAUSED | HELD) == 0)
+    }
+
+    /// Whether the handler is offered input now (as `takes_input`);
+    /// `clear` input not once the connection is layered.
+    pub(crate) fn offers(&self, id: ConnId, clear: bool) -> bool {
+        let layered = if clear { LAYERED } else { 0 };
+        self.conns.get(id).is_some_and(|c| c.flags & (CLOSING | DOOMED | PAUSED | HELD | layered) == 0)
     }
 
     /// Records whether input was left unoffered (reading paused with bytes
@@ -1276,7 +1323,7 @@ impl<S> Io<S> {
         }
         let Some(c) = self.conns.get_mut(id) else { return };
         let buffered = c.buffered();
-        if c.has(NOTIFY_DRAINED) && buffered <= c.low_water {
+        if c.has(NOTIFY_DRAINED) && buffered <= c.low_water && !c.has(HANDSHAKING) {
             // Next turn, after events and timers: a handler that writes
             // again from on_drained, into a socket with room, would
             // otherwise never let the turn end.
@@ -1356,6 +1403,20 @@ impl<S> Io<S> {
     /// output now.
     pub(crate) fn peer_eof(&mut self, id: ConnId) {
         let Some(c) = self.conns.get_mut(id) else { return };
+        if c.flags & (LAYERED | LINGER | READ_CLOSED) == LAYERED {
+            // A FIN without the layer's closing record: the layer judges it.
+            let judged = c.layered.as_mut().map_or(Ok(()), |l| l.layer.peer_fin());
+            if let Err(e) = judged {
+                return self.layer_failed(id, e);
+            }
+        }
+        self.ended(id);
+    }
+
+    /// The peer's input ended in order (its FIN, or its layer's closing
+    /// record).
+    pub(crate) fn ended(&mut self, id: ConnId) {
+        let Some(c) = self.conns.get_mut(id) else { return };
         if c.has(LINGER) {
             let reason = self.closing_reason(id);
             return self.doom(id, reason);
@@ -1375,15 +1436,25 @@ impl<S> Io<S> {
     pub(crate) fn connected(&mut self, id: ConnId) -> bool {
         let Some(c) = self.conns.get_mut(id) else { return false };
         c.flags &= !CONNECTING;
-        if c.has(NOTIFY_DRAINED) && c.buffered() <= c.low_water {
-            c.flags &= !NOTIFY_DRAINED;
-            self.drained_later.push(id);
+        if c.has(LAYERED) {
+            self.start_layer(id);
         }
+        self.drained_if_due(id);
         self.stats.connected += 1;
         self.wake_feeder(id);
         self.fin_if_sent(id);
         self.mark_dirty(id);
         true
+    }
+
+    /// With NOTIFY_DRAINED and the output at its mark, on_drained comes
+    /// on the next turn; not while connecting or handshaking.
+    fn drained_if_due(&mut self, id: ConnId) {
+        let Some(c) = self.conns.get_mut(id) else { return };
+        if c.flags & (NOTIFY_DRAINED | CONNECTING | HANDSHAKING) == NOTIFY_DRAINED && c.buffered() <= c.low_water {
+            c.flags &= !NOTIFY_DRAINED;
+            self.drained_later.push(id);
+        }
     }
 
     /// A connect deadline passed: a connection still connecting closes.
@@ -1441,7 +1512,8 @@ impl<S> Io<S> {
     /// A close deadline passed: if the output is still not out, the peer
     /// is not reading it, and the connection closes without it.
     pub(crate) fn close_deadline(&mut self, id: ConnId) {
-        if self.conns.get(id).is_some_and(|c| c.has(CLOSING) && !c.has(LINGER) && c.buffered() > 0) {
+        let stuck = |c: &Conn<S>| c.buffered() > 0 || c.has(HANDSHAKING);
+        if self.conns.get(id).is_some_and(|c| c.has(CLOSING) && !c.has(LINGER) && stuck(c)) {
             self.doom(id, CloseReason::CloseTimeout);
         }
     }
@@ -1449,6 +1521,12 @@ impl<S> Io<S> {
     /// Whether received bytes go to the handler (not after `close`).
     pub(crate) fn delivers(&self, id: ConnId) -> bool {
         self.conns.get(id).is_some_and(|c| !c.has(CLOSING) && !c.has(DOOMED))
+    }
+
+    /// Whether received bytes go to the handler as they are: delivering,
+    /// and not layered (a layered connection's go through its layer).
+    pub(crate) fn delivers_plain(&self, id: ConnId) -> bool {
+        self.conns.get(id).is_some_and(|c| c.flags & (CLOSING | DOOMED | LAYERED) == 0)
     }
 
     /// How many more connections accepting may take now.
@@ -1511,6 +1589,14 @@ impl<S> Io<S> {
             let Some(c) = self.conns.get_mut(id) else { continue };
             c.flags |= CLOSING;
             c.deadline = None;
+            if c.has(HANDSHAKING) {
+                // Nothing was said on it yet: no reason to wait for it.
+                let reason = self.closing_reason(id);
+                self.doom(id, reason);
+                continue;
+            }
+            self.seal_close(id);
+            let Some(c) = self.conns.get(id) else { continue };
             if c.buffered() == 0 {
                 if net::unread(c.fd.raw()).is_ok_and(|n| n == 0) {
                     // Idle: nothing to send and nothing unread, so the

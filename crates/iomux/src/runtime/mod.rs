@@ -42,6 +42,7 @@ mod core;
 mod handler;
 mod io;
 mod launch;
+mod layer;
 mod messages;
 mod readiness;
 mod slab;
@@ -56,6 +57,7 @@ pub use config::{Config, ConfigBuilder, Keepalive};
 pub use handler::Handler;
 pub use io::Io;
 pub use launch::{Finished, Runtime};
+pub use layer::{Layer, LayerEvents};
 pub use messages::{Sender, TrySendError};
 pub use stats::{LoopStats, UringFeature};
 pub use timers::TimerId;
@@ -146,6 +148,13 @@ pub enum CloseReason {
     /// The handler reset the connection ([`Io::abort`]): its queued
     /// output was dropped and the peer got a reset.
     Aborted,
+    /// The connection's [`Layer`] did not complete its handshake within
+    /// [`ConfigBuilder::handshake_timeout`].
+    HandshakeTimeout,
+    /// The connection's [`Layer`] refused the peer's bytes (a TLS alert
+    /// went out first, if the layer made one) or the handler's, or the
+    /// peer's input ended where the layer does not allow it.
+    Layer(Error),
 }
 
 impl CloseReason {
@@ -164,10 +173,14 @@ impl CloseReason {
     }
 
     /// The error behind the close, if one is ([`CloseReason::Error`],
-    /// [`CloseReason::ConnectFailed`], [`CloseReason::Unwatchable`]).
+    /// [`CloseReason::ConnectFailed`], [`CloseReason::Unwatchable`],
+    /// [`CloseReason::Layer`]).
     pub fn error(&self) -> Option<&Error> {
         match self {
-            CloseReason::ConnectFailed(e) | CloseReason::Error(e) | CloseReason::Unwatchable(e) => Some(e),
+            CloseReason::ConnectFailed(e)
+            | CloseReason::Error(e)
+            | CloseReason::Unwatchable(e)
+            | CloseReason::Layer(e) => Some(e),
             _ => None,
         }
     }
@@ -190,6 +203,8 @@ impl std::fmt::Display for CloseReason {
             CloseReason::PeerVanished => "the peer vanished (keepalive or user timeout)",
             CloseReason::Idle => "closed as idle",
             CloseReason::Aborted => "reset by the handler",
+            CloseReason::HandshakeTimeout => "the layer's handshake timed out",
+            CloseReason::Layer(e) => return write!(f, "{e}"),
         };
         f.write_str(said)
     }

@@ -12,7 +12,7 @@
 //! would need the same poll first and then cost a thread hand-off per
 //! chunk.
 
-use super::{Io, CLOSING, CONNECTING, DOOMED, HELD, PAUSED, READ_CLOSED, UNOFFERED, WRITE_SHUT};
+use super::{Io, CLOSING, CONNECTING, DOOMED, HELD, LAYERED, PAUSED, READ_CLOSED, UNOFFERED, WRITE_SHUT};
 use crate::sys::{self, net, net::Fd};
 use crate::Syscall;
 use std::io;
@@ -96,7 +96,8 @@ impl<S> Io<S> {
     /// - Errors close the side they happened on, as a receive's or a
     ///   send's would (the syscall is `splice`).
     ///
-    /// Returns false, and nothing changes, if either is gone or closing,
+    /// Returns false, and nothing changes, if either is gone, closing or
+    /// layered ([`Io::set_layer`]: its bytes must pass through the layer),
     /// they are the same connection, `from` already splices, something
     /// already splices into `to`, or no pipe could be made (the handler
     /// then goes on copying).
@@ -126,7 +127,8 @@ impl<S> Io<S> {
     /// ```
     #[must_use = "false: not splicing, the input still comes to on_data"]
     pub fn splice(&mut self, from: ConnId, to: ConnId) -> bool {
-        let open = |c: &super::Conn<S>| c.flags & (CLOSING | DOOMED) == 0;
+        // A layered connection's bytes must pass through its layer.
+        let open = |c: &super::Conn<S>| c.flags & (CLOSING | DOOMED | LAYERED) == 0;
         let (Some(f), Some(t)) = (self.conns.get(from), self.conns.get(to)) else { return false };
         if from == to
             || f.splicing()

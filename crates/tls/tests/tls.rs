@@ -1,0 +1,181 @@
+//! iomux-tls on every backend, against rustls's own blocking client:
+//! TLS 1.3 and 1.2 echo with ALPN, resumption, close_notify both ways,
+//! and bad input (garbage, a truncated handshake) answered by an alert or
+//! a close naming the layer.
+
+#[path = "../../iomux/tests/runtime_support/mod.rs"]
+#[macro_use]
+mod runtime_support;
+
+use iomux::runtime::{CloseReason, Config, ConnId, Handler, Io};
+use iomux::Backend;
+use iomux_tls::rustls::pki_types::ServerName;
+use iomux_tls::rustls::{self, ClientConfig, ClientConnection, HandshakeKind, StreamOwned};
+use iomux_tls::{certs, Tls};
+use runtime_support::*;
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::{Arc, Mutex};
+
+on_every_backend! {
+    tls13_echo_with_alpn_and_close_notify,
+    tls12_echo_and_resumption,
+    garbage_gets_an_alert_and_a_close,
+    a_truncated_handshake_closes_with_the_layers_error,
+}
+
+/// Echoes; records close reasons and what each connection negotiated.
+struct Echo {
+    closes: Arc<Mutex<Vec<String>>>,
+    negotiated: Arc<Mutex<Vec<iomux_tls::TlsInfo>>>,
+}
+
+impl Handler for Echo {
+    type Conn = bool; // negotiated recorded
+    type Message = ();
+
+    fn on_accept(&mut self, _io: &mut Io<bool>, _conn: ConnId) -> bool {
+        false
+    }
+
+    fn on_data(&mut self, io: &mut Io<bool>, conn: ConnId, told: &mut bool, data: &[u8]) -> usize {
+        if !*told {
+            *told = true;
+            if let Some(info) = iomux_tls::info(io, conn) {
+                self.negotiated.lock().unwrap().push(info);
+            }
+        }
+        let _ = io.write(conn, data);
+        data.len()
+    }
+
+    fn on_close(&mut self, _io: &mut Io<bool>, _conn: ConnId, _: bool, reason: &CloseReason) {
+        let said = match reason {
+            CloseReason::Layer(e) => format!("layer: {e}"),
+            other => format!("{other:?}"),
+        };
+        self.closes.lock().unwrap().push(said);
+    }
+}
+
+struct Setup {
+    server: Server<Tls<Echo>>,
+    closes: Arc<Mutex<Vec<String>>>,
+    negotiated: Arc<Mutex<Vec<iomux_tls::TlsInfo>>>,
+    roots: rustls::RootCertStore,
+}
+
+fn tls_server(backend: Backend) -> Setup {
+    let identity = certs::self_signed(&["localhost"]).expect("a certificate");
+    let config = certs::server_config(&identity, &[b"h2", b"http/1.1"]).expect("a server config");
+    let (closes, negotiated) = (Arc::new(Mutex::new(Vec::new())), Arc::new(Mutex::new(Vec::new())));
+    let (c, n) = (closes.clone(), negotiated.clone());
+    let server = serve(Config::builder().backend(backend).build().unwrap(), 1, move |_| {
+        Tls::new(Echo { closes: c.clone(), negotiated: n.clone() }, config.clone())
+    });
+    Setup { server, closes, negotiated, roots: identity.roots().expect("roots") }
+}
+
+fn client_config(
+    roots: &rustls::RootCertStore,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Arc<ClientConfig> {
+    let mut config = ClientConfig::builder_with_protocol_versions(versions)
+        .with_root_certificates(roots.clone())
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
+fn tls_connect(addr: SocketAddr, config: &Arc<ClientConfig>) -> StreamOwned<ClientConnection, TcpStream> {
+    let name = ServerName::try_from("localhost").unwrap();
+    let conn = ClientConnection::new(config.clone(), name).expect("a client connection");
+    StreamOwned::new(conn, connect(addr))
+}
+
+/// Writes `total` bytes in 64 KiB pieces, reading each echo back.
+fn echo_through(s: &mut StreamOwned<ClientConnection, TcpStream>, total: usize, what: &str) {
+    let want = pattern(0, total);
+    for (i, piece) in want.chunks(64 << 10).enumerate() {
+        s.write_all(piece).expect("write");
+        let mut got = vec![0u8; piece.len()];
+        s.read_exact(&mut got).unwrap_or_else(|e| panic!("{what}: reading echo {i}: {e}"));
+        assert_bytes(&got, piece, &format!("{what}: echo {i}"));
+    }
+}
+
+fn close_reasons(closes: &Mutex<Vec<String>>, n: usize) -> Vec<String> {
+    wait_until("the connections closed", || closes.lock().unwrap().len() >= n);
+    closes.lock().unwrap().clone()
+}
+
+/// TLS 1.3 with ALPN: 4 MiB echoed intact; the client's close_notify is
+/// answered by the server's, then its FIN; the close is in order.
+fn tls13_echo_with_alpn_and_close_notify(backend: Backend) {
+    let setup = tls_server(backend);
+    let config = client_config(&setup.roots, &[&rustls::version::TLS13]);
+    let mut s = tls_connect(setup.server.addr, &config);
+    echo_through(&mut s, 4 << 20, &format!("{backend}"));
+    assert_eq!(s.conn.alpn_protocol(), Some(&b"http/1.1"[..]), "{backend}: ALPN");
+    assert_eq!(s.conn.protocol_version(), Some(rustls::ProtocolVersion::TLSv1_3), "{backend}");
+    s.conn.send_close_notify();
+    s.flush().expect("flush close_notify");
+    s.sock.shutdown(Shutdown::Write).expect("FIN");
+    let mut rest = Vec::new();
+    // rustls's reader returns the end cleanly only after close_notify.
+    s.read_to_end(&mut rest).unwrap_or_else(|e| panic!("{backend}: the server's close: {e}"));
+    assert!(rest.is_empty(), "{backend}: nothing after the echo");
+    assert_eq!(close_reasons(&setup.closes, 1), ["PeerClosed"], "{backend}");
+    let info = setup.negotiated.lock().unwrap()[0].clone();
+    assert_eq!((info.alpn.as_deref(), info.resumed, info.established), (Some(&b"http/1.1"[..]), false, true));
+}
+
+/// TLS 1.2: echo intact; a second connection with the client's session
+/// cache resumes; the same with TLS 1.3's tickets.
+fn tls12_echo_and_resumption(backend: Backend) {
+    let setup = tls_server(backend);
+    for version in [&rustls::version::TLS12, &rustls::version::TLS13] {
+        let config = client_config(&setup.roots, &[version]);
+        for round in 0..2 {
+            let mut s = tls_connect(setup.server.addr, &config);
+            echo_through(&mut s, 256 << 10, &format!("{backend} {version:?} round {round}"));
+            let resumed = s.conn.handshake_kind() == Some(HandshakeKind::Resumed);
+            assert_eq!(resumed, round == 1, "{backend} {version:?} round {round}: resumed");
+            assert_eq!(s.conn.protocol_version(), Some(version.version), "{backend}");
+        }
+    }
+    let negotiated = setup.negotiated.lock().unwrap().clone();
+    let resumed: Vec<bool> = negotiated.iter().map(|i| i.resumed).collect();
+    assert_eq!(resumed, [false, true, false, true], "{backend}: the server's view");
+}
+
+/// Plain HTTP to the TLS port: an alert record, then EOF; the close
+/// names the layer.
+fn garbage_gets_an_alert_and_a_close(backend: Backend) {
+    let setup = tls_server(backend);
+    let mut c = connect(setup.server.addr);
+    c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let (got, end) = read_to_end(&mut c);
+    assert_eq!(end, End::Eof, "{backend}");
+    assert_eq!(got.first(), Some(&0x15), "{backend}: an alert record first, got {got:?}");
+    drop(c);
+    let closes = close_reasons(&setup.closes, 1);
+    assert!(closes[0].starts_with("layer: tls: "), "{backend}: {closes:?}");
+}
+
+/// Half a ClientHello, then FIN: closed with the layer's error.
+fn a_truncated_handshake_closes_with_the_layers_error(backend: Backend) {
+    let setup = tls_server(backend);
+    // The start of a real ClientHello: a record header and 40 bytes.
+    let name = ServerName::try_from("localhost").unwrap();
+    let mut client = ClientConnection::new(client_config(&setup.roots, &[&rustls::version::TLS13]), name).unwrap();
+    let mut hello = Vec::new();
+    client.write_tls(&mut hello).unwrap();
+    let mut c = connect(setup.server.addr);
+    c.write_all(&hello[..45]).unwrap();
+    c.shutdown(Shutdown::Write).unwrap();
+    let (got, _) = read_to_end(&mut c);
+    assert!(got.is_empty() || got[0] == 0x15, "{backend}: nothing, or an alert: {got:?}");
+    let closes = close_reasons(&setup.closes, 1);
+    assert_eq!(closes, ["layer: tls: the peer ended its input during the handshake"], "{backend}");
+}
