@@ -20,6 +20,7 @@ use support::*;
 
 on_every_backend! {
     curl_gets_plaintext_over_https,
+    wrk_and_h2load_over_https,
     openssl_speaks_both_versions_and_resumes,
     redis_cli_over_tls,
     a_slow_reader_gets_64_mib_intact_with_memory_bounded,
@@ -90,6 +91,24 @@ fn curl_gets_plaintext_over_https(backend: &str) {
     assert_eq!(text.trim_end(), "Hello, World!\n1.1", "{backend}");
     let (stats, _) = serve.stop();
     assert_eq!(stats["http_responses"], 1, "{backend}: {stats}");
+}
+
+/// wrk (keep-alive, 4 connections for a second) and h2load (200
+/// requests over HTTP/1.1 chosen by ALPN) get every answer, without an
+/// error.
+fn wrk_and_h2load_over_https(backend: &str) {
+    let (Some(wrk), Some(h2load)) = (tool("wrk"), tool("h2load")) else { return };
+    let _busy = busy();
+    let (serve, _cert, _dir) = tls_serve(backend, "http");
+    let url = format!("https://127.0.0.1:{}/plaintext", serve.addr.port());
+    let text = output(Command::new(wrk).args(["-t1", "-c4", "-d1s", &url]), b"", "wrk");
+    assert!(text.contains("Requests/sec:"), "{backend}: {text}");
+    assert!(!text.contains("Socket errors") && !text.contains("Non-2xx"), "{backend}: {text}");
+    let text = output(Command::new(h2load).args(["--h1", "-n200", "-c4", &url]), b"", "h2load");
+    assert!(text.contains("200 succeeded, 0 failed, 0 errored"), "{backend}: {text}");
+    let (stats, _) = serve.stop();
+    let responses = stats["http_responses"].as_u64().unwrap_or(0);
+    assert!(responses > 200, "{backend}: {responses} responses: {stats}");
 }
 
 /// openssl s_client verifies the certificate with TLS 1.2 and with TLS

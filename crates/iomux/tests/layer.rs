@@ -29,6 +29,9 @@ on_every_backend! {
     the_output_bound_holds_through_the_layer,
     an_outbound_connection_connects_after_its_handshake,
     cleartext_pipelined_after_the_switch_is_refused,
+    a_client_layer_set_on_an_established_connection_starts_at_once,
+    a_fin_inside_a_frame_is_the_layers_error,
+    a_stop_ends_layered_connections_with_their_closing_record,
 }
 
 // ------------------------------------------------------------ the toy layer
@@ -142,7 +145,9 @@ impl Layer for Toy {
     }
 
     fn start(&mut self, out: &mut Vec<u8>) -> Result<(), Error> {
-        out.extend(frame(HELLO, b""));
+        if self.client {
+            out.extend(frame(HELLO, b"")); // a server waits for the peer's
+        }
         Ok(())
     }
 
@@ -155,10 +160,12 @@ impl Layer for Toy {
     }
 
     fn peer_fin(&mut self) -> Result<(), Error> {
-        if self.established {
-            Ok(())
-        } else {
+        if !self.established {
             Err(refused("the peer ended its input during the handshake"))
+        } else if !self.partial.is_empty() {
+            Err(refused("the peer ended its input inside a frame"))
+        } else {
+            Ok(())
         }
     }
 
@@ -265,13 +272,13 @@ fn one_close(closes: &Mutex<Vec<Reason>>) -> Reason {
 
 // ------------------------------------------------------------ the tests
 
-/// 1 MiB sealed in frames and written in 7-byte pieces (so frames split
+/// 256 KiB sealed in frames and written in 7-byte pieces (so frames split
 /// anywhere) comes back intact; the client's closing frame and FIN get
 /// the server's closing frame, then its FIN: both directions in order.
 fn echo_passes_through_the_layer_intact(backend: Backend) {
     let (server, closes) = toy_server(Config::builder().backend(backend).build().unwrap(), false);
     let mut c = handshake(server.addr);
-    let want = pattern(0, 1 << 20);
+    let want = pattern(0, 256 << 10);
     let mut wire = sealed(&want);
     wire.extend(frame(CLOSE, b""));
     let writer = send_in_background(&c, wire, 7, true);
@@ -385,6 +392,7 @@ fn an_outbound_connection_connects_after_its_handshake(backend: Backend) {
             addr,
             connected: seen.clone(),
             log: events.clone(),
+            starttls: false,
         })
     });
     let mut peer = accept_within(&listener);
@@ -409,6 +417,8 @@ struct Dialer {
     addr: std::net::SocketAddr,
     connected: Arc<AtomicUsize>,
     log: Arc<Mutex<Vec<String>>>,
+    /// STARTTLS: connect in the clear, switch from on_connect.
+    starttls: bool,
 }
 
 impl Handler for Dialer {
@@ -417,15 +427,22 @@ impl Handler for Dialer {
 
     fn on_start(&mut self, io: &mut Io<()>) {
         let conn = io.connect(self.addr, None, ());
-        assert!(io.set_layer(conn, Toy::new(true)));
-        assert!(io.write(conn, b"ping"), "a write while connecting is held");
+        if !self.starttls {
+            assert!(io.set_layer(conn, Toy::new(true)));
+            assert!(io.write(conn, b"ping"), "a write while connecting is held");
+        }
     }
 
     fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
 
-    fn on_connect(&mut self, _io: &mut Io<()>, _conn: ConnId, _: &mut ()) {
+    fn on_connect(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut ()) {
         self.connected.fetch_add(1, SeqCst);
         self.log.lock().unwrap().push("connect".into());
+        if self.starttls {
+            assert!(io.write(conn, b"STARTTLS\n"), "in the clear");
+            assert!(io.set_layer(conn, Toy::new(true)));
+            assert!(io.write(conn, b"ping"), "held for the handshake");
+        }
     }
 
     fn on_data(&mut self, _io: &mut Io<()>, _conn: ConnId, _: &mut (), data: &[u8]) -> usize {
@@ -502,4 +519,75 @@ impl Handler for StartTls {
     fn on_close(&mut self, _io: &mut Io<()>, _conn: ConnId, _: (), reason: &CloseReason) {
         self.closes.lock().unwrap().push(reason_of(reason));
     }
+}
+
+/// A client that switches an established connection (STARTTLS): its
+/// command goes in the clear, the opening flight right after it, and
+/// what it wrote after the switch waits for the handshake.
+fn a_client_layer_set_on_an_established_connection_starts_at_once(backend: Backend) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let log = Arc::new(Mutex::new(Vec::<String>::new()));
+    let events = log.clone();
+    let client = thread::spawn(move || {
+        run_client(Config::builder().backend(backend).build().unwrap(), move |_| Dialer {
+            addr,
+            connected: Arc::new(AtomicUsize::new(0)),
+            log: events.clone(),
+            starttls: true,
+        })
+    });
+    let mut peer = accept_within(&listener);
+    assert_eq!(read_exact(&mut peer, 9), b"STARTTLS\n", "{backend}: the command in the clear");
+    assert_eq!(read_frame(&mut peer).map(|f| f.0), Some(HELLO), "{backend}: the opening flight at once");
+    let mut reply = frame(READY, b"");
+    reply.extend(frame(DATA, b"pong"));
+    reply.extend(frame(CLOSE, b""));
+    peer.write_all(&reply).unwrap();
+    assert_eq!(read_frame(&mut peer), Some((DATA, b"ping".to_vec())), "{backend}: the held write, sealed");
+    peer.shutdown(Shutdown::Write).unwrap();
+    let (data, kinds) = read_frames_to_end(&mut peer);
+    assert_eq!((data.len(), kinds), (0, vec![CLOSE]), "{backend}");
+    client.join().unwrap();
+    assert_eq!(log.lock().unwrap().clone(), ["connect", "data pong", "read closed", "close PeerClosed"], "{backend}");
+}
+
+/// A FIN that cuts a frame short after the handshake is the layer's to
+/// judge too: here a truncation, and the close says so.
+fn a_fin_inside_a_frame_is_the_layers_error(backend: Backend) {
+    let (server, closes) = toy_server(Config::builder().backend(backend).build().unwrap(), false);
+    let mut c = handshake(server.addr);
+    c.write_all(&sealed(b"cut short")[..6]).unwrap();
+    c.shutdown(Shutdown::Write).unwrap();
+    let (got, _) = read_to_end(&mut c);
+    assert!(got.is_empty(), "{backend}: nothing answers a partial frame");
+    assert_eq!(one_close(&closes), Reason::Other("toy: the peer ended its input inside a frame".into()), "{backend}");
+}
+
+/// A stop: an idle established connection gets the closing frame, then
+/// FIN; one still handshaking with nothing written is closed at once.
+fn a_stop_ends_layered_connections_with_their_closing_record(backend: Backend) {
+    let (server, closes) = toy_server(Config::builder().backend(backend).build().unwrap(), false);
+    // Accepted in order: once the second is served, the first is in.
+    let mut handshaking = connect(server.addr);
+    let mut established = handshake(server.addr);
+    assert!(server_has(&established), "{backend}: the established one echoes");
+    server.control.stop();
+    let (data, kinds) = read_frames_to_end(&mut established);
+    assert_eq!((data.len(), kinds), (0, vec![CLOSE]), "{backend}: the closing frame, then FIN");
+    let (got, end) = read_to_end(&mut handshaking);
+    assert_eq!((got.len(), end), (0, End::Eof), "{backend}: nothing to say before the handshake");
+    drop(established);
+    let finished = server.finish();
+    assert_eq!(finished.stats.accepted, 2, "{backend}");
+    let mut reasons = closes.lock().unwrap().clone();
+    reasons.sort();
+    assert_eq!(reasons, [Reason::Shutdown, Reason::Shutdown], "{backend}");
+}
+
+/// Whether the established client's echo comes back.
+fn server_has(c: &TcpStream) -> bool {
+    let mut c = c.try_clone().expect("clone");
+    c.write_all(&sealed(b"?")).expect("write");
+    read_frame(&mut c) == Some((DATA, b"?".to_vec()))
 }

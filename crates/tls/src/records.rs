@@ -12,9 +12,22 @@ use rustls::unbuffered::{ConnectionState, EncodeError, EncodeTlsData, EncryptErr
 use rustls::{CommonState, HandshakeKind};
 use std::any::Any;
 
+/// Received ciphertext the layer keeps unprocessed at most: a handshake
+/// message rustls is still joining (up to 64 KiB, in records of any
+/// size, each with its 5-byte header) or an incomplete record (16.6 KiB).
+/// More, and the peer is refused: it would hold that much per connection
+/// for as long as the handshake timeout.
+const MAX_KEPT: usize = 96 << 10;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for rustls::server::UnbufferedServerConnection {}
+    impl Sealed for rustls::client::UnbufferedClientConnection {}
+}
+
 /// rustls's server and client unbuffered connections, which share no
-/// trait for `process_tls_records`.
-pub trait Records: 'static {
+/// trait for `process_tls_records` (sealed: only these two).
+pub trait Records: sealed::Sealed + 'static {
     /// rustls's side-specific state.
     type Data: 'static;
     /// `process_tls_records`.
@@ -47,8 +60,9 @@ impl Records for UnbufferedClientConnection {
 /// incomplete record, and plaintext written before the handshake.
 pub struct TlsLayer<C: Records> {
     conn: C,
-    /// Received ciphertext not yet a whole record (at most one record
-    /// plus its header, about 16.7 KiB); empty, and freed, between records.
+    /// Received ciphertext rustls has not consumed yet: an incomplete
+    /// record, or the records of a handshake message still being joined
+    /// (at most [`MAX_KEPT`]); empty, and freed, between records.
     partial: Vec<u8>,
     /// Plaintext written before the handshake completed.
     held: Vec<u8>,
@@ -57,6 +71,9 @@ pub struct TlsLayer<C: Records> {
     close_after_handshake: bool,
     /// The peer's close_notify came: a FIN after it is in order.
     peer_closed: bool,
+    /// rustls failed: it is not driven again (a second pass over the bad
+    /// input would make a second fatal alert).
+    failed: bool,
     client: bool,
 }
 
@@ -69,6 +86,7 @@ impl<C: Records> TlsLayer<C> {
             established: false,
             close_after_handshake: false,
             peer_closed: false,
+            failed: false,
             client,
         }
     }
@@ -134,8 +152,13 @@ impl<C: Records> TlsLayer<C> {
         self.partial.drain(..start);
         if self.partial.is_empty() && self.partial.capacity() > 0 {
             self.partial = Vec::new(); // an idle connection owns no buffer
+        } else if self.partial.capacity() > 4 * self.partial.len().max(16 << 10) {
+            self.partial.shrink_to(self.partial.len().max(16 << 10)); // not a whole receive's size
         }
         result?;
+        if self.partial.len() > MAX_KEPT {
+            return Err(refused(&format!("the peer sent over {} KiB without completing a message", MAX_KEPT >> 10)));
+        }
         if !self.established && !self.conn.common().is_handshaking() {
             self.established = true;
             events.established = true;
@@ -152,12 +175,27 @@ impl<C: Records> TlsLayer<C> {
         Ok(())
     }
 
-    /// rustls failed: its fatal alert, if it made one, goes into `out`.
+    /// An error once rustls has failed: it is not driven again.
+    fn usable(&self) -> Result<(), Error> {
+        if self.failed {
+            return Err(refused("the connection already failed"));
+        }
+        Ok(())
+    }
+
+    /// rustls failed: what it queued before failing (its flight so far,
+    /// then the one fatal alert, if it made one) goes into `out`.
     fn alert_into(&mut self, out: &mut Vec<u8>) {
-        // After an error each call yields what is left to send, then the
-        // error again (rustls's own tests: `rejects_junk`).
-        for _ in 0..4 {
-            let UnbufferedStatus { state, .. } = self.conn.process(&mut []);
+        // Only while rustls has records queued: a call with none queued
+        // would deframe the bad input again and fail once more (a second
+        // fatal alert). The buffer passed is the one its deframer counts
+        // positions in (an empty one would be indexed past its end while
+        // a handshake message is being joined).
+        for _ in 0..64 {
+            if !self.conn.common().wants_write() {
+                return;
+            }
+            let UnbufferedStatus { state, .. } = self.conn.process(&mut self.partial[..]);
             match state {
                 Ok(ConnectionState::EncodeTlsData(mut encode)) => {
                     if encode_into(&mut encode, out).is_err() {
@@ -181,7 +219,14 @@ impl<C: Records> TlsLayer<C> {
             // Only an incomplete record waits in `partial` once the
             // handshake is done: nothing is consumed here.
             let UnbufferedStatus { state, .. } = self.conn.process(&mut self.partial[..]);
-            match state.map_err(|e| tls_error(&e))? {
+            let state = match state {
+                Ok(state) => state,
+                Err(e) => {
+                    self.failed = true;
+                    return Err(tls_error(&e));
+                }
+            };
+            match state {
                 ConnectionState::EncodeTlsData(mut encode) => encode_into(&mut encode, out)?,
                 ConnectionState::TransmitTlsData(transmit) => transmit.done(),
                 ConnectionState::PeerClosed => self.peer_closed = true,
@@ -198,9 +243,11 @@ impl<C: Records> Layer for TlsLayer<C> {
     }
 
     fn input(&mut self, wire: &[u8], plain: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<LayerEvents, Error> {
+        self.usable()?;
         self.partial.extend_from_slice(wire);
         let mut events = LayerEvents::default();
         if let Err(e) = self.pump(plain, out, &mut events) {
+            self.failed = true;
             self.alert_into(out);
             return Err(e);
         }
@@ -208,6 +255,7 @@ impl<C: Records> Layer for TlsLayer<C> {
     }
 
     fn seal(&mut self, plain: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+        self.usable()?;
         if !self.established {
             self.held.extend_from_slice(plain);
             return Ok(());
@@ -223,6 +271,7 @@ impl<C: Records> Layer for TlsLayer<C> {
     }
 
     fn start(&mut self, out: &mut Vec<u8>) -> Result<(), Error> {
+        self.usable()?;
         if !self.client {
             return Ok(());
         }
@@ -232,6 +281,9 @@ impl<C: Records> Layer for TlsLayer<C> {
     }
 
     fn close(&mut self, out: &mut Vec<u8>) {
+        if self.failed {
+            return; // its alert was the last word
+        }
         if !self.established {
             self.close_after_handshake = true;
             return;

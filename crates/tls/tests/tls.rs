@@ -22,6 +22,8 @@ on_every_backend! {
     tls12_echo_and_resumption,
     garbage_gets_an_alert_and_a_close,
     a_truncated_handshake_closes_with_the_layers_error,
+    a_stalled_handshake_closes_at_the_timeout,
+    a_split_hello_then_junk_closes_only_that_connection,
 }
 
 /// Echoes; records close reasons and what each connection negotiated.
@@ -66,13 +68,15 @@ struct Setup {
 }
 
 fn tls_server(backend: Backend) -> Setup {
+    tls_server_with(Config::builder().backend(backend).build().unwrap())
+}
+
+fn tls_server_with(config: Config) -> Setup {
     let identity = certs::self_signed(&["localhost"]).expect("a certificate");
-    let config = certs::server_config(&identity, &[b"h2", b"http/1.1"]).expect("a server config");
+    let tls = certs::server_config(&identity, &[b"h2", b"http/1.1"]).expect("a server config");
     let (closes, negotiated) = (Arc::new(Mutex::new(Vec::new())), Arc::new(Mutex::new(Vec::new())));
     let (c, n) = (closes.clone(), negotiated.clone());
-    let server = serve(Config::builder().backend(backend).build().unwrap(), 1, move |_| {
-        Tls::new(Echo { closes: c.clone(), negotiated: n.clone() }, config.clone())
-    });
+    let server = serve(config, 1, move |_| Tls::new(Echo { closes: c.clone(), negotiated: n.clone() }, tls.clone()));
     Setup { server, closes, negotiated, roots: identity.roots().expect("roots") }
 }
 
@@ -178,4 +182,43 @@ fn a_truncated_handshake_closes_with_the_layers_error(backend: Backend) {
     assert!(got.is_empty() || got[0] == 0x15, "{backend}: nothing, or an alert: {got:?}");
     let closes = close_reasons(&setup.closes, 1);
     assert_eq!(closes, ["layer: tls: the peer ended its input during the handshake"], "{backend}");
+}
+
+/// A client that connects and sends nothing is closed at the handshake
+/// timeout, with that reason, and not before.
+fn a_stalled_handshake_closes_at_the_timeout(backend: Backend) {
+    let timeout = std::time::Duration::from_millis(300);
+    let setup = tls_server_with(Config::builder().backend(backend).handshake_timeout(timeout).build().unwrap());
+    let started = std::time::Instant::now();
+    let mut c = connect(setup.server.addr);
+    let (got, end) = read_to_end(&mut c);
+    assert!(started.elapsed() >= timeout, "{backend}: closed after {:?}", started.elapsed());
+    assert_eq!((got.len(), end), (0, End::Eof), "{backend}");
+    assert_eq!(close_reasons(&setup.closes, 1), ["HandshakeTimeout"], "{backend}");
+}
+
+/// The first part of a ClientHello in a record of its own (so rustls is
+/// joining a handshake message), then plain HTTP or a bare
+/// change_cipher_spec: that connection closes with the layer's error, and
+/// the server serves the next one.
+fn a_split_hello_then_junk_closes_only_that_connection(backend: Backend) {
+    let setup = tls_server(backend);
+    let config = client_config(&setup.roots, &[&rustls::version::TLS13]);
+    let mut client = ClientConnection::new(config.clone(), ServerName::try_from("localhost").unwrap()).unwrap();
+    let mut hello = Vec::new();
+    client.write_tls(&mut hello).unwrap();
+    let mut first = vec![0x16, 0x03, 0x01, 0x00, 20];
+    first.extend_from_slice(&hello[5..25]);
+    let junks: [&[u8]; 2] = [b"GET / HTTP/1.1\r\n\r\n", &[0x14, 0x03, 0x03, 0x00, 0x01, 0x01]];
+    for (i, junk) in junks.iter().enumerate() {
+        let mut c = connect(setup.server.addr);
+        c.write_all(&first).unwrap();
+        c.write_all(junk).unwrap();
+        let (got, _) = read_to_end(&mut c);
+        assert!(got.is_empty() || got[0] == 0x15, "{backend} junk {i}: nothing, or an alert: {got:?}");
+        let closes = close_reasons(&setup.closes, i + 1);
+        assert!(closes[i].starts_with("layer: tls: "), "{backend} junk {i}: {closes:?}");
+    }
+    let mut s = tls_connect(setup.server.addr, &config);
+    echo_through(&mut s, 64 << 10, &format!("{backend}: after the junk"));
 }

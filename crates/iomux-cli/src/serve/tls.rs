@@ -70,7 +70,7 @@ impl TlsArgs {
 
 fn write_private(path: &Path, text: &str, mode: u32) -> CliResult<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -78,6 +78,9 @@ fn write_private(path: &Path, text: &str, mode: u32) -> CliResult<()> {
         .mode(mode)
         .open(path)
         .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    // A file that was there keeps its mode otherwise: a key must not.
+    let mode = std::fs::Permissions::from_mode(mode);
+    file.set_permissions(mode).map_err(|e| format!("setting the mode of {}: {e}", path.display()))?;
     file.write_all(text.as_bytes()).map_err(|e| format!("writing {}: {e}", path.display()))?;
     Ok(())
 }

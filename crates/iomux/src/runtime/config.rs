@@ -479,8 +479,8 @@ impl ConfigBuilder {
         if c.inbox_capacity == Some(0) {
             return invalid("inbox_capacity", "must be at least 1 message (None: no bound)".into());
         }
-        if c.handshake_timeout.is_zero() {
-            return invalid("handshake_timeout", "must be longer than zero".into());
+        if c.handshake_timeout.is_zero() || c.handshake_timeout > Duration::from_secs(86400) {
+            return invalid("handshake_timeout", format!("{:?} is not between 1 ns and a day", c.handshake_timeout));
         }
         if c.connect_timeout.is_some_and(|t| t.is_zero()) {
             return invalid("connect_timeout", "must be longer than zero (None waits for the kernel)".into());

@@ -111,7 +111,7 @@ impl<S> Conn<S> {
     /// (the bytes written before it go out sealed, then the closing
     /// record); not once the layer failed.
     fn waits_for_handshake(&self) -> bool {
-        self.has(HANDSHAKING) && self.layered.as_ref().is_some_and(|l| l.failure.is_none())
+        self.has(HANDSHAKING) && self.layered.as_ref().is_some_and(|l| !l.failed)
     }
     /// Plaintext the layer holds until its handshake completes.
     fn held(&self) -> usize {
@@ -522,8 +522,10 @@ impl<S> Io<S> {
         self.cfg.max_output
     }
 
-    /// Whether the connection's queued output is at or over its bound
-    /// ([`Io::max_output`]): the loop has stopped reading it. A handler
+    /// Whether the connection's queued output (with what its layer holds
+    /// until its handshake is done) is at or over its bound
+    /// ([`Io::max_output`]): the loop has stopped reading it, or will once
+    /// the handshake is done. A handler
     /// that produces output for it from elsewhere (another connection, a
     /// timer) stops producing until [`Io::notify_below`] says it drained.
     /// False for a closed connection.
@@ -1403,11 +1405,15 @@ impl<S> Io<S> {
     /// output now.
     pub(crate) fn peer_eof(&mut self, id: ConnId) {
         let Some(c) = self.conns.get_mut(id) else { return };
-        if c.flags & (LAYERED | LINGER | READ_CLOSED) == LAYERED {
-            // A FIN without the layer's closing record: the layer judges it.
+        // A FIN without the layer's closing record: the layer judges it,
+        // unless we are closing and no longer feed it (then it is the end
+        // a close waits for), or a handshake a close waits for breaks off.
+        let judged_by_layer =
+            c.flags & (LAYERED | LINGER | READ_CLOSED) == LAYERED && (!c.has(CLOSING) || c.has(HANDSHAKING));
+        if judged_by_layer {
             let judged = c.layered.as_mut().map_or(Ok(()), |l| l.layer.peer_fin());
             if let Err(e) = judged {
-                return self.layer_failed(id, e);
+                return self.layer_failed(id, e, false);
             }
         }
         self.ended(id);
@@ -1513,8 +1519,11 @@ impl<S> Io<S> {
     /// is not reading it, and the connection closes without it.
     pub(crate) fn close_deadline(&mut self, id: ConnId) {
         let stuck = |c: &Conn<S>| c.buffered() > 0 || c.has(HANDSHAKING);
-        if self.conns.get(id).is_some_and(|c| c.has(CLOSING) && !c.has(LINGER) && stuck(c)) {
-            self.doom(id, CloseReason::CloseTimeout);
+        let Some(c) = self.conns.get_mut(id) else { return };
+        if c.has(CLOSING) && !c.has(LINGER) && stuck(c) {
+            // A layer's failure is why it was closing: its alert went unread.
+            let failure = c.layered.as_mut().and_then(|l| l.failure.take());
+            self.doom(id, failure.map_or(CloseReason::CloseTimeout, CloseReason::Layer));
         }
     }
 
@@ -1589,13 +1598,19 @@ impl<S> Io<S> {
             let Some(c) = self.conns.get_mut(id) else { continue };
             c.flags |= CLOSING;
             c.deadline = None;
-            if c.has(HANDSHAKING) {
-                // Nothing was said on it yet: no reason to wait for it.
+            if c.has(HANDSHAKING) && c.held() == 0 {
+                // Nothing was written on it yet: nothing to wait for.
                 let reason = self.closing_reason(id);
                 self.doom(id, reason);
                 continue;
             }
+            // A handshaking one with writes held waits for its handshake
+            // (within the drain deadline), then sends them and closes.
             self.seal_close(id);
+            if self.conns.get(id).is_some_and(Conn::waits_for_handshake) {
+                self.mark_dirty(id);
+                continue;
+            }
             let Some(c) = self.conns.get(id) else { continue };
             if c.buffered() == 0 {
                 if net::unread(c.fd.raw()).is_ok_and(|n| n == 0) {

@@ -104,6 +104,7 @@ pub trait Layer: 'static {
 
 /// What one [`Layer::input`] call brought besides plaintext.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LayerEvents {
     /// The handshake completed in this call.
     pub established: bool,
@@ -118,7 +119,9 @@ pub(crate) struct Layered {
     /// An outbound connection's [`Handler::on_connect`](super::Handler::on_connect)
     /// waits for the handshake.
     pub(crate) connect_deferred: bool,
-    /// Why the layer failed, for the close once its alert is sent.
+    /// The layer failed: it is driven no more.
+    pub(crate) failed: bool,
+    /// Why it failed, for the close once its alert is sent.
     pub(crate) failure: Option<Error>,
     /// [`Layer::close`] was called: it is called once.
     pub(crate) closed: bool,

@@ -4,7 +4,7 @@
 
 use super::super::layer::{Layer, LayerEvents, Layered};
 use super::super::{CloseReason, ConnId};
-use super::{Io, CLOSING, CONNECTING, DOOMED, HANDSHAKING, LAYERED, LINGER, WRITE_SHUT};
+use super::{Io, CLOSING, CONNECTING, DOOMED, HANDSHAKING, LAYERED, LINGER, WRITE_CLOSED, WRITE_SHUT};
 use crate::error::Error;
 use std::time::Instant;
 
@@ -19,12 +19,14 @@ impl<S> Io<S> {
     /// Set it in [`Handler::on_accept`](super::super::Handler::on_accept),
     /// or right after [`Io::connect`] (the layer then starts its handshake
     /// once connected, and [`Handler::on_connect`](super::super::Handler::on_connect)
-    /// waits for the handshake). Output written before it goes out as it
-    /// was, before anything sealed: a server answering a STARTTLS command
-    /// writes its go-ahead, then sets the layer. Input the handler left
-    /// unconsumed when it set the layer closes the connection with
-    /// [`CloseReason::Layer`]: bytes pipelined after a STARTTLS in the
-    /// clear are an injection, refused as mail servers refuse it.
+    /// waits for the handshake), or later on an established connection
+    /// (STARTTLS: a client layer starts its handshake at once). Output
+    /// written before it goes out as it was, before anything sealed: a
+    /// server answering a STARTTLS command writes its go-ahead, then sets
+    /// the layer. Input the handler left unconsumed when it set the layer
+    /// from its `on_data` closes the connection with
+    /// [`CloseReason::Layer`]: bytes pipelined in the clear after a
+    /// STARTTLS are an injection, refused as mail servers refuse it.
     ///
     /// Until the handshake completes the connection is read even while
     /// the handler pauses it; writes are held by the layer (they count in
@@ -34,22 +36,28 @@ impl<S> Io<S> {
     /// closes the connection with [`CloseReason::HandshakeTimeout`].
     ///
     /// Returns false, and nothing changes, if the connection is gone,
-    /// closing, shut for writing, already layered, or splicing either way
-    /// ([`Io::splice`]).
+    /// closing, shut for writing, already layered, splicing either way
+    /// ([`Io::splice`]), or holds input in the clear not offered yet
+    /// (reading paused: set it from the connection's own `on_data`).
     #[must_use = "false: the connection's bytes are not layered"]
     pub fn set_layer(&mut self, conn: ConnId, layer: Box<dyn Layer>) -> bool {
         let fed = self.feeders.contains_key(&conn);
         let Some(c) = self.conns.get_mut(conn) else { return false };
-        if c.layered.is_some() || c.splice.is_some() || fed || c.flags & (CLOSING | DOOMED | WRITE_SHUT) != 0 {
+        let busy = c.layered.is_some() || c.splice.is_some() || fed || !c.pending_in.is_empty();
+        if busy || c.flags & (CLOSING | DOOMED | WRITE_SHUT) != 0 {
             return false;
         }
         let established = layer.established();
-        let connect_deferred = c.has(CONNECTING) && !established;
-        c.layered = Some(Box::new(Layered { layer, connect_deferred, failure: None, closed: false }));
+        let connecting = c.has(CONNECTING);
+        let connect_deferred = connecting && !established;
+        c.layered = Some(Box::new(Layered { layer, connect_deferred, failed: false, failure: None, closed: false }));
         c.flags |= LAYERED;
         if !established {
             c.flags |= HANDSHAKING;
             self.handshake_deadlines.push(Instant::now() + self.cfg.handshake_timeout, conn);
+        }
+        if !connecting {
+            self.start_layer(conn); // a client's opening flight (none for a server)
         }
         self.mark_dirty(conn); // reading goes on through the handshake
         true
@@ -74,6 +82,7 @@ impl<S> Io<S> {
 
     /// [`Io::write`] on a connection that is layered, closing or shut:
     /// sealed by the layer, or refused.
+    #[cold]
     pub(super) fn write_layered(&mut self, conn: ConnId, data: &[u8]) -> bool {
         let Some(c) = self.conns.get_mut(conn) else { return false };
         if c.flags & (DOOMED | CLOSING | WRITE_SHUT) != 0 {
@@ -89,15 +98,15 @@ impl<S> Io<S> {
             }
         }
         let before = c.out.len();
-        match l.layer.seal(data, &mut c.out) {
-            Ok(()) => {
-                if c.out.len() != before {
-                    self.queued_more(conn);
-                }
-                true
-            }
+        let sealed = l.layer.seal(data, &mut c.out);
+        let grew = c.out.len() != before;
+        if grew {
+            self.queued_more(conn);
+        }
+        match sealed {
+            Ok(()) => true,
             Err(e) => {
-                self.layer_failed(conn, e);
+                self.layer_failed(conn, e, grew);
                 false
             }
         }
@@ -105,6 +114,7 @@ impl<S> Io<S> {
 
     /// [`Io::write_with`] on a connection that is layered, closing or
     /// shut: the closure's bytes are sealed, or it is not called.
+    #[cold]
     pub(super) fn write_with_layered<R>(&mut self, conn: ConnId, f: impl FnOnce(&mut Vec<u8>) -> R) -> Option<R> {
         let c = self.conns.get(conn)?;
         if c.flags & (DOOMED | CLOSING | WRITE_SHUT) != 0 {
@@ -123,7 +133,7 @@ impl<S> Io<S> {
     pub(super) fn seal_close(&mut self, conn: ConnId) {
         let Some(c) = self.conns.get_mut(conn) else { return };
         let Some(l) = c.layered.as_mut() else { return };
-        if l.closed || l.failure.is_some() {
+        if l.closed || l.failed {
             return;
         }
         l.closed = true;
@@ -141,11 +151,12 @@ impl<S> Io<S> {
         let Some(l) = c.layered.as_mut() else { return };
         let before = c.out.len();
         let started = l.layer.start(&mut c.out);
-        if c.out.len() != before {
+        let grew = c.out.len() != before;
+        if grew {
             self.queued_more(id);
         }
         if let Err(e) = started {
-            self.layer_failed(id, e);
+            self.layer_failed(id, e, grew);
         }
     }
 
@@ -159,18 +170,19 @@ impl<S> Io<S> {
             return None;
         }
         let l = c.layered.as_mut()?;
-        if l.failure.is_some() {
+        if l.failed {
             return None;
         }
         let before = c.out.len();
         let result = l.layer.input(wire, plain, &mut c.out);
-        if c.out.len() != before {
+        let grew = c.out.len() != before;
+        if grew {
             self.queued_more(id);
         }
         match result {
             Ok(events) => Some(events),
             Err(e) => {
-                self.layer_failed(id, e);
+                self.layer_failed(id, e, grew);
                 None
             }
         }
@@ -196,19 +208,22 @@ impl<S> Io<S> {
         deferred
     }
 
-    /// The layer refused the peer's bytes or ours: the connection closes
-    /// with [`CloseReason::Layer`], after what the layer queued (an
-    /// alert) is sent, if anything; nothing more is read or delivered.
-    pub(crate) fn layer_failed(&mut self, id: ConnId, e: Error) {
+    /// The layer refused the peer's bytes or ours: it is driven no more,
+    /// and the connection closes with [`CloseReason::Layer`], after the
+    /// alert the failing call queued (`alert`) is sent, unless our FIN
+    /// already went; nothing more is read or delivered.
+    pub(crate) fn layer_failed(&mut self, id: ConnId, e: Error, alert: bool) {
         let Some(c) = self.conns.get_mut(id) else { return };
         if c.has(DOOMED) {
             return;
         }
         c.flags &= !HANDSHAKING;
-        let alert = c.buffered() > 0;
-        let (Some(l), true) = (c.layered.as_mut(), alert) else {
+        let after_fin = c.has(WRITE_CLOSED);
+        let Some(l) = c.layered.as_mut() else { return self.doom(id, CloseReason::Layer(e)) };
+        l.failed = true;
+        if !alert || after_fin {
             return self.doom(id, CloseReason::Layer(e));
-        };
+        }
         l.failure = Some(e);
         if c.has(CLOSING) {
             self.mark_dirty(id); // it stops reading; on_empty lingers
