@@ -32,6 +32,8 @@ on_every_backend! {
     a_client_layer_set_on_an_established_connection_starts_at_once,
     a_fin_inside_a_frame_is_the_layers_error,
     a_stop_ends_layered_connections_with_their_closing_record,
+    cleartext_left_when_switching_from_on_drained_is_refused,
+    a_stop_lets_a_handshake_deliver_what_was_written_before_it,
 }
 
 // ------------------------------------------------------------ the toy layer
@@ -467,8 +469,10 @@ impl Handler for Dialer {
 fn cleartext_pipelined_after_the_switch_is_refused(backend: Backend) {
     let closes = Arc::new(Mutex::new(Vec::new()));
     let shared = closes.clone();
-    let server =
-        serve(Config::builder().backend(backend).build().unwrap(), 1, move |_| StartTls { closes: shared.clone() });
+    let server = serve(Config::builder().backend(backend).build().unwrap(), 1, move |_| StartTls {
+        closes: shared.clone(),
+        when_drained: false,
+    });
     // Well-behaved: waits for the go-ahead, then speaks through the layer.
     let mut c = connect(server.addr);
     c.write_all(b"STARTTLS\n").unwrap();
@@ -495,6 +499,8 @@ fn cleartext_pipelined_after_the_switch_is_refused(backend: Backend) {
 
 struct StartTls {
     closes: Arc<Mutex<Vec<Reason>>>,
+    /// Switch once the go-ahead is out (on_drained), not at once.
+    when_drained: bool,
 }
 
 impl Handler for StartTls {
@@ -512,8 +518,16 @@ impl Handler for StartTls {
             return 0;
         }
         let _ = io.write(conn, b"GO\n");
-        assert!(io.set_layer(conn, Toy::new(false)));
+        if self.when_drained {
+            io.notify_drained(conn);
+        } else {
+            assert!(io.set_layer(conn, Toy::new(false)));
+        }
         9
+    }
+
+    fn on_drained(&mut self, io: &mut Io<()>, conn: ConnId, _: &mut ()) {
+        assert!(io.set_layer(conn, Toy::new(false)), "from its own callback");
     }
 
     fn on_close(&mut self, _io: &mut Io<()>, _conn: ConnId, _: (), reason: &CloseReason) {
@@ -590,4 +604,70 @@ fn server_has(c: &TcpStream) -> bool {
     let mut c = c.try_clone().expect("clone");
     c.write_all(&sealed(b"?")).expect("write");
     read_frame(&mut c) == Some((DATA, b"?".to_vec()))
+}
+
+/// The switch made from on_drained, with the client's HELLO pipelined
+/// after its command: the bytes left in the clear close the connection.
+fn cleartext_left_when_switching_from_on_drained_is_refused(backend: Backend) {
+    let closes = Arc::new(Mutex::new(Vec::new()));
+    let shared = closes.clone();
+    let config = Config::builder().backend(backend).build().unwrap();
+    let server = serve(config, 1, move |_| StartTls { closes: shared.clone(), when_drained: true });
+    let mut c = connect(server.addr);
+    let mut both = b"STARTTLS\n".to_vec();
+    both.extend(frame(HELLO, b""));
+    c.write_all(&both).unwrap();
+    let _ = read_to_end(&mut c);
+    assert_eq!(
+        one_close(&closes),
+        Reason::Other("toy: bytes followed the switch to the layer in the clear".into()),
+        "{backend}"
+    );
+}
+
+/// A greeting written before the handshake, then a stop: the handshake
+/// still completes (within the drain time) and delivers it, sealed, then
+/// the closing frame.
+fn a_stop_lets_a_handshake_deliver_what_was_written_before_it(backend: Backend) {
+    let closes = Arc::new(Mutex::new(Vec::new()));
+    let shared = closes.clone();
+    let config = Config::builder().backend(backend).build().unwrap();
+    let server = serve(config, 1, move |_| Greeter { closes: shared.clone() });
+    let mut c = connect(server.addr);
+    // Accepted (its greeting held) before the stop: nothing comes yet.
+    c.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let mut nothing = [0u8; 1];
+    assert!(matches!(c.read(&mut nothing), Err(ref e) if is_timeout(e)), "{backend}: nothing before HELLO");
+    set_timeouts(&c);
+    server.control.stop();
+    c.write_all(&frame(HELLO, b"")).unwrap();
+    assert_eq!(read_frame(&mut c).map(|f| f.0), Some(READY), "{backend}");
+    let (data, kinds) = read_frames_to_end(&mut c);
+    assert_eq!((data, kinds), (b"welcome".to_vec(), vec![CLOSE]), "{backend}");
+    drop(c);
+    server.finish();
+    assert_eq!(closes.lock().unwrap().clone(), [Reason::Shutdown], "{backend}");
+}
+
+/// Greets each connection in on_accept, before its handshake.
+struct Greeter {
+    closes: Arc<Mutex<Vec<Reason>>>,
+}
+
+impl Handler for Greeter {
+    type Conn = ();
+    type Message = ();
+
+    fn on_accept(&mut self, io: &mut Io<()>, conn: ConnId) {
+        assert!(io.set_layer(conn, Toy::new(false)));
+        assert!(io.write(conn, b"welcome"));
+    }
+
+    fn on_data(&mut self, _io: &mut Io<()>, _conn: ConnId, _: &mut (), data: &[u8]) -> usize {
+        data.len()
+    }
+
+    fn on_close(&mut self, _io: &mut Io<()>, _conn: ConnId, _: (), reason: &CloseReason) {
+        self.closes.lock().unwrap().push(reason_of(reason));
+    }
 }

@@ -12,12 +12,14 @@ use rustls::unbuffered::{ConnectionState, EncodeError, EncodeTlsData, EncryptErr
 use rustls::{CommonState, HandshakeKind};
 use std::any::Any;
 
-/// Received ciphertext the layer keeps unprocessed at most: a handshake
-/// message rustls is still joining (up to 64 KiB, in records of any
-/// size, each with its 5-byte header) or an incomplete record (16.6 KiB).
-/// More, and the peer is refused: it would hold that much per connection
-/// for as long as the handshake timeout.
-const MAX_KEPT: usize = 96 << 10;
+/// Received ciphertext the layer keeps unprocessed at most. rustls
+/// discards nothing of a handshake message it is still joining (up to 64
+/// KiB): in full-size records, with the records where it begins and where
+/// the next begins and one still arriving, about 96 KiB. A peer that
+/// splits messages into tiny records (a 64 KiB message in 1-byte records
+/// is 384 KiB) is refused past this: it would hold that much per
+/// connection for as long as the handshake timeout.
+const MAX_KEPT: usize = 128 << 10;
 
 mod sealed {
     pub trait Sealed {}
@@ -152,8 +154,10 @@ impl<C: Records> TlsLayer<C> {
         self.partial.drain(..start);
         if self.partial.is_empty() && self.partial.capacity() > 0 {
             self.partial = Vec::new(); // an idle connection owns no buffer
-        } else if self.partial.capacity() > 4 * self.partial.len().max(16 << 10) {
-            self.partial.shrink_to(self.partial.len().max(16 << 10)); // not a whole receive's size
+        } else if self.partial.capacity() > 4 * MAX_KEPT {
+            // Not a whole io_uring batch's size for a record's remainder;
+            // below this the buffer is kept (no realloc per receive).
+            self.partial.shrink_to(MAX_KEPT);
         }
         result?;
         if self.partial.len() > MAX_KEPT {

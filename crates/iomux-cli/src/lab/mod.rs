@@ -78,6 +78,8 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    // A signal from now on ends the run with what it started.
+    rig::interrupt::install();
     // The output folder first: one that cannot be written fails the run
     // now, not after the experiments.
     let out = output::OutDir::prepare(args.out.clone().unwrap_or_else(output::default_dir))?;

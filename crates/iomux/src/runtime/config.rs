@@ -479,8 +479,22 @@ impl ConfigBuilder {
         if c.inbox_capacity == Some(0) {
             return invalid("inbox_capacity", "must be at least 1 message (None: no bound)".into());
         }
-        if c.handshake_timeout.is_zero() || c.handshake_timeout > Duration::from_secs(86400) {
-            return invalid("handshake_timeout", format!("{:?} is not between 1 ns and a day", c.handshake_timeout));
+        if c.handshake_timeout.is_zero() {
+            return invalid("handshake_timeout", "must be longer than zero".into());
+        }
+        // Each is added to the clock: past a day it is a mistake, and far
+        // past it the sum would overflow.
+        let timeouts = [
+            ("handshake_timeout", Some(c.handshake_timeout)),
+            ("close_timeout", Some(c.close_timeout)),
+            ("linger", Some(c.linger)),
+            ("drain_timeout", Some(c.drain_timeout)),
+            ("connect_timeout", c.connect_timeout),
+        ];
+        for (field, timeout) in timeouts {
+            if let Some(t) = timeout.filter(|t| *t > Duration::from_secs(86400)) {
+                return invalid(field, format!("{t:?} is more than a day"));
+            }
         }
         if c.connect_timeout.is_some_and(|t| t.is_zero()) {
             return invalid("connect_timeout", "must be longer than zero (None waits for the kernel)".into());

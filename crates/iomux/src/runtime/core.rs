@@ -325,7 +325,7 @@ impl<'h, H: Handler> Core<'h, H> {
             let consumed = self.offer(id, &mut state, &pending, declined, clear);
             pending.drain(..consumed);
         }
-        self.put_back_offered(id, pending, state, clear);
+        self.put_back_offered(id, pending, state);
     }
 
     /// Offers `input` to the handler in slices of at most `read_buffer`
@@ -362,14 +362,8 @@ impl<'h, H: Handler> Core<'h, H> {
     /// left unconsumed closes. (Input the loop read before a pause took
     /// effect is not the handler's doing: bounded by one receive on every
     /// backend, it does not count until offered.)
-    fn put_back_offered(&mut self, id: ConnId, pending: Vec<u8>, state: H::Conn, clear: bool) {
+    fn put_back_offered(&mut self, id: ConnId, pending: Vec<u8>, state: H::Conn) {
         let io = &mut self.io;
-        if clear && !pending.is_empty() && io.is_layered(id) {
-            // The handler set a layer (STARTTLS) with bytes in the clear
-            // still unread: they must never reach it as the layer's.
-            io.put_back(id, Vec::new(), state);
-            return io.cleartext_after_switch(id);
-        }
         let splicing = io.splicing(id);
         let unoffered = !pending.is_empty() && io.delivers(id) && !io.takes_input(id);
         let overflow = pending.len() > io.cfg.max_input && !unoffered && !splicing;
@@ -392,7 +386,7 @@ impl<'h, H: Handler> Core<'h, H> {
         let Some((mut pending, mut state)) = self.io.take_for_callback(id) else { return };
         let consumed = self.offer(id, &mut state, &pending, 0, clear);
         pending.drain(..consumed);
-        self.put_back_offered(id, pending, state, clear);
+        self.put_back_offered(id, pending, state);
     }
 
     /// The peer's input ended: the handler hears of it (by default it

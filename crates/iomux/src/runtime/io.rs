@@ -50,6 +50,7 @@ pub(crate) const UNIX: u32 = 16384; // a Unix stream socket (no TCP options, no 
                                     // 1 << 15 is splice's SPLICE_OUT_WAIT.
 const LAYERED: u32 = 1 << 16; // bytes go through a layer (Io::set_layer): the slow paths
 const HANDSHAKING: u32 = 1 << 17; // the layer's handshake is not done: read even while closing
+const SWITCHED: u32 = 1 << 18; // layered from inside one of its own callbacks: its cleartext is checked
 
 /// Output buffers kept for reuse, so a write costs no allocation and an
 /// idle connection owns no buffer.
@@ -1481,6 +1482,15 @@ impl<S> Io<S> {
     /// the slab (connections leave it only between callbacks).
     pub(crate) fn put_back(&mut self, id: ConnId, pending: Vec<u8>, state: S) {
         if let Some(c) = self.conns.get_mut(id) {
+            if c.has(SWITCHED) {
+                c.flags &= !SWITCHED;
+                if !pending.is_empty() {
+                    // Cleartext the handler left when it set a layer
+                    // (STARTTLS): it must never reach it as the layer's.
+                    c.state = Some(state);
+                    return self.cleartext_after_switch(id);
+                }
+            }
             c.state = Some(state);
             // An idle connection owns no buffer: a large one, emptied, goes.
             c.pending_in = if pending.is_empty() && pending.capacity() > POOL_BUF_MAX { Vec::new() } else { pending };

@@ -72,9 +72,11 @@ pub trait Layer: 'static {
     /// Whether the handshake has completed (a layer without one: always).
     fn established(&self) -> bool;
 
-    /// An outbound connection is connected: appends the layer's opening
-    /// flight (a TLS ClientHello) to `out`. An accepting layer waits for
-    /// the peer's and appends nothing.
+    /// The handshake may begin: an outbound connection just connected, or
+    /// the layer was set on an established connection (STARTTLS), and the
+    /// layer is not [established](Layer::established) yet. A client layer
+    /// appends its opening flight (a TLS ClientHello) to `out`; a server
+    /// layer waits for the peer's and appends nothing.
     fn start(&mut self, _out: &mut Vec<u8>) -> Result<(), Error> {
         Ok(())
     }

@@ -8,6 +8,7 @@ pub mod anchors;
 pub mod browser;
 pub mod cell;
 pub mod child;
+pub mod interrupt;
 pub mod lan;
 pub mod load_child;
 pub mod machine;

@@ -10,7 +10,7 @@
 use crate::CliResult;
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, Once};
+use std::sync::Mutex;
 
 pub const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 pub const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
@@ -81,30 +81,21 @@ fn pids(name: &str) -> Vec<i32> {
     })
 }
 
-/// Removes every namespace still registered, then exits: the lab's
-/// SIGINT/SIGTERM handling, installed with the first namespace.
-fn remove_on_signals() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        use signal_hook::consts::{SIGINT, SIGTERM};
-        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else { return };
-        std::thread::spawn(move || {
-            if let Some(signal) = signals.forever().next() {
-                let names = LIVE
-                    .lock()
-                    .map(|l| {
-                        STOPPING.store(true, std::sync::atomic::Ordering::SeqCst);
-                        l.clone()
-                    })
-                    .unwrap_or_default();
-                for name in &names {
-                    remove(name);
-                }
-                eprintln!("iomux bench: stopped by signal {signal}; removed network namespaces {}", names.join(", "));
-                std::process::exit(128 + signal);
-            }
-        });
-    });
+/// Removes every namespace still registered and returns their names;
+/// none is made after this (the lab's SIGINT/SIGTERM handling,
+/// rig/interrupt.rs).
+pub fn remove_live() -> Vec<String> {
+    let names = LIVE
+        .lock()
+        .map(|l| {
+            STOPPING.store(true, std::sync::atomic::Ordering::SeqCst);
+            l.clone()
+        })
+        .unwrap_or_default();
+    for name in &names {
+        remove(name);
+    }
+    names
 }
 
 /// Removes namespaces of earlier runs whose process is gone.
@@ -168,7 +159,7 @@ impl Net {
     /// 64 KB offload bursts.
     pub fn create() -> CliResult<Net> {
         remove_stale();
-        remove_on_signals();
+        super::interrupt::install();
         static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let (pid, k) = (std::process::id(), MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         let net = Net {

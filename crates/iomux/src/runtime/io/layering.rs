@@ -4,7 +4,7 @@
 
 use super::super::layer::{Layer, LayerEvents, Layered};
 use super::super::{CloseReason, ConnId};
-use super::{Io, CLOSING, CONNECTING, DOOMED, HANDSHAKING, LAYERED, LINGER, WRITE_CLOSED, WRITE_SHUT};
+use super::{Io, CLOSING, CONNECTING, DOOMED, HANDSHAKING, LAYERED, LINGER, SWITCHED, WRITE_CLOSED, WRITE_SHUT};
 use crate::error::Error;
 use std::time::Instant;
 
@@ -52,11 +52,16 @@ impl<S> Io<S> {
         let connect_deferred = connecting && !established;
         c.layered = Some(Box::new(Layered { layer, connect_deferred, failed: false, failure: None, closed: false }));
         c.flags |= LAYERED;
+        if c.state.is_none() {
+            // From one of its own callbacks, which holds its unconsumed
+            // input: checked when the callback hands it back (put_back).
+            c.flags |= SWITCHED;
+        }
         if !established {
             c.flags |= HANDSHAKING;
             self.handshake_deadlines.push(Instant::now() + self.cfg.handshake_timeout, conn);
         }
-        if !connecting {
+        if !connecting && !established {
             self.start_layer(conn); // a client's opening flight (none for a server)
         }
         self.mark_dirty(conn); // reading goes on through the handshake
