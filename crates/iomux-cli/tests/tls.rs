@@ -24,6 +24,7 @@ on_every_backend! {
     openssl_speaks_both_versions_and_resumes,
     redis_cli_over_tls,
     a_slow_reader_gets_64_mib_intact_with_memory_bounded,
+    iomux_load_speaks_tls_resumed_or_full,
 }
 
 /// A client program, or None (said) when it is missing outside CI.
@@ -229,4 +230,31 @@ fn tls_client(cert: &Path) -> ClientConnection {
     }
     let config = ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
     ClientConnection::new(Arc::new(config), ServerName::try_from("localhost").unwrap()).expect("a client")
+}
+
+/// `iomux load --tls-ca` against the TLS echo server: every echo checked,
+/// with sessions resumed and with a full handshake on every connection;
+/// and a load that does not trust the server's certificate fails.
+fn iomux_load_speaks_tls_resumed_or_full(backend: &str) {
+    let _busy = busy();
+    let (serve, cert, dir) = tls_serve(backend, "echo");
+    let ca = cert.to_str().unwrap();
+    for extra in [&[][..], &["--tls-full-handshakes", "--reconnect", "0"][..]] {
+        let mut args = vec!["--backend", backend, "--conns", "8", "--requests", "2000", "--tls-ca", ca];
+        args.extend_from_slice(extra);
+        let run = load(serve.addr, &args);
+        assert!(run.status.success(), "{backend} {extra:?}: {}", run.output);
+        assert_eq!(run.report["echoes"], 2000, "{backend} {extra:?}: {}", run.report);
+        assert_eq!(run.report["errors"]["total"], 0, "{backend} {extra:?}: {}", run.report);
+    }
+    // Another certificate: the handshake fails, the load says so.
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let stranger = iomux_tls::certs::self_signed(&["localhost"]).unwrap();
+    std::fs::write(other.join("cert.pem"), stranger.chain_pem).unwrap();
+    let untrusted = other.join("cert.pem");
+    let args = ["--backend", backend, "--conns", "2", "--requests", "10", "--tls-ca", untrusted.to_str().unwrap()];
+    let run = load(serve.addr, &args);
+    assert!(!run.status.success(), "{backend}: a load that trusts another certificate must fail: {}", run.output);
+    drop(serve);
 }

@@ -48,6 +48,21 @@ pub fn load(chain: &Path, key: &Path) -> Result<Identity, String> {
     Ok(Identity { chain: certs, key: private, chain_pem, key_pem })
 }
 
+/// A root store of every certificate in a PEM file (a client trusting a
+/// self-signed server trusts its certificate itself).
+pub fn roots(pem: &Path) -> Result<RootCertStore, String> {
+    let text = std::fs::read_to_string(pem).map_err(|e| format!("reading {}: {e}", pem.display()))?;
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(text.as_bytes()) {
+        let cert = cert.map_err(|e| format!("{}: not a PEM certificate: {e}", pem.display()))?;
+        roots.add(cert).map_err(|e| format!("{}: a certificate that cannot be trusted: {e}", pem.display()))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("{}: no CERTIFICATE block", pem.display()));
+    }
+    Ok(roots)
+}
+
 /// A self-signed ECDSA P-256 certificate for `names` (DNS names or IP
 /// addresses), made now.
 pub fn self_signed(names: &[&str]) -> Result<Identity, String> {

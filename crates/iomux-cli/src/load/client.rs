@@ -63,6 +63,8 @@ pub struct Plan {
     /// Echo: new connections each active one may take in place of one
     /// closed early (--reconnect).
     pub reconnect: u32,
+    /// --tls-ca: every connection speaks TLS.
+    pub tls: Option<Arc<super::tls::TlsClient>>,
 }
 
 /// What one loop measured (merged across loops at the end).
@@ -361,6 +363,9 @@ impl Client {
             };
             // A connect that fails, at once or later, comes to on_close.
             let id = io.connect(self.plan.addr, source, conn);
+            if let Some(tls) = &self.plan.tls {
+                tls.layer_on(io, id);
+            }
             self.opening += 1;
             self.open += 1;
             self.ids.push(id);
@@ -411,6 +416,9 @@ impl Client {
         // A connect that fails, at once or later, comes to on_close,
         // which counts what the replacement carried as unanswered.
         let id = io.connect(self.plan.addr, source, next);
+        if let Some(tls) = &self.plan.tls {
+            tls.layer_on(io, id);
+        }
         // The messages it left unanswered go again first (written now,
         // sent once connected, ahead of anything the open loop's schedule
         // stages meanwhile), with the times they were first sent.
@@ -785,7 +793,9 @@ impl Handler for Client {
             self.report.resets += u64::from(matches!(reason, CloseReason::Reset));
             self.plan.progress.error("closed early");
             if self.report.first_error.is_none() {
-                self.report.first_error = Some(format!("connection {} closed by the server: {reason}", c.number));
+                // A TLS refusal may be ours (the server's certificate), not the server's.
+                let by = if matches!(reason, CloseReason::Layer(_)) { "ended" } else { "closed by the server" };
+                self.report.first_error = Some(format!("connection {} {by}: {reason}", c.number));
             }
         }
         // A replacement takes its quota and its unanswered messages along.

@@ -14,6 +14,7 @@ pub mod result;
 pub(crate) mod sources;
 mod split;
 mod summary;
+mod tls;
 mod watch;
 
 pub use client::{LoadMode, Report};
@@ -137,6 +138,19 @@ pub struct LoadArgs {
     /// pubsub: the channel.
     #[arg(long, default_value = "iomux-load")]
     pub channel: String,
+    /// Speak TLS (1.2 or 1.3, rustls) on every connection, trusting the
+    /// certificates in this PEM file (for a self-signed server, its own:
+    /// `serve --tls-self-signed DIR` writes DIR/cert.pem). echo and sink.
+    #[arg(long, value_name = "PEM")]
+    pub tls_ca: Option<PathBuf>,
+    /// TLS: the server's name, sent by SNI and checked in its certificate.
+    #[arg(long, default_value = "localhost", value_name = "NAME")]
+    pub tls_name: String,
+    /// TLS: a full handshake on every connection, no session resumed
+    /// (measures the handshake itself; by default reconnects and later
+    /// connections resume by tickets).
+    #[arg(long, requires = "tls_ca")]
+    pub tls_full_handshakes: bool,
     /// Run as this many processes, each with its share of the connections,
     /// requests and rates (one process may hold only RLIMIT_NOFILE
     /// descriptors); their results are merged exactly.
@@ -264,6 +278,9 @@ impl LoadArgs {
             publishers,
             window,
             channel,
+            tls_ca,
+            tls_name,
+            tls_full_handshakes,
         } = self;
         let mut f = Flags::default();
         f.value("connect", connect)
@@ -297,7 +314,10 @@ impl LoadArgs {
             .value("slow-subscribers", slow_subscribers)
             .value("publishers", publishers)
             .value("window", window)
-            .value("channel", channel);
+            .value("channel", channel)
+            .path("tls-ca", tls_ca.as_deref())
+            .value("tls-name", tls_name)
+            .switch("tls-full-handshakes", *tls_full_handshakes);
         f.into_args()
     }
 }
@@ -376,8 +396,13 @@ pub struct Outcome {
 
 pub fn run(args: LoadArgs) -> CliResult<ExitCode> {
     if args.mode == LoadMode::Pubsub {
+        if args.tls_ca.is_some() {
+            return Err("--tls-ca is for --mode echo and sink; pubsub speaks plaintext".into());
+        }
         return pubsub::run_cli(&args);
     }
+    // A certificate that cannot be read fails now, not in every loop.
+    tls::client(&args)?;
     // Everything that can be refused is refused before any connection.
     let (mut args, shard) = resolve_shard(args, std::env::var(split::INDEX_ENV).ok().as_deref())?;
     checked_duration(&args)?;
@@ -469,6 +494,7 @@ pub fn execute_with(args: &LoadArgs, show_progress: bool, control: &Control) -> 
     let sources = Arc::new(args.bind.clone().map(|s| s.0).unwrap_or_default());
     let rate_per_conn = args.rate.map(|r| r / args.conns as f64);
     let config = crate::serve::with_keepalive(Config::builder().backend(args.backend), args.keepalive).build()?;
+    let tls = tls::client(args)?;
     let clock = UnixClock::now();
     let whole = args.share();
     let plans: Vec<Plan> = (0..threads)
@@ -495,6 +521,7 @@ pub fn execute_with(args: &LoadArgs, show_progress: bool, control: &Control) -> 
                 grace: Duration::from_secs(5),
                 stall_timeout: Duration::from_secs_f64(args.timeout),
                 reconnect: if args.mode == LoadMode::Echo { args.reconnect } else { 0 },
+                tls: tls.clone(),
                 tick: Duration::from_micros(u64::from(args.tick_us)),
             }
         })

@@ -293,6 +293,9 @@ impl ServerChild {
             publishers: 1,
             window: 16,
             channel: "iomux-load".into(),
+            tls_ca: None,
+            tls_name: "localhost".into(),
+            tls_full_handshakes: false,
         }
     }
 
