@@ -3,7 +3,7 @@
 
 use std::ffi::OsString;
 use std::fmt::Display;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// `--name value` pairs and switches, in the order given.
 #[derive(Default)]
@@ -27,6 +27,14 @@ impl Flags {
     pub fn path(&mut self, name: &str, path: Option<&Path>) -> &mut Flags {
         if let Some(path) = path {
             self.0.extend([format!("--{name}").into(), path.as_os_str().to_owned()]);
+        }
+        self
+    }
+
+    /// The flag once per path.
+    pub fn paths(&mut self, name: &str, paths: &[PathBuf]) -> &mut Flags {
+        for path in paths {
+            self.path(name, Some(path));
         }
         self
     }

@@ -75,6 +75,30 @@ pub struct ServerStats {
     /// What a RESP server's pub/sub did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pubsub: Option<crate::apps::pubsub::PubsubCounts>,
+    /// A TLS server's handshakes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsCounts>,
+}
+
+/// A TLS server's handshakes, every loop's together.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TlsCounts {
+    /// Completed with a certificate and a key exchange.
+    pub full_handshakes: u64,
+    /// Completed by resuming an earlier session.
+    pub resumed_handshakes: u64,
+    /// Connections closed by a TLS error or the handshake timeout, or
+    /// refused a layer.
+    pub failed: u64,
+}
+
+impl TlsCounts {
+    fn add(&mut self, o: &TlsCounts) {
+        self.full_handshakes += o.full_handshakes;
+        self.resumed_handshakes += o.resumed_handshakes;
+        self.failed += o.failed;
+    }
 }
 
 /// One optional io_uring feature as a loop ran it.
@@ -157,6 +181,10 @@ impl ServerStats {
             a.add(&b);
             a
         });
+        self.tls = both(self.tls.take(), o.tls, |mut a, b| {
+            a.add(&b);
+            a
+        });
     }
 }
 
@@ -233,6 +261,7 @@ pub fn server_stats(stats: &LoopStats, backend: Backend) -> CliResult<ServerStat
         resp_errors: None,
         proxy: None,
         pubsub: None,
+        tls: None,
     };
     Ok(typed)
 }
@@ -273,7 +302,14 @@ pub fn summary(st: &ServerStats) -> String {
         ),
         None => String::new(),
     };
-    line + &http + &proxy
+    let tls = match &st.tls {
+        Some(t) => format!(
+            "; TLS handshakes {} full, {} resumed, {} connections failed",
+            t.full_handshakes, t.resumed_handshakes, t.failed
+        ),
+        None => String::new(),
+    };
+    line + &http + &proxy + &tls
 }
 
 /// Refuses, before any work starts, a path [`write_json`] could not write

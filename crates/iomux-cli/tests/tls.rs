@@ -25,6 +25,7 @@ on_every_backend! {
     redis_cli_over_tls,
     a_slow_reader_gets_64_mib_intact_with_memory_bounded,
     iomux_load_speaks_tls_resumed_or_full,
+    a_proxy_terminates_tls_in_front_of_a_plaintext_upstream,
 }
 
 /// A client program, or None (said) when it is missing outside CI.
@@ -140,7 +141,10 @@ fn openssl_speaks_both_versions_and_resumes(backend: &str) {
             assert_eq!(text.contains("Reused,"), round == 1, "{what}: resumed only the second time: {text}");
         }
     }
-    drop(serve);
+    // The server counted the same: a full handshake, then a resumed one, twice.
+    let (stats, _) = serve.stop();
+    let want = serde_json::json!({"full_handshakes": 2, "resumed_handshakes": 2, "failed": 0});
+    assert_eq!(stats["tls"], want, "{backend}: {stats}");
 }
 
 /// redis-cli --tls against `serve --proto resp`: SET, GET, INCR.
@@ -230,6 +234,32 @@ fn tls_client(cert: &Path) -> ClientConnection {
     }
     let config = ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
     ClientConnection::new(Arc::new(config), ServerName::try_from("localhost").unwrap()).expect("a client")
+}
+
+/// TLS termination: `serve --proto proxy --tls-self-signed` in front of a
+/// plaintext echo server. 1 MiB sent over TLS comes back intact through
+/// both, and the upstream saw exactly as many bytes in the clear.
+fn a_proxy_terminates_tls_in_front_of_a_plaintext_upstream(backend: &str) {
+    const TOTAL: usize = 1 << 20;
+    let upstream = Serve::start(backend, &["--proto", "echo"]);
+    let dir = tempdir::Dir::new();
+    let (up, folder) = (upstream.addr.to_string(), dir.path().to_str().unwrap());
+    let proxy = Serve::start(backend, &["--proto", "proxy", "--upstream", &up, "--tls-self-signed", folder]);
+    let mut tls = rustls::StreamOwned::new(tls_client(&dir.path().join("cert.pem")), proxy.connect());
+    tls.sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let want = Rng::new(7).bytes(TOTAL);
+    let mut got = vec![0u8; TOTAL];
+    for (piece, back) in want.chunks(64 << 10).zip(got.chunks_mut(64 << 10)) {
+        tls.write_all(piece).unwrap_or_else(|e| panic!("{backend}: sending over TLS: {e}"));
+        tls.read_exact(back).unwrap_or_else(|e| panic!("{backend}: the echo through the proxy: {e}"));
+    }
+    assert!(got == want, "{backend}: the echo through the TLS proxy differs from what was sent");
+    drop(tls);
+    let (proxied, _) = proxy.stop();
+    let (echoed, _) = upstream.stop();
+    assert_eq!(proxied["tls"]["full_handshakes"], 1, "{backend}: {proxied}");
+    assert_eq!(echoed["bytes_in"], TOTAL as u64, "{backend}: the upstream saw plaintext: {echoed}");
+    assert!(echoed.get("tls").is_none(), "{backend}: the upstream speaks plaintext: {echoed}");
 }
 
 /// `iomux load --tls-ca` against the TLS echo server: every echo checked,

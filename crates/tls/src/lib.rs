@@ -36,6 +36,7 @@
 
 pub mod certs;
 mod records;
+mod sni;
 
 pub use records::{Records, TlsLayer};
 pub use rustls;
@@ -105,14 +106,33 @@ pub fn info<S>(io: &mut Io<S>, conn: ConnId) -> Option<TlsInfo> {
 pub struct Tls<H> {
     inner: H,
     config: Arc<ServerConfig>,
+    counters: Arc<records::Counters>,
     /// Connections refused because no layer could be made for them.
     pub refused: u64,
+    /// Connections closed by a TLS error (an alert sent or received, a
+    /// record that does not decrypt) or by the handshake timeout.
+    pub failed: u64,
+}
+
+/// Handshakes a [`Tls`] server completed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Handshakes {
+    /// With a certificate and a key exchange.
+    pub full: u64,
+    /// Resuming an earlier session (a ticket, or TLS 1.2's cache).
+    pub resumed: u64,
 }
 
 impl<H> Tls<H> {
     /// `inner` served with `config` (see [`certs::server_config`]).
     pub fn new(inner: H, config: Arc<ServerConfig>) -> Tls<H> {
-        Tls { inner, config, refused: 0 }
+        Tls { inner, config, counters: Arc::default(), refused: 0, failed: 0 }
+    }
+
+    /// The handshakes its connections have completed so far.
+    pub fn handshakes(&self) -> Handshakes {
+        use std::sync::atomic::Ordering::Relaxed;
+        Handshakes { full: self.counters.full.load(Relaxed), resumed: self.counters.resumed.load(Relaxed) }
     }
 
     /// The handler inside.
@@ -135,7 +155,7 @@ impl<H: Handler> Handler for Tls<H> {
     }
 
     fn on_accept(&mut self, io: &mut Io<Self::Conn>, conn: ConnId) -> Self::Conn {
-        let layered = server_layer(&self.config).map(|layer| io.set_layer(conn, layer));
+        let layered = server_layer(&self.config).map(|layer| io.set_layer(conn, layer.counted_in(&self.counters)));
         if !matches!(layered, Ok(true)) {
             // Never in the clear: without its layer the connection goes.
             self.refused += 1;
@@ -161,6 +181,9 @@ impl<H: Handler> Handler for Tls<H> {
     }
 
     fn on_close(&mut self, io: &mut Io<Self::Conn>, conn: ConnId, state: Self::Conn, reason: &CloseReason) {
+        if matches!(reason, CloseReason::Layer(_) | CloseReason::HandshakeTimeout) {
+            self.failed += 1;
+        }
         self.inner.on_close(io, conn, state, reason)
     }
 

@@ -11,6 +11,16 @@ use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, EncodeError, EncodeTlsData, EncryptError, UnbufferedStatus, WriteTraffic};
 use rustls::{CommonState, HandshakeKind};
 use std::any::Any;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Handshakes completed by the layers that share it (one loop's: its
+/// atomics are never contended).
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub full: AtomicU64,
+    pub resumed: AtomicU64,
+}
 
 /// Received ciphertext the layer keeps unprocessed at most. rustls
 /// discards nothing of a handshake message it is still joining (up to 64
@@ -77,6 +87,8 @@ pub struct TlsLayer<C: Records> {
     /// input would make a second fatal alert).
     failed: bool,
     client: bool,
+    /// Where a completed handshake is counted, if anywhere.
+    counters: Option<Arc<Counters>>,
 }
 
 impl<C: Records> TlsLayer<C> {
@@ -90,7 +102,14 @@ impl<C: Records> TlsLayer<C> {
             peer_closed: false,
             failed: false,
             client,
+            counters: None,
         }
+    }
+
+    /// Counts this layer's handshake in `counters` once it completes.
+    pub(crate) fn counted_in(mut self: Box<Self>, counters: &Arc<Counters>) -> Box<Self> {
+        self.counters = Some(counters.clone());
+        self
     }
 
     /// rustls's view of the connection: the negotiated protocol, version,
@@ -166,6 +185,10 @@ impl<C: Records> TlsLayer<C> {
         if !self.established && !self.conn.common().is_handshaking() {
             self.established = true;
             events.established = true;
+            if let Some(counters) = &self.counters {
+                let kind = if self.resumed() { &counters.resumed } else { &counters.full };
+                kind.fetch_add(1, Ordering::Relaxed);
+            }
             let held = std::mem::take(&mut self.held);
             let close = self.close_after_handshake;
             self.writing(out, |write, out| {
@@ -324,22 +347,19 @@ impl<C: Records> Layer for TlsLayer<C> {
 
 /// Encodes a handshake record at the end of `out`.
 fn encode_into<D>(encode: &mut EncodeTlsData<'_, D>, out: &mut Vec<u8>) -> Result<(), Error> {
-    let at = out.len();
-    let mut room = 4096;
-    loop {
-        out.resize(at + room, 0);
-        match encode.encode(&mut out[at..]) {
-            Ok(n) => {
-                out.truncate(at + n);
-                return Ok(());
-            }
-            // A large certificate chain: exactly the room asked for.
-            Err(EncodeError::InsufficientSize(e)) if e.required_size > room => room = e.required_size,
-            Err(e) => {
-                out.truncate(at);
-                return Err(refused(&e.to_string()));
-            }
-        }
+    // A large certificate chain asks for exactly the room it needs.
+    let needs = |e: &EncodeError| match e {
+        EncodeError::InsufficientSize(e) => Some(e.required_size),
+        _ => None,
+    };
+    append_with(out, 4096, needs, |room| encode.encode(room))
+}
+
+/// What an encryption asks for more room.
+fn encrypt_needs(e: &EncryptError) -> Option<usize> {
+    match e {
+        EncryptError::InsufficientSize(e) => Some(e.required_size),
+        _ => None,
     }
 }
 
@@ -350,35 +370,38 @@ fn encrypt_into<D>(write: &mut WriteTraffic<'_, D>, plain: &[u8], out: &mut Vec<
     }
     // Each record of up to 16 KiB adds a header, a content type and a tag
     // (22 bytes in TLS 1.3 with AES-GCM; TLS 1.2's explicit nonce, 29).
+    let room = plain.len() + (plain.len() / (16 << 10) + 1) * 64;
+    append_with(out, room, encrypt_needs, |room| write.encrypt(plain, room))
+}
+
+fn close_notify_into<D>(write: &mut WriteTraffic<'_, D>, out: &mut Vec<u8>) -> Result<(), Error> {
+    append_with(out, 64, encrypt_needs, |room| write.queue_close_notify(room))
+}
+
+/// Appends what `fill` writes into room at the end of `out`: `room` bytes
+/// first, then as many as its error says it needs (`needs`), if more.
+/// Nothing is appended when it fails.
+fn append_with<E: std::fmt::Display>(
+    out: &mut Vec<u8>,
+    mut room: usize,
+    needs: impl Fn(&E) -> Option<usize>,
+    mut fill: impl FnMut(&mut [u8]) -> Result<usize, E>,
+) -> Result<(), Error> {
     let at = out.len();
-    let mut room = plain.len() + (plain.len() / (16 << 10) + 1) * 64;
     loop {
         out.resize(at + room, 0);
-        match write.encrypt(plain, &mut out[at..]) {
+        match fill(&mut out[at..]) {
             Ok(n) => {
                 out.truncate(at + n);
                 return Ok(());
             }
-            Err(EncryptError::InsufficientSize(e)) if e.required_size > room => room = e.required_size,
-            Err(e) => {
-                out.truncate(at);
-                return Err(refused(&e.to_string()));
-            }
-        }
-    }
-}
-
-fn close_notify_into<D>(write: &mut WriteTraffic<'_, D>, out: &mut Vec<u8>) -> Result<(), Error> {
-    let at = out.len();
-    out.resize(at + 64, 0);
-    match write.queue_close_notify(&mut out[at..]) {
-        Ok(n) => {
-            out.truncate(at + n);
-            Ok(())
-        }
-        Err(e) => {
-            out.truncate(at);
-            Err(refused(&e.to_string()))
+            Err(e) => match needs(&e) {
+                Some(required) if required > room => room = required,
+                _ => {
+                    out.truncate(at);
+                    return Err(refused(&e.to_string()));
+                }
+            },
         }
     }
 }

@@ -20,6 +20,8 @@ use std::sync::{Arc, Mutex};
 on_every_backend! {
     tls13_echo_with_alpn_and_close_notify,
     tls12_echo_and_resumption,
+    without_resumption_every_handshake_is_full_with_the_pinned_suite,
+    sni_chooses_the_certificate_valid_for_the_name,
     garbage_gets_an_alert_and_a_close,
     a_truncated_handshake_closes_with_the_layers_error,
     a_stalled_handshake_closes_at_the_timeout,
@@ -72,8 +74,13 @@ fn tls_server(backend: Backend) -> Setup {
 }
 
 fn tls_server_with(config: Config) -> Setup {
+    let offer = certs::Offer { alpn: vec![b"h2".to_vec(), b"http/1.1".to_vec()], ..certs::Offer::default() };
+    tls_server_offering(config, &offer)
+}
+
+fn tls_server_offering(config: Config, offer: &certs::Offer) -> Setup {
     let identity = certs::self_signed(&["localhost"]).expect("a certificate");
-    let tls = certs::server_config(&identity, &[b"h2", b"http/1.1"]).expect("a server config");
+    let tls = certs::server_config_offering(std::slice::from_ref(&identity), offer).expect("a server config");
     let (closes, negotiated) = (Arc::new(Mutex::new(Vec::new())), Arc::new(Mutex::new(Vec::new())));
     let (c, n) = (closes.clone(), negotiated.clone());
     let server = serve(config, 1, move |_| Tls::new(Echo { closes: c.clone(), negotiated: n.clone() }, tls.clone()));
@@ -92,7 +99,15 @@ fn client_config(
 }
 
 fn tls_connect(addr: SocketAddr, config: &Arc<ClientConfig>) -> StreamOwned<ClientConnection, TcpStream> {
-    let name = ServerName::try_from("localhost").unwrap();
+    tls_connect_to(addr, config, "localhost")
+}
+
+fn tls_connect_to(
+    addr: SocketAddr,
+    config: &Arc<ClientConfig>,
+    name: &str,
+) -> StreamOwned<ClientConnection, TcpStream> {
+    let name = ServerName::try_from(name.to_string()).unwrap();
     let conn = ClientConnection::new(config.clone(), name).expect("a client connection");
     StreamOwned::new(conn, connect(addr))
 }
@@ -151,6 +166,60 @@ fn tls12_echo_and_resumption(backend: Backend) {
     let negotiated = setup.negotiated.lock().unwrap().clone();
     let resumed: Vec<bool> = negotiated.iter().map(|i| i.resumed).collect();
     assert_eq!(resumed, [false, true, false, true], "{backend}: the server's view");
+    let finished = setup.server.stop();
+    let counted = finished.handlers[0].handshakes();
+    assert_eq!(counted, iomux_tls::Handshakes { full: 2, resumed: 2 }, "{backend}: the server's count");
+    assert_eq!(finished.handlers[0].failed, 0, "{backend}");
+}
+
+/// A server offering one suite and one group and no resumption: a client
+/// offering everything gets them, and its second connection, which would
+/// resume, does a full handshake, as the server's count says.
+fn without_resumption_every_handshake_is_full_with_the_pinned_suite(backend: Backend) {
+    let offer = certs::Offer {
+        suites: vec!["tls13_aes_128_gcm_sha256".into()],
+        groups: vec!["X25519".into()],
+        no_resumption: true,
+        ..certs::Offer::default()
+    };
+    let setup = tls_server_offering(Config::builder().backend(backend).build().unwrap(), &offer);
+    let config = client_config(&setup.roots, &[&rustls::version::TLS12, &rustls::version::TLS13]);
+    for round in 0..2 {
+        let mut s = tls_connect(setup.server.addr, &config);
+        echo_through(&mut s, 1 << 10, &format!("{backend} round {round}"));
+        assert_eq!(s.conn.handshake_kind(), Some(HandshakeKind::Full), "{backend} round {round}");
+        let suite = s.conn.negotiated_cipher_suite().map(|s| s.suite());
+        assert_eq!(suite, Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256), "{backend}");
+        let group = s.conn.negotiated_key_exchange_group().map(|g| g.name());
+        assert_eq!(group, Some(rustls::NamedGroup::X25519), "{backend}");
+    }
+    let finished = setup.server.stop();
+    assert_eq!(finished.handlers[0].handshakes(), iomux_tls::Handshakes { full: 2, resumed: 0 }, "{backend}");
+}
+
+/// Two certificates, for a.test (and 127.0.0.1) and for b.test: a client
+/// trusting both gets the one valid for the name it asks for; a client
+/// that sends no name (an IP address) or an unknown one gets the first,
+/// which the unknown name's client then refuses.
+fn sni_chooses_the_certificate_valid_for_the_name(backend: Backend) {
+    let a = certs::self_signed(&["a.test", "127.0.0.1"]).expect("a certificate");
+    let b = certs::self_signed(&["b.test"]).expect("a certificate");
+    let mut roots = a.roots().unwrap();
+    roots.add(b.chain[0].clone()).unwrap();
+    let tls = certs::server_config_offering(&[a, b], &certs::Offer::default()).expect("a server config");
+    let (closes, negotiated) = (Arc::new(Mutex::new(Vec::new())), Arc::new(Mutex::new(Vec::new())));
+    let (c, n) = (closes.clone(), negotiated.clone());
+    let config = Config::builder().backend(backend).build().unwrap();
+    let server = serve(config, 1, move |_| Tls::new(Echo { closes: c.clone(), negotiated: n.clone() }, tls.clone()));
+    let client = client_config(&roots, &[&rustls::version::TLS13]);
+    for name in ["b.test", "a.test", "127.0.0.1"] {
+        let mut s = tls_connect_to(server.addr, &client, name);
+        echo_through(&mut s, 1 << 10, &format!("{backend} {name}"));
+    }
+    let mut s = tls_connect_to(server.addr, &client, "c.test");
+    let refused = s.write_all(b"x").and_then(|()| s.flush()).and_then(|()| s.read(&mut [0u8; 1]));
+    let said = format!("{:?}", refused.expect_err("c.test's client refuses the first certificate"));
+    assert!(said.contains("NotValidForName"), "{backend}: {said}");
 }
 
 /// Plain HTTP to the TLS port: an alert record, then EOF; the close
@@ -165,6 +234,9 @@ fn garbage_gets_an_alert_and_a_close(backend: Backend) {
     drop(c);
     let closes = close_reasons(&setup.closes, 1);
     assert!(closes[0].starts_with("layer: tls: "), "{backend}: {closes:?}");
+    let finished = setup.server.stop();
+    assert_eq!(finished.handlers[0].failed, 1, "{backend}: counted as failed");
+    assert_eq!(finished.handlers[0].handshakes(), iomux_tls::Handshakes::default(), "{backend}");
 }
 
 /// Half a ClientHello, then FIN: closed with the layer's error.

@@ -795,7 +795,9 @@ impl Handler for Client {
             if self.report.first_error.is_none() {
                 // A TLS refusal may be ours (the server's certificate), not the server's.
                 let by = if matches!(reason, CloseReason::Layer(_)) { "ended" } else { "closed by the server" };
-                self.report.first_error = Some(format!("connection {} {by}: {reason}", c.number));
+                // Idle connections have no number of their own.
+                let who = if c.active { format!("connection {}", c.number) } else { "an idle connection".into() };
+                self.report.first_error = Some(format!("{who} {by}: {reason}"));
             }
         }
         // A replacement takes its quota and its unanswered messages along.

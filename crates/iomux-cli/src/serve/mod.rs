@@ -252,8 +252,11 @@ impl ServeArgs {
             .optional("max-conns", *max_conns)
             .optional("nofile", *nofile)
             .optional("cpu", *cpu)
-            .path("tls-cert", tls.tls_cert.as_deref())
-            .path("tls-key", tls.tls_key.as_deref())
+            .paths("tls-cert", &tls.tls_cert)
+            .paths("tls-key", &tls.tls_key)
+            .optional("tls-suites", (!tls.tls_suites.is_empty()).then(|| tls.tls_suites.join(",")))
+            .optional("tls-groups", (!tls.tls_groups.is_empty()).then(|| tls.tls_groups.join(",")))
+            .switch("tls-no-resumption", tls.tls_no_resumption)
             .path("stats-file", Some(&stats_file));
         f.into_args()
     }
@@ -331,11 +334,9 @@ pub fn run(mut args: ServeArgs) -> CliResult<ExitCode> {
     if args.procs > 1 {
         if let Some(tls) = &tls {
             // One certificate for every worker: a made one is read from its files.
-            args.tls = tls::TlsArgs {
-                tls_cert: Some(tls.cert.clone()),
-                tls_key: Some(tls.key.clone()),
-                tls_self_signed: None,
-            };
+            args.tls.tls_cert.clone_from(&tls.certs);
+            args.tls.tls_key.clone_from(&tls.keys);
+            args.tls.tls_self_signed = None;
             if tls.made {
                 println!("iomux serve: {}", tls.describe());
             }
@@ -494,7 +495,7 @@ fn serve(args: ServeArgs, backend: Backend, config: Config, tls: Option<&tls::Tl
     let mut extra = crate::stats::ServerStats { proto: Some(proto.name().to_string()), ..Default::default() };
     let stats = if proto == Proto::Http {
         let settings = args.http_settings();
-        let finished = tls::run_loops(runtime, tls, |_| {
+        let finished = tls::run_loops(runtime, tls, &mut extra, |_| {
             pin();
             HttpServer::new(settings)
         })?;
@@ -506,7 +507,7 @@ fn serve(args: ServeArgs, backend: Backend, config: Config, tls: Option<&tls::Tl
         use crate::apps::pubsub::{Hub, PubsubCounts, Registry};
         let keys = crate::apps::resp::Keyspace::new();
         let (registry, senders, limits) = (Registry::shared(), runtime.senders()?, args.pubsub_limit);
-        let finished = tls::run_loops(runtime, tls, |i| {
+        let finished = tls::run_loops(runtime, tls, &mut extra, |i| {
             pin();
             let hub = Hub::new(i, registry.clone(), senders.clone(), limits);
             crate::apps::resp::RespServer::new(keys.clone(), iomux_resp::Limits::default(), hub)
@@ -520,7 +521,7 @@ fn serve(args: ServeArgs, backend: Backend, config: Config, tls: Option<&tls::Tl
     } else if let (Proto::Proxy, Some(upstream)) = (proto, &args.upstream) {
         let (buffer, idle) = (args.proxy_buffer as usize, args.idle_timeout.map(Duration::from_secs_f64));
         let splice_at = args.splice.threshold();
-        let finished = tls::run_loops(runtime, tls, |_| {
+        let finished = tls::run_loops(runtime, tls, &mut extra, |_| {
             pin();
             ProxyServer::new(upstream.clone(), buffer, idle).splicing_from(splice_at)
         })?;
@@ -529,7 +530,7 @@ fn serve(args: ServeArgs, backend: Backend, config: Config, tls: Option<&tls::Tl
         extra.proxy = Some(counts);
         finished.stats
     } else {
-        tls::run_loops(runtime, tls, |_| {
+        tls::run_loops(runtime, tls, &mut extra, |_| {
             pin();
             Server::new(proto, args.idle_timeout.map(Duration::from_secs_f64))
         })?
@@ -676,13 +677,25 @@ mod tests {
     fn tls_flags_are_checked_before_serving() {
         let dir = crate::os::PrivateDir::new("iomux-tls-test", "a test certificate").unwrap();
         let made = parse(&["--tls-self-signed", dir.path().to_str().unwrap()]).tls.setup(&[]).unwrap().unwrap();
-        assert!(made.made && made.cert.starts_with(dir.path()));
-        let pem = std::fs::read_to_string(&made.cert).unwrap();
+        let (cert, key) = (made.certs[0].to_str().unwrap(), made.keys[0].to_str().unwrap());
+        assert!(made.made && made.certs[0].starts_with(dir.path()));
+        let pem = std::fs::read_to_string(cert).unwrap();
         assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"), "{pem}");
-        let loaded = parse(&["--tls-cert", made.cert.to_str().unwrap(), "--tls-key", made.key.to_str().unwrap()]);
+        let loaded = parse(&["--tls-cert", cert, "--tls-key", key]);
         assert!(loaded.tls.setup(&[b"http/1.1"]).unwrap().is_some_and(|t| !t.made));
+        // Twice the same pair: a config that chooses by SNI.
+        let twice = parse(&["--tls-cert", cert, "--tls-key", key, "--tls-cert", cert, "--tls-key", key]);
+        assert!(twice.tls.setup(&[]).unwrap().is_some_and(|t| t.describe().ends_with("chosen by SNI")));
+        let unpaired = parse(&["--tls-cert", cert, "--tls-key", key, "--tls-cert", cert]);
+        let err = unpaired.tls.setup(&[]).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(err, "2 --tls-cert and 1 --tls-key: each certificate needs its key");
         assert!(parse_err(&["--tls-key=/tmp/k.pem"]).contains("--tls-cert"));
-        let swapped = parse(&["--tls-cert", made.key.to_str().unwrap(), "--tls-key", made.cert.to_str().unwrap()]);
+        let pinned_alone =
+            parse(&["--tls-suites", "TLS13_AES_128_GCM_SHA256"]).tls.setup(&[]).err().map(|e| e.to_string());
+        assert!(pinned_alone.is_some_and(|e| e.contains("need --tls-cert or --tls-self-signed")));
+        let bad_suite = parse(&["--tls-cert", cert, "--tls-key", key, "--tls-suites", "AES"]).tls.setup(&[]);
+        assert!(bad_suite.err().is_some_and(|e| e.to_string().starts_with("no TLS suite is named \"AES\"")));
+        let swapped = parse(&["--tls-cert", key, "--tls-key", cert]);
         let err = swapped.tls.setup(&[]).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("key.pem"), "{err}");
         assert!(parse(&[]).tls.setup(&[]).unwrap().is_none());

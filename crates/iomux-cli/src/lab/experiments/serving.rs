@@ -56,12 +56,17 @@ pub(crate) use servers;
 /// (E6's and E7's).
 pub fn request_metrics<R: RequestRun>() -> Vec<Metric<R>> {
     vec![
-        Metric { name: "requests/s", unit: "1/s", higher_is_better: true, get: R::requests_per_sec },
+        Metric {
+            name: "requests/s",
+            unit: "1/s",
+            higher_is_better: true,
+            get: |r| if r.served() { r.requests_per_sec() } else { f64::NAN },
+        },
         Metric {
             name: "server CPU per request",
             unit: "us",
             higher_is_better: false,
-            get: R::server_cpu_us_per_request,
+            get: |r| if r.served() { r.server_cpu_us_per_request() } else { f64::NAN },
         },
     ]
 }
@@ -75,12 +80,17 @@ pub trait RequestRun {
     fn client_util(&self) -> f64;
     /// Periods the CPU quota held the server back (bound cells).
     fn throttled_periods(&self) -> Option<u64>;
+    /// Whether it served requests (a memory cell holds connections only):
+    /// its request figures mean nothing otherwise.
+    fn served(&self) -> bool {
+        true
+    }
 }
 
 /// `request_run!(Run)`: [`RequestRun`] for a run type with a `report`
 /// that has `requests_per_sec`, and fields of the trait's names.
 macro_rules! request_run {
-    ($run:ty) => {
+    ($run:ty $(, served: $served:expr)?) => {
         impl $crate::lab::experiments::serving::RequestRun for $run {
             fn requests_per_sec(&self) -> f64 {
                 self.report.requests_per_sec
@@ -97,10 +107,17 @@ macro_rules! request_run {
             fn throttled_periods(&self) -> Option<u64> {
                 self.throttled_periods
             }
+            $(fn served(&self) -> bool {
+                ($served)(self)
+            })?
         }
     };
 }
 pub(crate) use request_run;
+
+/// The headers of [`request_row`]'s cells.
+pub const REQUEST_COLUMNS: [&str; 7] =
+    ["server", "runs", "requests/s", "/ nginx", "server CPU us/req", "server CPU", "client CPU"];
 
 /// The cells a request table's row starts with: the server's name with
 /// its footnotes (why the arm was not measured, a saturated client, a
@@ -119,8 +136,20 @@ pub fn request_row<P, K: PartialEq + std::fmt::Display, S: RequestRun>(
         name = format!("{name} {}", footnote(why));
     }
     let client_util = env.estimate(arm, S::client_util).map(|e| e.median);
+    // In the quota, a server held back in every run set the pace whatever
+    // the client's CPU says (wrk reconnecting keeps its CPU busy at any rate).
+    let held_back = bound && env.kept(arm).all(|r| r.throttled_periods().is_some_and(|n| n > 0));
     if let Some(u) = client_util.filter(|&u| u >= saturated_at) {
-        let why = format!("{arm}: the client used {:.0}% of its CPU: these requests/s measure the client", u * 100.0);
+        let why = match held_back {
+            false => {
+                format!("{arm}: the client used {:.0}% of its CPU: these requests/s measure the client", u * 100.0)
+            }
+            true => format!(
+                "{arm}: the client used {:.0}% of its CPU, and the quota held the server back in every run: the \
+                 server set the pace",
+                u * 100.0
+            ),
+        };
         name = format!("{name} {}", footnote(&why));
     }
     if bound && env.kept(arm).any(|r| r.throttled_periods() == Some(0)) {

@@ -260,43 +260,7 @@ impl ServerChild {
     }
     /// A load aimed at this server, pinned to `cpu`.
     pub fn load_args(&self, backend: Backend, cpu: Option<usize>) -> LoadArgs {
-        LoadArgs {
-            connect: self.addr,
-            conns: 10,
-            idle: 0,
-            threads: 1,
-            msg_size: 100,
-            requests: None,
-            duration: None,
-            warmup: 0.0,
-            backend,
-            mode: crate::load::LoadMode::Echo,
-            rate: None,
-            tick_us: crate::load::DEFAULT_TICK_US,
-            bind: None,
-            connect_rate: None,
-            per_conn: None,
-            cpu,
-            timeout: 30.0,
-            keepalive: 0,
-            reconnect: 0,
-            json: None,
-            procs: 1,
-            shard: None,
-            shard_count: None,
-            hdr_log: None,
-            first_conn: 0,
-            first_idle: 0,
-            report_progress: false,
-            subscribers: 20,
-            slow_subscribers: 0,
-            publishers: 1,
-            window: 16,
-            channel: "iomux-load".into(),
-            tls_ca: None,
-            tls_name: "localhost".into(),
-            tls_full_handshakes: false,
-        }
+        load_args_to(self.addr, backend, cpu)
     }
 
     /// SIGTERM, wait, read the stats (and the tracer's count).
@@ -380,6 +344,48 @@ fn parse_trace(tracer: Tracer, text: &str) -> Option<u64> {
             .find(|l| l.trim_end().ends_with("total"))
             .and_then(|l| l.split_whitespace().nth(3))
             .and_then(|n| n.parse().ok()),
+    }
+}
+
+/// A load of 10 echo connections aimed at `addr`, pinned to `cpu`: the
+/// flags every experiment starts from.
+pub fn load_args_to(addr: SocketAddr, backend: Backend, cpu: Option<usize>) -> LoadArgs {
+    LoadArgs {
+        connect: addr,
+        conns: 10,
+        idle: 0,
+        threads: 1,
+        msg_size: 100,
+        requests: None,
+        duration: None,
+        warmup: 0.0,
+        backend,
+        mode: crate::load::LoadMode::Echo,
+        rate: None,
+        tick_us: crate::load::DEFAULT_TICK_US,
+        bind: None,
+        connect_rate: None,
+        per_conn: None,
+        cpu,
+        timeout: 30.0,
+        keepalive: 0,
+        reconnect: 0,
+        json: None,
+        procs: 1,
+        shard: None,
+        shard_count: None,
+        hdr_log: None,
+        first_conn: 0,
+        first_idle: 0,
+        report_progress: false,
+        subscribers: 20,
+        slow_subscribers: 0,
+        publishers: 1,
+        window: 16,
+        channel: "iomux-load".into(),
+        tls_ca: None,
+        tls_name: "localhost".into(),
+        tls_full_handshakes: false,
     }
 }
 

@@ -55,6 +55,11 @@ impl Timeline {
         Some(self.at(end)? - self.at(start)?)
     }
 
+    /// The times of the samples, in order.
+    pub fn times(&self) -> Vec<f64> {
+        self.0.iter().map(|&(t, _)| t).collect()
+    }
+
     /// The last sample at or before `t`.
     pub fn last_until(&self, t: f64) -> Option<f64> {
         let i = self.0.partition_point(|&(x, _)| x <= t);

@@ -6,7 +6,10 @@
 //! and iomux's syscalls per request. Open (the server has its CPU to
 //! itself, so at depth 1 the one client thread sets the pace) and
 //! server-bound (every server in the same 50% CPU quota, wrk only).
+//! Over HTTPS, in the quota: keep-alive, a full handshake per request,
+//! a resumed one per request; and the memory of idle TLS connections.
 
+mod tls;
 mod view;
 
 use crate::lab::experiments::serving::{self, request_metrics, servers};
@@ -28,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+use tls::LabTls;
 
 /// TechEmpower's plaintext test and the issue's: 100 connections, one
 /// client thread.
@@ -39,6 +43,60 @@ const SATURATED: f64 = 0.95;
 /// iomux's goal against nginx, in requests/s and in CPU per request.
 const GOAL: f64 = 1.2;
 const CLIENTS: [Client; 2] = [Client::Wrk, Client::H2load];
+/// Every server's CPU quota for the handshake cells.
+const HANDSHAKE_SHARE: f64 = 0.2;
+/// The issue's idle TLS connections for the memory cell.
+const TLS_IDLE: u32 = 10_000;
+/// iomux's goal for the memory of an idle TLS connection: at most this
+/// share of nginx's (rustls's sessions are about half OpenSSL's; the
+/// runtime adds its buffers' absence).
+const IDLE_MEMORY_GOAL: f64 = 0.5;
+
+/// What the client does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    /// HTTP/1.1 keep-alive, at every depth and in every scenario.
+    #[default]
+    Plain,
+    /// HTTPS keep-alive, by wrk in the quota.
+    Https,
+    /// HTTPS with a new connection per request and resumption off on
+    /// every server: a full handshake per request, in the quota.
+    HttpsFull,
+    /// HTTPS with a new connection per request, resuming the session wrk
+    /// keeps: a resumed handshake per request, in the quota.
+    HttpsResumed,
+    /// TLS connections opened by `iomux load` and held idle: the servers'
+    /// memory per connection.
+    HttpsIdle,
+}
+
+crate::lab::harness::display_as_value!(Workload);
+
+impl Workload {
+    fn is_tls(self) -> bool {
+        self != Workload::Plain
+    }
+
+    /// A connection per request.
+    fn reconnects(self) -> bool {
+        matches!(self, Workload::HttpsFull | Workload::HttpsResumed)
+    }
+
+    /// The share of a CPU every server gets in the bound scenario. A
+    /// handshake costs wrk's one thread more than a server (an ECDSA
+    /// verification and OpenSSL's own work): at half a CPU, iomux's full
+    /// handshakes outpaced wrk's (127 us of server CPU each, wrk at 100%
+    /// of its CPU and 2,282/s), so handshakes get a fifth of a CPU.
+    pub fn quota_share(self) -> f64 {
+        if self.reconnects() {
+            HANDSHAKE_SHARE
+        } else {
+            BOUND_SHARE
+        }
+    }
+}
 
 servers!(Server { Nginx => "nginx" });
 
@@ -60,6 +118,17 @@ pub struct Args {
     /// root and a cgroup CPU controller) [default: open,bound]
     #[arg(long, value_delimiter = ',')]
     pub scenarios: Option<Vec<Scenario>>,
+    /// What to measure, comma-separated: plain (HTTP/1.1), https
+    /// (keep-alive over TLS), https-full (a connection and a full
+    /// handshake per request), https-resumed (a connection per request,
+    /// resuming the session), https-idle (the memory of idle TLS
+    /// connections). The https ones but https-idle need the bound scenario
+    /// [default: all]
+    #[arg(long, value_delimiter = ',')]
+    pub workloads: Option<Vec<Workload>>,
+    /// Idle TLS connections https-idle holds [default: 10000]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=18_000))]
+    pub tls_idle: Option<u32>,
 }
 
 /// Sum of the processes' CPU time now.
@@ -67,48 +136,80 @@ fn cpu_of(pids: &[u32]) -> Duration {
     pids.iter().filter_map(|&p| crate::os::process_cpu(p).ok()).sum()
 }
 
-fn run_cell(arm: &Arm, program: &std::path::Path, seconds: u32, script: &std::path::Path) -> Result<Run, String> {
-    let Arm { server, client, depth, scenario } = *arm;
+fn run_cell(
+    arm: &Arm,
+    program: &std::path::Path,
+    seconds: u32,
+    script: &std::path::Path,
+    lab: Option<&LabTls>,
+) -> Result<Run, String> {
+    let Arm { server, client, depth, scenario, workload } = *arm;
     let (server_cpu, client_cpu) = crate::lab::rig::cell::cpus();
     let quota = match scenario {
         Scenario::Open => None,
-        Scenario::Bound => Some(CpuQuota::new(BOUND_SHARE)?),
+        Scenario::Bound => Some(CpuQuota::new(workload.quota_share())?),
+    };
+    let lab = match (workload.is_tls(), lab) {
+        (false, _) => None,
+        (true, Some(lab)) => Some(lab),
+        (true, None) => return Err("no certificate was made for the https cells".into()),
     };
     let measure = |addr: SocketAddr, pids: &[u32]| -> Result<(Report, Duration, Duration), String> {
-        answers_plaintext(addr).map_err(|e| format!("{server}: {e}"))?;
+        match lab {
+            None => answers_plaintext(addr),
+            Some(lab) => lab.probe(addr),
+        }
+        .map_err(|e| format!("{server}: {e}"))?;
         if let Some(q) = &quota {
             for &pid in pids {
                 q.add(pid)?;
             }
         }
-        let url = format!("http://{addr}/plaintext");
-        let args = clients::args(client, &url, CONNS, depth, seconds, Some(script));
+        let url = format!("{}://{addr}/plaintext", if lab.is_some() { "https" } else { "http" });
+        let mut args = clients::args(client, &url, CONNS, depth, seconds, Some(script));
+        if workload.reconnects() {
+            // Before the URL, which comes last.
+            args.splice(args.len() - 1..args.len() - 1, ["-H".to_string(), "Connection: close".to_string()]);
+        }
         let before = cpu_of(pids);
         let (report, used) = clients::run(client, program, &args, client_cpu, seconds).map_err(|e| e.to_string())?;
         Ok((report, cpu_of(pids).saturating_sub(before), used))
     };
-    let (report, server_used, client_used, syscalls) = match server {
+    let (report, server_used, client_used, syscalls, handshakes) = match server {
         Server::Iomux(backend) => {
+            let flags = lab.map(|l| l.serve_flags(workload)).unwrap_or_default();
             let child =
-                ServerChild::start_with(backend, "http", server_cpu, None, 1, &[]).map_err(|e| e.to_string())?;
+                ServerChild::start_with(backend, "http", server_cpu, None, 1, &flags).map_err(|e| e.to_string())?;
             let pid = child.pid;
             let measured = measure(child.addr, &[pid]);
             let stats = child.stop().map_err(|e| e.to_string())?.typed;
             let (report, s, c) = measured?;
             let responses = stats.http_responses.map_or(f64::NAN, |n| n as f64);
             let syscalls = stats.syscalls_total as f64 / responses;
-            (report, s, c, syscalls.is_finite().then_some(syscalls))
+            let handshakes = stats.tls.map(|t| Handshakes { full: t.full_handshakes, resumed: t.resumed_handshakes });
+            (report, s, c, syscalls.is_finite().then_some(syscalls), handshakes)
         }
         Server::Nginx => {
             let program = Tool::Nginx.find()?;
-            let nginx = Nginx::start(&program, server_cpu).map_err(|e| e.to_string())?;
+            let nginx_tls = lab.map(|l| l.nginx(workload, CONNS));
+            let nginx = Nginx::start(&program, server_cpu, nginx_tls.as_ref()).map_err(|e| e.to_string())?;
             let pids = nginx.pids();
             let measured = measure(nginx.addr, &pids);
-            nginx.stop().map_err(|e| e.to_string())?;
+            // Its log counts handshakes only where a request is a connection.
+            let handshakes = match workload.reconnects() {
+                false => nginx.stop().map(|()| None),
+                true => nginx.stop_counting().map(|n| Some(Handshakes { full: n.full, resumed: n.resumed })),
+            }
+            .map_err(|e| e.to_string())?;
             let (report, s, c) = measured?;
-            (report, s, c, None)
+            (report, s, c, None, handshakes)
         }
     };
+    if let (Workload::HttpsFull, Some(h)) = (workload, handshakes) {
+        if h.resumed > 0 {
+            return Err(format!("{server} resumed {} handshakes with resumption off", h.resumed));
+        }
+    }
     let per = |d: Duration| d.as_secs_f64() / report.seconds;
     Ok(Run {
         server_cpu_us_per_request: server_used.as_secs_f64() * 1e6 / report.requests.max(1) as f64,
@@ -117,6 +218,8 @@ fn run_cell(arm: &Arm, program: &std::path::Path, seconds: u32, script: &std::pa
         syscalls_per_request: syscalls,
         throttled_periods: quota.as_ref().and_then(CpuQuota::throttled_periods),
         report,
+        handshakes,
+        idle_rss_bytes_per_conn: None,
     })
 }
 
@@ -128,6 +231,12 @@ pub struct Params {
     /// Results written before the server-bound scenario were all open.
     #[serde(default = "open_only")]
     scenarios: Vec<Scenario>,
+    /// Results written before HTTPS measured plaintext only.
+    #[serde(default = "plain_only")]
+    workloads: Vec<Workload>,
+    /// Idle TLS connections of the https-idle cells.
+    #[serde(default)]
+    tls_idle: u32,
     /// The clients found, with their paths.
     clients: Vec<(Client, PathBuf)>,
     /// Tools not found, with why; the cells that need them are not run.
@@ -149,6 +258,10 @@ fn open() -> Scenario {
     Scenario::Open
 }
 
+fn plain_only() -> Vec<Workload> {
+    vec![Workload::Plain]
+}
+
 /// One cell: a server, a client, a pipelining depth, a scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Arm {
@@ -158,11 +271,20 @@ pub struct Arm {
     depth: u32,
     #[serde(default = "open")]
     scenario: Scenario,
+    #[serde(default)]
+    workload: Workload,
 }
 
 impl std::fmt::Display for Arm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {} depth {}", self.server, self.client.name(), self.depth)?;
+        let over_tls = match self.workload {
+            Workload::Plain => "",
+            Workload::Https => " https",
+            Workload::HttpsFull => " https full handshakes",
+            Workload::HttpsResumed => " https resumed handshakes",
+            Workload::HttpsIdle => return write!(f, "{} idle TLS connections", self.server),
+        };
+        write!(f, "{} {} depth {}{over_tls}", self.server, self.client.name(), self.depth)?;
         match self.scenario {
             Scenario::Open => Ok(()),
             Scenario::Bound => f.write_str(" bound"),
@@ -185,33 +307,92 @@ pub struct Run {
     /// Server-bound: periods in which the quota held the server back.
     #[serde(default)]
     pub throttled_periods: Option<u64>,
+    /// HTTPS: the handshakes the server counted over its life (the probe's
+    /// included): iomux's stats, nginx's log of `$ssl_session_reused`.
+    #[serde(default)]
+    pub handshakes: Option<Handshakes>,
+    /// https-idle: the server's resident memory per idle TLS connection.
+    #[serde(default)]
+    pub idle_rss_bytes_per_conn: Option<f64>,
 }
 
-serving::request_run!(Run);
+/// Handshakes a server completed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handshakes {
+    pub full: u64,
+    pub resumed: u64,
+}
+
+serving::request_run!(Run, served: |r: &Run| r.idle_rss_bytes_per_conn.is_none());
 
 /// Every cell: both clients open; wrk alone in the quota, at depth 1 (the
 /// bound scenario measures the server, which one client does, where the
 /// open one measures wrk).
+/// Over HTTPS: wrk at depth 1 in the quota, and the idle cell (memory, no
+/// quota).
 fn every_cell(p: &Params, pick: impl Fn(&Arm) -> bool) -> Vec<Arm> {
-    let mut arms = Vec::new();
-    for &scenario in &p.scenarios {
-        for client in CLIENTS.into_iter().filter(|&c| scenario == Scenario::Open || c == Client::Wrk) {
-            for &depth in p.depths.iter().filter(|&&d| scenario == Scenario::Open || d == 1) {
-                for &server in &p.servers {
-                    let arm = Arm { server, client, depth, scenario };
-                    if pick(&arm) {
-                        arms.push(arm);
+    let mut cells = Vec::new();
+    for &workload in &p.workloads {
+        match workload {
+            Workload::Plain => {
+                for &scenario in &p.scenarios {
+                    for client in CLIENTS.into_iter().filter(|&c| scenario == Scenario::Open || c == Client::Wrk) {
+                        for &depth in p.depths.iter().filter(|&&d| scenario == Scenario::Open || d == 1) {
+                            cells.push((client, depth, scenario, workload));
+                        }
                     }
                 }
             }
+            Workload::HttpsIdle => cells.push((Client::Wrk, 1, Scenario::Open, workload)),
+            _ if p.scenarios.contains(&Scenario::Bound) => cells.push((Client::Wrk, 1, Scenario::Bound, workload)),
+            _ => {}
         }
     }
-    arms
+    let arms = cells.into_iter().flat_map(|(client, depth, scenario, workload)| {
+        p.servers.iter().map(move |&server| Arm { server, client, depth, scenario, workload })
+    });
+    arms.filter(|a| pick(a)).collect()
+}
+
+/// The best iomux's figure over nginx's, `best` choosing among iomux's.
+fn iomux_over_nginx(r: &RoundView<'_, Arm, Run>, figure: fn(&Run) -> f64, best: fn(f64, f64) -> f64) -> Option<f64> {
+    let runs = runs(r)?;
+    let pick =
+        |iomux: bool| runs.iter().filter(|(a, _)| a.server.is_iomux() == iomux).map(|(_, r)| figure(r)).reduce(best);
+    Some(pick(true)? / pick(false)?)
 }
 
 /// The claim's runs in a round, each with its arm.
 fn runs<'a>(r: &RoundView<'a, Arm, Run>) -> Option<Vec<(&'a Arm, &'a Run)>> {
     Some(r.samples().to_vec())
+}
+
+/// HTTPS's goals, each judged in the cells of its workload: keep-alive
+/// and full handshakes in the quota (requests/s, each request its own
+/// handshake in the second), and the memory of idle connections.
+fn https_claims(p: &Params) -> Vec<Spec<Arm, Run>> {
+    let mut claims = Vec::new();
+    let of = |workload: Workload| every_cell(p, move |a| a.workload == workload);
+    let rates = [
+        (Workload::Https, "E6 https bound wrk: iomux best req/s / nginx's"),
+        (Workload::HttpsFull, "E6 https bound full handshakes/s: iomux best / nginx's"),
+    ];
+    for (workload, name) in rates {
+        let arms = of(workload);
+        if !arms.is_empty() {
+            claims.push(Spec::iomux(name, Needed::AtLeast(GOAL), arms, |r| {
+                iomux_over_nginx(r, |r| r.report.requests_per_sec, f64::max)
+            }));
+        }
+    }
+    let arms = of(Workload::HttpsIdle);
+    if !arms.is_empty() {
+        let name = "E6 https idle: iomux RSS per TLS connection / nginx's";
+        claims.push(Spec::iomux(name, Needed::AtMost(IDLE_MEMORY_GOAL), arms, |r| {
+            iomux_over_nginx(r, |r| r.idle_rss_bytes_per_conn.unwrap_or(f64::NAN), f64::min)
+        }));
+    }
+    claims
 }
 
 pub struct Http;
@@ -220,7 +401,7 @@ impl Experiment for Http {
     experiment_types!(Args, Params, Arm, Run, rounds: params.rounds);
 
     const ENTRY: Entry = Entry::new("http", "E6", "iomux serve --proto http beside nginx, by wrk and h2load")
-        .smoke("--backends epoll,uring --reps 1 --seconds 1 --budget 0")
+        .smoke("--backends epoll,uring --reps 1 --seconds 1 --budget 0 --tls-idle 200")
         .needs(&["wrk", "h2load", "nginx"]);
     const PUBLISHED: &'static str = "nothing: the documents served no HTTP. iomux's goals: 1.2 times nginx's \
                                      requests/s by wrk, and nginx's CPU per request 1.2 times iomux's.";
@@ -242,6 +423,16 @@ impl Experiment for Http {
         let scenarios = args.scenarios.clone().unwrap_or_else(|| vec![Scenario::Open, Scenario::Bound]);
         no_repeats("--scenarios", &scenarios)?;
         let scenarios = quota::runnable(scenarios, args.scenarios.is_some(), &mut missing)?;
+        let workloads = args.workloads.clone().unwrap_or_else(|| {
+            vec![Workload::Plain, Workload::Https, Workload::HttpsFull, Workload::HttpsResumed, Workload::HttpsIdle]
+        });
+        no_repeats("--workloads", &workloads)?;
+        let bound_tls = workloads.iter().any(|w| w.is_tls() && *w != Workload::HttpsIdle);
+        if bound_tls && args.workloads.is_some() && !scenarios.contains(&Scenario::Bound) {
+            return Err("--workloads https, https-full and https-resumed run in the bound scenario: \
+                        add bound to --scenarios"
+                .into());
+        }
         let mut clients = Vec::new();
         for client in CLIENTS {
             match client.tool().find() {
@@ -253,6 +444,8 @@ impl Experiment for Http {
             servers,
             depths,
             scenarios,
+            workloads,
+            tls_idle: args.tls_idle.unwrap_or(TLS_IDLE),
             clients,
             missing,
             conns: CONNS,
@@ -266,29 +459,25 @@ impl Experiment for Http {
     fn claims(p: &Params) -> Vec<Spec<Arm, Run>> {
         let mut claims = Vec::new();
         let wrk_at = |depth: u32, scenario: Scenario| {
-            every_cell(p, move |a| a.client == Client::Wrk && a.depth == depth && a.scenario == scenario)
+            every_cell(p, move |a| {
+                a.client == Client::Wrk && a.depth == depth && a.scenario == scenario && a.workload == Workload::Plain
+            })
         };
         // Open at every depth; in the quota at depth 1, where the open
         // figure measures the client.
+        let plain = p.workloads.contains(&Workload::Plain);
         let rate_claims =
             p.depths.iter().map(|&d| (d, Scenario::Open)).chain(
                 (p.scenarios.contains(&Scenario::Bound) && p.depths.contains(&1)).then_some((1, Scenario::Bound)),
             );
-        for (depth, scenario) in rate_claims.filter(|(_, s)| p.scenarios.contains(s)) {
+        for (depth, scenario) in rate_claims.filter(|(_, s)| plain && p.scenarios.contains(s)) {
             let arms = wrk_at(depth, scenario);
             let name = match scenario {
                 Scenario::Open => format!("E6 wrk depth {depth}: iomux best req/s / nginx's"),
                 Scenario::Bound => format!("E6 bound wrk depth {depth}: iomux best req/s / nginx's"),
             };
-            let claim = Spec::iomux(name, Needed::AtLeast(GOAL), arms, move |r| {
-                let runs = runs(r)?;
-                let rate = |pick: &dyn Fn(&Server) -> bool| {
-                    runs.iter()
-                        .filter(|(a, _)| pick(&a.server))
-                        .map(|(_, r)| r.report.requests_per_sec)
-                        .reduce(f64::max)
-                };
-                Some(rate(&Server::is_iomux)? / rate(&|s| *s == Server::Nginx)?)
+            let claim = Spec::iomux(name, Needed::AtLeast(GOAL), arms, |r| {
+                iomux_over_nginx(r, |r| r.report.requests_per_sec, f64::max)
             });
             // Open at depth 1, wrk's one thread saturates before either
             // server: the figure measures wrk, and the bound one is the goal.
@@ -299,33 +488,34 @@ impl Experiment for Http {
         // each saturated in some cells, measure themselves as much as the
         // servers. Errors are judged in the cells the claims measure; every
         // cell's count is in the table.
-        let judged = every_cell(p, |a| a.client == Client::Wrk);
-        claims.push(Spec::iomux("E6 errors reported by wrk", Needed::AtMost(0.0), judged, move |r| {
-            Some(runs(r)?.iter().map(|(_, r)| r.report.errors as f64).sum())
+        let judged = every_cell(p, |a| a.client == Client::Wrk && a.workload != Workload::HttpsIdle);
+        claims.extend((!judged.is_empty()).then(|| {
+            Spec::iomux("E6 errors reported by wrk", Needed::AtMost(0.0), judged, move |r| {
+                Some(runs(r)?.iter().map(|(_, r)| r.report.errors as f64).sum())
+            })
         }));
-        if p.depths.contains(&1) && p.scenarios.contains(&Scenario::Open) {
+        if plain && p.depths.contains(&1) && p.scenarios.contains(&Scenario::Open) {
             let arms = wrk_at(1, Scenario::Open);
             claims.push(Spec::iomux(
                 "E6 wrk depth 1: nginx CPU/request / iomux best's",
                 Needed::AtLeast(GOAL),
                 arms,
-                move |r| {
-                    let runs = runs(r)?;
-                    let cpu = |pick: &dyn Fn(&Server) -> bool| {
-                        runs.iter()
-                            .filter(|(a, _)| pick(&a.server))
-                            .map(|(_, r)| r.server_cpu_us_per_request)
-                            .reduce(f64::min)
-                    };
-                    Some(cpu(&|s| *s == Server::Nginx)? / cpu(&Server::is_iomux)?)
-                },
+                |r| iomux_over_nginx(r, |r| r.server_cpu_us_per_request, f64::min).map(|x| 1.0 / x),
             ));
         }
+        claims.extend(https_claims(p));
         claims
     }
 
     fn metrics() -> Vec<Metric<Run>> {
-        request_metrics()
+        let mut metrics = request_metrics();
+        metrics.push(Metric {
+            name: "RSS per idle TLS connection",
+            unit: "B",
+            higher_is_better: false,
+            get: |r: &Run| r.idle_rss_bytes_per_conn.unwrap_or(f64::NAN),
+        });
+        metrics
     }
 
     fn first_arms(p: &Params, _: usize, _: &Trial<Arm, Run>) -> Vec<Arm> {
@@ -339,10 +529,21 @@ impl Experiment for Http {
         }
         let scratch = crate::os::PrivateDir::new("iomux-lab-http", "the wrk script")
             .map_err(|e| format!("creating a folder for the wrk script: {e}"))?;
-        let nginx = Tool::Nginx.find().is_ok();
+        let nginx = Tool::Nginx.find().ok();
+        let lab = match p.workloads.iter().any(|w| w.is_tls()) {
+            true => Some(LabTls::new()?),
+            false => None,
+        };
         Ok(Box::new(move |a: &Arm| -> Measured<Run> {
+            if a.workload == Workload::HttpsIdle {
+                if nginx.is_none() && a.server == Server::Nginx {
+                    return Ok(Err(missing.clone()));
+                }
+                let lab = lab.as_ref().ok_or("no certificate was made for the https cells")?;
+                return Ok(tls::idle_cell(a, lab, p.tls_idle, nginx.as_deref()));
+            }
             let program = p.clients.iter().find(|(c, _)| *c == a.client).map(|(_, path)| path);
-            let Some(program) = program.filter(|_| nginx || a.server != Server::Nginx) else {
+            let Some(program) = program.filter(|_| nginx.is_some() || a.server != Server::Nginx) else {
                 return Ok(Err(missing.clone()));
             };
             let lua = scratch.path().join(format!("pipeline-{}.lua", a.depth));
@@ -350,7 +551,7 @@ impl Experiment for Http {
                 std::fs::write(&lua, clients::wrk_pipeline_script(a.depth))
                     .map_err(|e| format!("writing {}: {e}", lua.display()))?;
             }
-            Ok(run_cell(a, program, p.seconds, &lua))
+            Ok(run_cell(a, program, p.seconds, &lua, lab.as_ref()))
         }))
     }
 
@@ -376,15 +577,27 @@ mod tests {
             client_util,
             syscalls_per_request: None,
             throttled_periods: None,
+            handshakes: None,
+            idle_rss_bytes_per_conn: None,
         }
     }
 
-    /// E6's claims over six quiet rounds of what `value` gives each cell.
+    /// E6's plaintext claims over six quiet rounds of what `value` gives each cell.
     fn judged(servers: Vec<Server>, value: impl Fn(&Arm) -> Measured<Run>) -> Vec<Claim> {
+        judged_with(servers, vec![Workload::Plain], value)
+    }
+
+    fn judged_with(
+        servers: Vec<Server>,
+        workloads: Vec<Workload>,
+        value: impl Fn(&Arm) -> Measured<Run>,
+    ) -> Vec<Claim> {
         let p = Params {
             servers,
             depths: vec![1, 16],
             scenarios: vec![Scenario::Open, Scenario::Bound],
+            workloads,
+            tls_idle: 100,
             clients: vec![(Client::Wrk, "wrk".into()), (Client::H2load, "h2load".into())],
             missing: vec![],
             conns: CONNS,
@@ -439,5 +652,56 @@ mod tests {
         let errors = get("E6 errors reported by wrk");
         assert_eq!(errors.verdict, crate::lab::harness::claim::Verdict::NotMeasurable, "{errors:?}");
         assert!(errors.why.contains("server died"), "{errors:?}");
+    }
+
+    #[test]
+    fn https_claims_judge_their_own_cells_and_leave_plaintext_alone() {
+        let (i, n) = (Server::Iomux(Backend::Epoll), Server::Nginx);
+        let all =
+            vec![Workload::Plain, Workload::Https, Workload::HttpsFull, Workload::HttpsResumed, Workload::HttpsIdle];
+        let claims = judged_with(vec![i, n], all, |a| {
+            let nginx = a.server == Server::Nginx;
+            Ok(Ok(match a.workload {
+                Workload::Plain => run(if nginx { 80_000.0 } else { 100_000.0 }, 0.5, 0),
+                Workload::Https => run(if nginx { 50_000.0 } else { 75_000.0 }, 0.5, 0),
+                Workload::HttpsFull => run(if nginx { 1_000.0 } else { 2_000.0 }, 1.0, 0),
+                // Resumed handshakes are a figure, not a goal: any rate here
+                // changes no claim.
+                Workload::HttpsResumed => run(if nginx { 9e9 } else { 1.0 }, 1.0, 0),
+                Workload::HttpsIdle => {
+                    Run { idle_rss_bytes_per_conn: Some(if nginx { 50_000.0 } else { 5_000.0 }), ..run(1.0, 0.0, 0) }
+                }
+            }))
+        });
+        let median = |q: &str| claims.iter().find(|c| c.quantity == q).and_then(|c| c.estimate).map(|e| e.median);
+        assert_eq!(median("E6 bound wrk depth 1: iomux best req/s / nginx's"), Some(1.25));
+        assert_eq!(median("E6 https bound wrk: iomux best req/s / nginx's"), Some(1.5));
+        assert_eq!(median("E6 https bound full handshakes/s: iomux best / nginx's"), Some(2.0));
+        assert_eq!(median("E6 https idle: iomux RSS per TLS connection / nginx's"), Some(0.1));
+        assert_eq!(claims.len(), 8, "{claims:?}");
+        // Without plaintext, no plaintext claim is made (none "not measured").
+        let https_only = judged_with(vec![i, n], vec![Workload::Https], |_| Ok(Ok(run(1.0, 0.5, 0))));
+        let names: Vec<&str> = https_only.iter().map(|c| c.quantity.as_str()).collect();
+        assert_eq!(names, ["E6 errors reported by wrk", "E6 https bound wrk: iomux best req/s / nginx's"]);
+    }
+
+    #[test]
+    fn a_memory_cell_gives_no_request_figures() {
+        let idle = Run { idle_rss_bytes_per_conn: Some(5_000.0), ..run(1.0, 0.0, 0) };
+        let values: Vec<f64> = Http::metrics().iter().map(|m| (m.get)(&idle)).collect();
+        assert!(values[0].is_nan() && values[1].is_nan() && values[2] == 5_000.0, "{values:?}");
+        let served = run(1_000.0, 0.5, 0);
+        let values: Vec<f64> = Http::metrics().iter().map(|m| (m.get)(&served)).collect();
+        assert!(values[0] == 1_000.0 && values[2].is_nan(), "{values:?}");
+        let arm = Arm {
+            server: Server::Nginx,
+            client: Client::Wrk,
+            depth: 1,
+            scenario: Scenario::Bound,
+            workload: Workload::HttpsFull,
+        };
+        assert_eq!(arm.to_string(), "nginx wrk depth 1 https full handshakes bound");
+        assert_eq!(Workload::HttpsFull.quota_share(), HANDSHAKE_SHARE);
+        assert_eq!(Workload::Https.quota_share(), BOUND_SHARE);
     }
 }

@@ -7,10 +7,14 @@ impl Shown for Http {
     fn view(env: &Envelope<Params, Arm, Run>) -> CliResult<View> {
         let p = &env.params;
         let mut view = View { intro: vec![intro(p)], ..View::default() };
+        if p.workloads.iter().any(|w| w.is_tls()) {
+            view.intro.push(https_intro(p));
+        }
         if !p.missing.is_empty() {
             view.intro.push(format!("Not run: {}; install with {INSTALL}.", p.missing.join("; ")));
         }
-        let tables = p.scenarios.iter().flat_map(|&scenario| {
+        let plain = p.workloads.contains(&Workload::Plain);
+        let tables = p.scenarios.iter().filter(|_| plain).flat_map(|&scenario| {
             CLIENTS
                 .into_iter()
                 .filter(move |&c| scenario == Scenario::Open || c == Client::Wrk)
@@ -18,33 +22,30 @@ impl Shown for Http {
         });
         for (scenario, client) in tables {
             for &depth in &p.depths {
-                let nginx = env
-                    .estimate(&Arm { server: Server::Nginx, client, depth, scenario }, |r| r.report.requests_per_sec);
+                let nginx = env.estimate(
+                    &Arm { server: Server::Nginx, client, depth, scenario, workload: Workload::Plain },
+                    |r| r.report.requests_per_sec,
+                );
                 let wrk = client == Client::Wrk;
                 let mut t = TableView {
                     caption: match scenario {
                         Scenario::Open => format!("{} depth {depth}", client.name()),
                         Scenario::Bound => format!("{} depth {depth}, every server in a 50% CPU quota", client.name()),
                     },
-                    header: [
-                        "server",
-                        "runs",
-                        "requests/s",
-                        "/ nginx",
-                        "server CPU us/req",
-                        "server CPU",
-                        "client CPU",
-                        if wrk { "p50 us" } else { "mean us" },
-                        if wrk { "p99 us" } else { "-" },
-                        "errors",
-                        "syscalls/req",
-                    ]
-                    .map(String::from)
-                    .to_vec(),
+                    header: serving::REQUEST_COLUMNS
+                        .into_iter()
+                        .chain([
+                            if wrk { "p50 us" } else { "mean us" },
+                            if wrk { "p99 us" } else { "-" },
+                            "errors",
+                            "syscalls/req",
+                        ])
+                        .map(String::from)
+                        .collect(),
                     rows: Vec::new(),
                 };
                 for &server in &p.servers {
-                    let arm = Arm { server, client, depth, scenario };
+                    let arm = Arm { server, client, depth, scenario, workload: Workload::Plain };
                     let bound = scenario == Scenario::Bound;
                     let footnote = &mut |why: &str| view.footnote(why);
                     let mut row =
@@ -68,7 +69,8 @@ impl Shown for Http {
                 view.tables.push(t);
             }
         }
-        if !env.takes.is_empty() {
+        https_tables(env, &mut view);
+        if plain && !env.takes.is_empty() {
             view.svg = Some(svg(env)?);
         }
         Ok(view)
@@ -101,6 +103,28 @@ pub(super) fn intro(p: &Params) -> String {
     )
 }
 
+fn https_intro(p: &Params) -> String {
+    format!(
+        "HTTPS: one ECDSA P-256 certificate, made by the lab, for every server; TLS 1.3 with {suite} and {group} \
+         only (iomux: `--tls-suites`, `--tls-groups`; nginx: `ssl_protocols TLSv1.3`, `ssl_ecdh_curve`, \
+         `ssl_conf_command Ciphersuites`), checked by a probe before each run. Keep-alive: wrk over https, every \
+         server in a {ka:.0}% quota. Handshakes: wrk with `Connection: close`, a connection per request, every server \
+         in a {hs:.0}% quota so that wrk's one thread keeps ahead of the server (at 50%, iomux's full handshakes \
+         outpaced it). Full: resumption off on every server (`--tls-no-resumption`; nginx `ssl_session_tickets off`, \
+         `ssl_session_cache off`); resumed: tickets on, and wrk resumes the session it keeps. Handshakes are \
+         counted by the server over its life: iomux's stats, and nginx's log of `$ssl_session_reused` (in these \
+         cells only). Idle: `iomux load --conns 0 --idle {idle} --tls-ca` on the client's CPU opens and holds {idle} \
+         TLS connections; each server's resident memory (all its processes) is read every 10 ms, and the most it \
+         held less its first reading, over {idle}, is its memory per connection (iomux with `--http-header-timeout \
+         60`, as nginx's `client_header_timeout`).",
+        suite = tls::SUITE,
+        group = tls::GROUP,
+        ka = Workload::Https.quota_share() * 100.0,
+        hs = Workload::HttpsFull.quota_share() * 100.0,
+        idle = p.tls_idle,
+    )
+}
+
 pub(super) fn svg(env: &Envelope<Params, Arm, Run>) -> CliResult<String> {
     let p = &env.params;
     let mut groups = Vec::new();
@@ -112,7 +136,82 @@ pub(super) fn svg(env: &Envelope<Params, Arm, Run>) -> CliResult<String> {
             }
         }
     }
-    let arm = |server, (client, depth, scenario)| Arm { server, client, depth, scenario };
+    let arm = |server, (client, depth, scenario)| Arm { server, client, depth, scenario, workload: Workload::Plain };
     let what = "E6: HTTP GET /plaintext requests/s, 100 connections";
     serving::requests_bars((env, &p.servers), groups, arm, (what, "client and pipelining depth (requests per write)"))
+}
+
+/// HTTPS in the quota (a row per workload and server), then the memory of
+/// idle TLS connections.
+fn https_tables(env: &Envelope<Params, Arm, Run>, view: &mut View) {
+    let p = &env.params;
+    let bound = [Workload::Https, Workload::HttpsFull, Workload::HttpsResumed];
+    let measured: Vec<Workload> = bound.into_iter().filter(|w| p.workloads.contains(w)).collect();
+    let cell = |server, workload| Arm { server, client: Client::Wrk, depth: 1, scenario: Scenario::Bound, workload };
+    if !measured.is_empty() && p.scenarios.contains(&Scenario::Bound) {
+        let header: Vec<&str> = std::iter::once("workload")
+            .chain(serving::REQUEST_COLUMNS)
+            .chain(["handshakes full", "resumed", "errors"])
+            .collect();
+        let caption = format!(
+            "HTTPS (TLS 1.3, {}, {}) by wrk, every server in the same CPU quota: {:.0}% of a CPU for keep-alive, \
+             {:.0}% for a handshake per request",
+            tls::SUITE,
+            tls::GROUP,
+            Workload::Https.quota_share() * 100.0,
+            Workload::HttpsFull.quota_share() * 100.0
+        );
+        let mut t = TableView::new(caption, &header, Vec::new());
+        for workload in measured {
+            let nginx = env.estimate(&cell(Server::Nginx, workload), |r| r.report.requests_per_sec);
+            for &server in &p.servers {
+                let arm = cell(server, workload);
+                let footnote = &mut |why: &str| view.footnote(why);
+                let mut row = vec![workload.to_string()];
+                row.extend(serving::request_row(env, (&arm, server.to_string(), true), nginx, SATURATED, footnote));
+                let handshakes = |f: fn(&Handshakes) -> u64| {
+                    let counted = env.estimate(&arm, |r| r.handshakes.as_ref().map_or(f64::NAN, |h| f(h) as f64));
+                    fixed(counted.map(|e| e.median), 0)
+                };
+                row.extend([
+                    handshakes(|h| h.full),
+                    handshakes(|h| h.resumed),
+                    env.kept(&arm).map(|r| r.report.errors).sum::<u64>().to_string(),
+                ]);
+                t.rows.push(row);
+            }
+        }
+        view.tables.push(t);
+    }
+    if p.workloads.contains(&Workload::HttpsIdle) {
+        let cell = |server| Arm {
+            server,
+            client: Client::Wrk,
+            depth: 1,
+            scenario: Scenario::Open,
+            workload: Workload::HttpsIdle,
+        };
+        let rss = |r: &Run| r.idle_rss_bytes_per_conn.unwrap_or(f64::NAN);
+        let nginx = env.estimate(&cell(Server::Nginx), rss).map(|e| e.median);
+        let mut t = TableView::new(
+            format!(
+                "{} idle TLS connections held by iomux load: the server's resident memory per connection",
+                p.tls_idle
+            ),
+            &["server", "runs", "RSS per connection (B)", "/ nginx"],
+            Vec::new(),
+        );
+        for &server in &p.servers {
+            let arm = cell(server);
+            let estimate = env.estimate(&arm, rss);
+            let median = estimate.as_ref().map(|e| e.median);
+            t.rows.push(vec![
+                server.to_string(),
+                env.kept(&arm).count().to_string(),
+                crate::lab::render::markdown::cell(estimate),
+                fixed(median.zip(nginx).map(|(m, n)| m / n), 2),
+            ]);
+        }
+        view.tables.push(t);
+    }
 }

@@ -74,7 +74,8 @@ pub(super) fn with_proxy<T>(
 pub(super) fn requests(p: &Params, arm: &Arm) -> Result<Run, String> {
     let (server_cpu, client_cpu) = crate::lab::rig::cell::cpus();
     let wrk = p.wrk.as_ref().ok_or("wrk not found")?;
-    let nginx = Nginx::start(p.nginx.as_ref().ok_or("nginx not found")?, server_cpu).map_err(|e| e.to_string())?;
+    let nginx =
+        Nginx::start(p.nginx.as_ref().ok_or("nginx not found")?, server_cpu, None).map_err(|e| e.to_string())?;
     let run = with_proxy(p, arm, nginx.addr, 4096, |proxy, quota| {
         answers_plaintext(proxy.addr()).map_err(|e| format!("{}: through the proxy: {e}", arm.proxy))?;
         let url = format!("http://{}/plaintext", proxy.addr());

@@ -9,12 +9,68 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The configuration: the plaintext response from a `return 200`, no
-/// logging of requests, and keep-alive without a request limit (nginx's
-/// default of 1000 requests per connection would make the client
-/// reconnect every 1000 requests, which iomux is never asked to do).
-pub fn config(prefix: &Path, addr: SocketAddr) -> String {
+/// Connections nginx's one worker accepts in plaintext.
+const PLAIN_CONNS: u32 = 4096;
+
+/// nginx over TLS, for E6's HTTPS cells: the lab's certificate; TLS 1.3
+/// with AES-128-GCM and X25519 only (as iomux is told); resumption by
+/// tickets, or none.
+pub struct NginxTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub resumption: bool,
+    /// Log every request's `$ssl_session_reused`, so that full and resumed
+    /// handshakes are counted when each request has its own connection (a
+    /// buffered log of 2 bytes a request: one write per 32,768 requests).
+    pub log_handshakes: bool,
+    /// Connections the worker must hold at once.
+    pub conns: u32,
+}
+
+/// Handshakes nginx's log counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoggedHandshakes {
+    pub full: u64,
+    pub resumed: u64,
+}
+
+/// The descriptors one process may have here: the per-process limit,
+/// which root cannot raise.
+const NOFILE: u32 = 20_000;
+
+/// The configuration: the plaintext response from a `return 200`, and
+/// keep-alive without a request limit (nginx's default of 1000 requests
+/// per connection would make the client reconnect every 1000 requests,
+/// which iomux is never asked to do). Requests are logged only over TLS,
+/// to count resumed handshakes.
+pub fn config(prefix: &Path, addr: SocketAddr, tls: Option<&NginxTls>) -> String {
     let p = prefix.display();
+    let conns = tls.map_or(PLAIN_CONNS, |t| t.conns.max(PLAIN_CONNS));
+    let logging = match tls {
+        Some(t) if t.log_handshakes => {
+            format!("log_format reuse '$ssl_session_reused'; access_log {p}/reuse.log reuse buffer=64k;")
+        }
+        _ => "access_log off;".to_string(),
+    };
+    let (listen, tls_lines) = match tls {
+        None => (addr.to_string(), String::new()),
+        Some(t) => (
+            format!("{addr} ssl"),
+            format!(
+                "\x20   ssl_certificate {};\n\
+                 \x20   ssl_certificate_key {};\n\
+                 \x20   ssl_protocols TLSv1.3;\n\
+                 \x20   ssl_ecdh_curve X25519;\n\
+                 \x20   ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;\n\
+                 \x20   ssl_session_tickets {};\n\
+                 \x20   ssl_session_cache off;\n",
+                t.cert.display(),
+                t.key.display(),
+                if t.resumption { "on" } else { "off" }
+            ),
+        ),
+    };
+    let nofile = (2 * conns + 64).min(NOFILE);
     format!(
         "# Written by iomux bench http.\n\
          worker_processes 1;\n\
@@ -22,9 +78,10 @@ pub fn config(prefix: &Path, addr: SocketAddr) -> String {
          master_process on;\n\
          error_log {p}/error.log warn;\n\
          pid {p}/nginx.pid;\n\
-         events {{ worker_connections 4096; }}\n\
+         worker_rlimit_nofile {nofile};\n\
+         events {{ worker_connections {conns}; }}\n\
          http {{\n\
-         \x20 access_log off;\n\
+         \x20 {logging}\n\
          \x20 keepalive_requests 1000000000;\n\
          \x20 client_body_temp_path {p}/body;\n\
          \x20 proxy_temp_path {p}/proxy;\n\
@@ -32,7 +89,8 @@ pub fn config(prefix: &Path, addr: SocketAddr) -> String {
          \x20 uwsgi_temp_path {p}/uwsgi;\n\
          \x20 scgi_temp_path {p}/scgi;\n\
          \x20 server {{\n\
-         \x20   listen {addr};\n\
+         \x20   listen {listen};\n\
+         {tls_lines}\
          \x20   location = /plaintext {{ default_type text/plain; return 200 \"Hello, World!\"; }}\n\
          \x20 }}\n\
          }}\n"
@@ -47,8 +105,9 @@ pub struct Nginx {
 
 impl Nginx {
     /// Starts `program` with its own configuration on a free loopback port,
-    /// pinned to `cpu`, and waits until it answers.
-    pub fn start(program: &Path, cpu: Option<usize>) -> CliResult<Nginx> {
+    /// pinned to `cpu`, and waits until it answers (over TLS: until it
+    /// accepts connections; the caller's probe speaks TLS).
+    pub fn start(program: &Path, cpu: Option<usize>, tls: Option<&NginxTls>) -> CliResult<Nginx> {
         use std::os::unix::process::CommandExt;
         let prefix = fresh_dir()?;
         // A free port now; nginx binds it a moment later (nothing else here
@@ -57,7 +116,7 @@ impl Nginx {
             .and_then(|l| l.local_addr())
             .map_err(|e| format!("finding a free port for nginx: {e}"))?;
         let conf = prefix.join("nginx.conf");
-        std::fs::write(&conf, config(&prefix, addr)).map_err(|e| format!("writing {}: {e}", conf.display()))?;
+        std::fs::write(&conf, config(&prefix, addr, tls)).map_err(|e| format!("writing {}: {e}", conf.display()))?;
         let mut cmd = Command::new(program);
         cmd.arg("-c")
             .arg(&conf)
@@ -86,7 +145,13 @@ impl Nginx {
             if let Ok(Some(status)) = nginx.child.try_wait() {
                 return Err(format!("nginx exited at start with {status}: {}", nginx.error_log()).into());
             }
-            match answers_plaintext(addr) {
+            let ready = match tls {
+                None => answers_plaintext(addr),
+                Some(_) => {
+                    TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map(drop).map_err(|e| e.to_string())
+                }
+            };
+            match ready {
                 Ok(()) => return Ok(nginx),
                 Err(e) if Instant::now() > deadline => {
                     return Err(
@@ -118,6 +183,17 @@ impl Nginx {
         }
         Err(format!("nginx did not stop within 5 s of SIGQUIT; killed. {}", self.error_log()).into())
     }
+
+    /// Stops nginx (its log is flushed at a graceful stop) and counts the
+    /// handshakes of the requests it logged over TLS: `r` resumed, `.` not.
+    pub fn stop_counting(mut self) -> CliResult<LoggedHandshakes> {
+        if !crate::os::signal_and_wait(&mut self.child, rustix::process::Signal::QUIT, Duration::from_secs(5)) {
+            return Err(format!("nginx did not stop within 5 s of SIGQUIT; killed. {}", self.error_log()).into());
+        }
+        let log = self.prefix.join("reuse.log");
+        let text = std::fs::read_to_string(&log).map_err(|e| format!("reading nginx's log {}: {e}", log.display()))?;
+        Ok(count_reused(&text))
+    }
 }
 
 impl Drop for Nginx {
@@ -147,6 +223,19 @@ fn fresh_dir() -> CliResult<PathBuf> {
     Ok(dir)
 }
 
+/// Handshakes in a log of `$ssl_session_reused`, one line per request.
+fn count_reused(text: &str) -> LoggedHandshakes {
+    let mut n = LoggedHandshakes::default();
+    for line in text.lines() {
+        match line.trim() {
+            "r" => n.resumed += 1,
+            "." => n.full += 1,
+            _ => {}
+        }
+    }
+    n
+}
+
 /// Whether `addr` answers `GET /plaintext` with TechEmpower's body.
 pub fn answers_plaintext(addr: SocketAddr) -> Result<(), String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| format!("connect: {e}"))?;
@@ -169,11 +258,40 @@ mod tests {
 
     #[test]
     fn the_configuration_serves_plaintext_from_a_return() {
-        let c = config(Path::new("/tmp/x"), "127.0.0.1:8080".parse().unwrap());
+        let c = config(Path::new("/tmp/x"), "127.0.0.1:8080".parse().unwrap(), None);
         assert!(c.contains("worker_processes 1;") && c.contains("access_log off;"));
         assert!(c.contains("listen 127.0.0.1:8080;"));
         assert!(c.contains("return 200 \"Hello, World!\";"));
         assert!(c.contains("pid /tmp/x/nginx.pid;"));
+        assert!(c.contains("worker_connections 4096;") && !c.contains("ssl"));
         assert_eq!(c.matches('{').count(), c.matches('}').count());
+    }
+
+    #[test]
+    fn over_tls_it_pins_the_suite_and_logs_resumption() {
+        let tls = NginxTls {
+            cert: "/c.pem".into(),
+            key: "/k.pem".into(),
+            resumption: false,
+            log_handshakes: true,
+            conns: 10_256,
+        };
+        let c = config(Path::new("/tmp/x"), "127.0.0.1:8443".parse().unwrap(), Some(&tls));
+        for line in [
+            "listen 127.0.0.1:8443 ssl;",
+            "ssl_certificate /c.pem;",
+            "ssl_certificate_key /k.pem;",
+            "ssl_protocols TLSv1.3;",
+            "ssl_ecdh_curve X25519;",
+            "ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;",
+            "ssl_session_tickets off;",
+            "worker_connections 10256;",
+            "worker_rlimit_nofile 20000;",
+            "access_log /tmp/x/reuse.log reuse buffer=64k;",
+        ] {
+            assert!(c.contains(line), "{line} in {c}");
+        }
+        assert_eq!(c.matches('{').count(), c.matches('}').count());
+        assert_eq!(count_reused("r\n.\nr\n\n"), LoggedHandshakes { full: 1, resumed: 2 });
     }
 }

@@ -1,0 +1,206 @@
+//! E6's HTTPS cells: one certificate for every server (ECDSA P-256, made
+//! by the lab), one suite (TLS 1.3, AES-128-GCM, X25519) pinned on both
+//! sides and checked by a probe before each run, and the idle cell:
+//! TLS connections held open, the servers' resident memory per connection.
+
+use super::{Arm, Run, Server, Workload};
+use crate::lab::rig::anchors::clients::Report;
+use crate::lab::rig::anchors::nginx::{Nginx, NginxTls};
+use crate::lab::rig::child::{load_args_to, ServerChild};
+use crate::lab::rig::load_child::{LoadChild, Stderr};
+use crate::lab::rig::sampler::Sampler;
+use crate::os::PrivateDir;
+use crate::CliResult;
+use iomux_tls::rustls::{self, pki_types::ServerName, ClientConfig, ClientConnection, StreamOwned};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The suite and group every server is held to (the issue's choice:
+/// what most clients negotiate first with an ECDSA certificate).
+pub const SUITE: &str = "TLS13_AES_128_GCM_SHA256";
+pub const GROUP: &str = "X25519";
+/// The name the certificate is for, and the clients ask for.
+const NAME: &str = "localhost";
+
+/// How long the idle connections are held once all are up: the RSS
+/// sampler reads every 10 ms.
+const IDLE_HOLD_S: f64 = 1.0;
+
+/// The lab's certificate, its files, and a client config trusting it.
+pub struct LabTls {
+    _dir: PrivateDir,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    client: Arc<ClientConfig>,
+}
+
+impl LabTls {
+    pub fn new() -> CliResult<LabTls> {
+        let dir = PrivateDir::new("iomux-lab-tls", "the lab's certificate")?;
+        let identity = iomux_tls::certs::self_signed(&[NAME])?;
+        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        std::fs::write(&cert, &identity.chain_pem).map_err(|e| format!("writing {}: {e}", cert.display()))?;
+        std::fs::write(&key, &identity.key_pem).map_err(|e| format!("writing {}: {e}", key.display()))?;
+        let config = ClientConfig::builder().with_root_certificates(identity.roots()?).with_no_client_auth();
+        Ok(LabTls { _dir: dir, cert, key, client: Arc::new(config) })
+    }
+
+    /// `iomux serve`'s flags for `workload`.
+    pub fn serve_flags(&self, workload: Workload) -> Vec<String> {
+        let mut flags: Vec<String> = vec![
+            "--tls-cert".into(),
+            self.cert.display().to_string(),
+            "--tls-key".into(),
+            self.key.display().to_string(),
+            "--tls-suites".into(),
+            SUITE.into(),
+            "--tls-groups".into(),
+            GROUP.into(),
+        ];
+        match workload {
+            Workload::HttpsFull => flags.push("--tls-no-resumption".into()),
+            // nginx's client_header_timeout: an idle connection is held
+            // 60 s before its first request.
+            Workload::HttpsIdle => flags.extend(["--http-header-timeout".into(), "60".into()]),
+            _ => {}
+        }
+        flags
+    }
+
+    /// nginx's TLS for `workload`, holding `conns` connections.
+    pub fn nginx(&self, workload: Workload, conns: u32) -> NginxTls {
+        NginxTls {
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            resumption: workload != Workload::HttpsFull,
+            log_handshakes: workload.reconnects(),
+            conns,
+        }
+    }
+
+    /// `GET /plaintext` over TLS: TechEmpower's body, with TLS 1.3, the
+    /// pinned suite and group (the server's choice, offered everything).
+    pub fn probe(&self, addr: SocketAddr) -> Result<(), String> {
+        let name = ServerName::try_from(NAME).map_err(|e| e.to_string())?;
+        let conn = ClientConnection::new(self.client.clone(), name).map_err(|e| e.to_string())?;
+        let sock = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| format!("connect: {e}"))?;
+        sock.set_read_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+        let mut s = StreamOwned::new(conn, sock);
+        s.write_all(b"GET /plaintext HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+            .map_err(|e| format!("https: {e}"))?;
+        let mut answer = Vec::new();
+        // A server that closes without close_notify still answered.
+        if let Err(e) = s.read_to_end(&mut answer) {
+            if answer.is_empty() {
+                return Err(format!("https: {e}"));
+            }
+        }
+        let text = String::from_utf8_lossy(&answer);
+        if !(text.starts_with("HTTP/1.1 200 OK\r\n") && text.ends_with("\r\n\r\nHello, World!")) {
+            return Err(format!("unexpected answer to GET /plaintext over TLS: {text:?}"));
+        }
+        let suite = s.conn.negotiated_cipher_suite().map(|s| format!("{:?}", s.suite()));
+        let group = s.conn.negotiated_key_exchange_group().map(|g| format!("{:?}", g.name()));
+        let version = s.conn.protocol_version();
+        if (suite.as_deref(), group.as_deref(), version)
+            != (Some(SUITE), Some(GROUP), Some(rustls::ProtocolVersion::TLSv1_3))
+        {
+            return Err(format!(
+                "negotiated {version:?} {suite:?} {group:?}, not TLS 1.3 with {SUITE} and {GROUP}: the pin did not hold"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The idle cell: `conns` TLS connections opened by `iomux load` (on the
+/// client CPU) and held; the server's resident memory per connection is
+/// the most it held while they were open less what it held before.
+pub fn idle_cell(arm: &Arm, lab: &LabTls, conns: u32, nginx_program: Option<&std::path::Path>) -> Result<Run, String> {
+    let (server_cpu, client_cpu) = crate::lab::rig::cell::cpus();
+    let (addr, pids, server) = match arm.server {
+        Server::Iomux(backend) => {
+            let child = ServerChild::start_with(backend, "http", server_cpu, None, 1, &lab.serve_flags(arm.workload))
+                .map_err(|e| e.to_string())?;
+            (child.addr, vec![child.pid], Running::Iomux(child))
+        }
+        Server::Nginx => {
+            let program = nginx_program.ok_or("nginx not found")?;
+            // nginx closes connections waiting for a request once fewer
+            // than 1/16 of its worker_connections are free (its log: "not
+            // enough, reusing connections"): an eighth more, and some.
+            let room = conns + conns / 8 + 256;
+            let nginx =
+                Nginx::start(program, server_cpu, Some(&lab.nginx(arm.workload, room))).map_err(|e| e.to_string())?;
+            (nginx.addr, nginx.pids(), Running::Nginx(nginx))
+        }
+    };
+    lab.probe(addr).map_err(|e| format!("{}: {e}", arm.server))?;
+    let held = hold_idle(addr, &pids, lab, conns, client_cpu);
+    server.stop()?;
+    let rss_per_conn = held?;
+    Ok(Run {
+        // Not served: `served()` says so, and these are not figures.
+        report: Report::default(),
+        server_cpu_us_per_request: 0.0,
+        server_util: 0.0,
+        client_util: 0.0,
+        syscalls_per_request: None,
+        throttled_periods: None,
+        handshakes: None,
+        idle_rss_bytes_per_conn: Some(rss_per_conn),
+    })
+}
+
+/// A server started for one cell.
+enum Running {
+    Iomux(ServerChild),
+    Nginx(Nginx),
+}
+
+impl Running {
+    fn stop(self) -> Result<(), String> {
+        match self {
+            Running::Iomux(child) => child.stop().map(drop).map_err(|e| e.to_string()),
+            Running::Nginx(nginx) => nginx.stop().map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// Opens and holds the idle connections; returns the RSS per connection.
+fn hold_idle(addr: SocketAddr, pids: &[u32], lab: &LabTls, conns: u32, cpu: Option<usize>) -> Result<f64, String> {
+    let sampler = Sampler::start(cpu);
+    for &pid in pids {
+        sampler.watch(pid);
+    }
+    let mut args = load_args_to(addr, iomux::Backend::Epoll, cpu);
+    (args.conns, args.idle, args.duration) = (0, conns as usize, Some(IDLE_HOLD_S));
+    args.tls_ca = Some(lab.cert.clone());
+    let mut load = LoadChild::start(&args, |exe| Command::new(exe), "", Stderr::Kept).map_err(|e| e.to_string())?;
+    let status = load.wait(Duration::from_secs(120), |_| {}).map_err(|e| e.to_string())?;
+    let readings = sampler.finish();
+    match status {
+        Some(s) if s.success() => {}
+        Some(s) => return Err(format!("iomux load --tls-ca exited with {s}: {}", load.last_words())),
+        None => return Err("iomux load --tls-ca ran over 120 s, and was killed".into()),
+    }
+    let result = load.result()?;
+    if result.connected != u64::from(conns) {
+        return Err(format!(
+            "{} of {conns} idle TLS connections were established: {}",
+            result.connected,
+            result.errors.first.as_deref().unwrap_or("no error said")
+        ));
+    }
+    // Summed over the processes at each sample time of the first.
+    let first = readings.first().ok_or("no process was watched")?;
+    let total_at = |t: f64| readings.iter().map(|r| r.rss_bytes.at(t).unwrap_or(0.0)).sum::<f64>();
+    let times = first.rss_bytes.times();
+    let before = times.first().map(|&t| total_at(t)).ok_or("no RSS was read")?;
+    let peak = times.iter().map(|&t| total_at(t)).fold(0.0, f64::max);
+    Ok((peak - before) / f64::from(conns))
+}
