@@ -88,8 +88,9 @@ pub struct TlsCounts {
     pub full_handshakes: u64,
     /// Completed by resuming an earlier session.
     pub resumed_handshakes: u64,
-    /// Connections closed by a TLS error or the handshake timeout, or
-    /// refused a layer.
+    /// Connections closed by a TLS error (an alert, a record that does
+    /// not decrypt, a FIN during the handshake or inside a record) or the
+    /// handshake timeout, or refused a layer; not resets.
     pub failed: u64,
 }
 

@@ -139,8 +139,10 @@ pub fn server_config_offering(identities: &[Identity], offer: &Offer) -> Result<
     };
     config.alpn_protocols = offer.alpn.clone();
     if offer.no_resumption {
-        // The builder's session storage stores nothing and its ticketer
-        // makes no tickets; without this no TLS 1.3 ticket is even sent.
+        // The builder's ticketer makes no tickets, but its storage is a
+        // cache that TLS 1.2 resumes session IDs from: replaced by one that
+        // stores nothing. And no TLS 1.3 ticket is even sent.
+        config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
         config.send_tls13_tickets = 0;
     } else {
         config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().map_err(|e| format!("session tickets: {e}"))?;

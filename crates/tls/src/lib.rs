@@ -109,8 +109,10 @@ pub struct Tls<H> {
     counters: Arc<records::Counters>,
     /// Connections refused because no layer could be made for them.
     pub refused: u64,
-    /// Connections closed by a TLS error (an alert sent or received, a
-    /// record that does not decrypt) or by the handshake timeout.
+    /// Connections closed by the layer's error or by the handshake
+    /// timeout: an alert sent or received, a record that does not decrypt,
+    /// and a FIN during the handshake or inside a record (a client that
+    /// gives up, or a TCP health check, counts here too; a reset does not).
     pub failed: u64,
 }
 

@@ -1,7 +1,9 @@
 //! A certificate chosen by the name a client asks for (SNI), as nginx
 //! chooses a `server` block: the first certificate valid for the name (by
 //! its subject alternative names, as a client checks them), else the
-//! first one, for clients that send no name or an unknown one.
+//! first one, for clients that send no name or an unknown one. The
+//! client's signature schemes are not consulted: two certificates for one
+//! name (RSA and ECDSA) are not told apart, as by rustls's own resolvers.
 
 use rustls::pki_types::ServerName;
 use rustls::server::{ClientHello, ResolvesServerCert};

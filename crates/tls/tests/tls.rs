@@ -195,6 +195,17 @@ fn without_resumption_every_handshake_is_full_with_the_pinned_suite(backend: Bac
     }
     let finished = setup.server.stop();
     assert_eq!(finished.handlers[0].handshakes(), iomux_tls::Handshakes { full: 2, resumed: 0 }, "{backend}");
+    // Every suite, and a TLS 1.2 client, whose session ID a cache would resume.
+    let offer = certs::Offer { no_resumption: true, ..certs::Offer::default() };
+    let setup = tls_server_offering(Config::builder().backend(backend).build().unwrap(), &offer);
+    let config = client_config(&setup.roots, &[&rustls::version::TLS12]);
+    for round in 0..2 {
+        let mut s = tls_connect(setup.server.addr, &config);
+        echo_through(&mut s, 1 << 10, &format!("{backend} TLS 1.2 round {round}"));
+        assert_eq!(s.conn.handshake_kind(), Some(HandshakeKind::Full), "{backend} TLS 1.2 round {round}");
+    }
+    let finished = setup.server.stop();
+    assert_eq!(finished.handlers[0].handshakes(), iomux_tls::Handshakes { full: 2, resumed: 0 }, "{backend}");
 }
 
 /// Two certificates, for a.test (and 127.0.0.1) and for b.test: a client

@@ -215,7 +215,7 @@ impl ServeArgs {
             connect_timeout,
             splice,
             pubsub_limit,
-            tls,
+            tls: tls::TlsArgs { tls_cert, tls_key, tls_self_signed: _, tls_suites, tls_groups, tls_no_resumption },
             worker: _,
         } = self;
         let mut f = Flags::default();
@@ -252,11 +252,12 @@ impl ServeArgs {
             .optional("max-conns", *max_conns)
             .optional("nofile", *nofile)
             .optional("cpu", *cpu)
-            .paths("tls-cert", &tls.tls_cert)
-            .paths("tls-key", &tls.tls_key)
-            .optional("tls-suites", (!tls.tls_suites.is_empty()).then(|| tls.tls_suites.join(",")))
-            .optional("tls-groups", (!tls.tls_groups.is_empty()).then(|| tls.tls_groups.join(",")))
-            .switch("tls-no-resumption", tls.tls_no_resumption)
+            // A made certificate is passed as files (`run`): none is made again.
+            .paths("tls-cert", tls_cert)
+            .paths("tls-key", tls_key)
+            .optional("tls-suites", (!tls_suites.is_empty()).then(|| tls_suites.join(",")))
+            .optional("tls-groups", (!tls_groups.is_empty()).then(|| tls_groups.join(",")))
+            .switch("tls-no-resumption", *tls_no_resumption)
             .path("stats-file", Some(&stats_file));
         f.into_args()
     }
@@ -629,6 +630,11 @@ mod tests {
             "--idle-timeout=2.5",
             "--tls-cert=/tmp/cert.pem",
             "--tls-key=/tmp/key.pem",
+            "--tls-cert=/tmp/b.pem",
+            "--tls-key=/tmp/b-key.pem",
+            "--tls-suites=TLS13_AES_128_GCM_SHA256,TLS13_AES_256_GCM_SHA384",
+            "--tls-groups=X25519",
+            "--tls-no-resumption",
         ]);
         let addr: SocketAddr = "[::1]:4321".parse().unwrap();
         let stats = std::env::temp_dir().join("iomux-worker-args-test.json");

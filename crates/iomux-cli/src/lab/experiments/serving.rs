@@ -115,6 +115,10 @@ macro_rules! request_run {
 }
 pub(crate) use request_run;
 
+/// A server using this much of its quota used all of it (the quota's
+/// accounting lags by a period at each edge of a run).
+const QUOTA_USED: f64 = 0.9;
+
 /// The headers of [`request_row`]'s cells.
 pub const REQUEST_COLUMNS: [&str; 7] =
     ["server", "runs", "requests/s", "/ nginx", "server CPU us/req", "server CPU", "client CPU"];
@@ -123,10 +127,11 @@ pub const REQUEST_COLUMNS: [&str; 7] =
 /// its footnotes (why the arm was not measured, a saturated client, a
 /// quota that never held the server back), runs, requests/s, their ratio
 /// to `reference`'s, server CPU per request, and the server's and the
-/// client's CPU shares.
+/// client's CPU shares. `quota`: the share of a CPU the server had, in the
+/// bound scenario.
 pub fn request_row<P, K: PartialEq + std::fmt::Display, S: RequestRun>(
     env: &Envelope<P, K, S>,
-    (arm, name, bound): (&K, String, bool),
+    (arm, name, quota): (&K, String, Option<f64>),
     reference: Option<Estimate>,
     saturated_at: f64,
     footnote: &mut dyn FnMut(&str) -> String,
@@ -136,23 +141,28 @@ pub fn request_row<P, K: PartialEq + std::fmt::Display, S: RequestRun>(
         name = format!("{name} {}", footnote(why));
     }
     let client_util = env.estimate(arm, S::client_util).map(|e| e.median);
-    // In the quota, a server held back in every run set the pace whatever
-    // the client's CPU says (wrk reconnecting keeps its CPU busy at any rate).
-    let held_back = bound && env.kept(arm).all(|r| r.throttled_periods().is_some_and(|n| n > 0));
+    // In the quota, a server held back in every run and using all of its
+    // share set the pace whatever the client's CPU says (wrk reconnecting
+    // keeps its CPU busy at any rate).
+    let server_util = env.estimate(arm, S::server_util).map(|e| e.median);
+    let held_back = quota.is_some_and(|share| {
+        env.kept(arm).all(|r| r.throttled_periods().is_some_and(|n| n > 0))
+            && server_util.is_some_and(|u| u >= QUOTA_USED * share)
+    });
     if let Some(u) = client_util.filter(|&u| u >= saturated_at) {
         let why = match held_back {
             false => {
                 format!("{arm}: the client used {:.0}% of its CPU: these requests/s measure the client", u * 100.0)
             }
             true => format!(
-                "{arm}: the client used {:.0}% of its CPU, and the quota held the server back in every run: the \
-                 server set the pace",
+                "{arm}: the client used {:.0}% of its CPU, but the server used its whole quota and was held \
+                 back in every run: the server set the pace",
                 u * 100.0
             ),
         };
         name = format!("{name} {}", footnote(&why));
     }
-    if bound && env.kept(arm).any(|r| r.throttled_periods() == Some(0)) {
+    if quota.is_some() && env.kept(arm).any(|r| r.throttled_periods() == Some(0)) {
         name = format!("{name} {}", footnote(&format!("{arm}: the quota never held the server back in some runs")));
     }
     let rate = env.estimate(arm, S::requests_per_sec);

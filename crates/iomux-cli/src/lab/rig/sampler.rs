@@ -55,6 +55,11 @@ impl Timeline {
         Some(self.at(end)? - self.at(start)?)
     }
 
+    /// The first sample's value.
+    pub fn first(&self) -> Option<f64> {
+        self.0.first().map(|&(_, v)| v)
+    }
+
     /// The times of the samples, in order.
     pub fn times(&self) -> Vec<f64> {
         self.0.iter().map(|&(t, _)| t).collect()

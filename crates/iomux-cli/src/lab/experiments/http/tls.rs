@@ -3,12 +3,13 @@
 //! sides and checked by a probe before each run, and the idle cell:
 //! TLS connections held open, the servers' resident memory per connection.
 
-use super::{Arm, Run, Server, Workload};
+use super::running::Running;
+use super::{Arm, Run, Workload};
 use crate::lab::rig::anchors::clients::Report;
-use crate::lab::rig::anchors::nginx::{Nginx, NginxTls};
-use crate::lab::rig::child::{load_args_to, ServerChild};
+use crate::lab::rig::anchors::nginx::NginxTls;
+use crate::lab::rig::child::load_args_to;
 use crate::lab::rig::load_child::{LoadChild, Stderr};
-use crate::lab::rig::sampler::Sampler;
+use crate::lab::rig::sampler::{Readings, Sampler};
 use crate::os::PrivateDir;
 use crate::CliResult;
 use iomux_tls::rustls::{self, pki_types::ServerName, ClientConfig, ClientConnection, StreamOwned};
@@ -119,30 +120,22 @@ impl LabTls {
 
 /// The idle cell: `conns` TLS connections opened by `iomux load` (on the
 /// client CPU) and held; the server's resident memory per connection is
-/// the most it held while they were open less what it held before.
-pub fn idle_cell(arm: &Arm, lab: &LabTls, conns: u32, nginx_program: Option<&std::path::Path>) -> Result<Run, String> {
+/// what all its processes held while the connections were up (the median
+/// over the load's holding window) less what they held before.
+pub fn idle_cell(arm: &Arm, lab: &LabTls, conns: u32) -> Result<Run, String> {
     let (server_cpu, client_cpu) = crate::lab::rig::cell::cpus();
-    let (addr, pids, server) = match arm.server {
-        Server::Iomux(backend) => {
-            let child = ServerChild::start_with(backend, "http", server_cpu, None, 1, &lab.serve_flags(arm.workload))
-                .map_err(|e| e.to_string())?;
-            (child.addr, vec![child.pid], Running::Iomux(child))
-        }
-        Server::Nginx => {
-            let program = nginx_program.ok_or("nginx not found")?;
-            // nginx closes connections waiting for a request once fewer
-            // than 1/16 of its worker_connections are free (its log: "not
-            // enough, reusing connections"): an eighth more, and some.
-            let room = conns + conns / 8 + 256;
-            let nginx =
-                Nginx::start(program, server_cpu, Some(&lab.nginx(arm.workload, room))).map_err(|e| e.to_string())?;
-            (nginx.addr, nginx.pids(), Running::Nginx(nginx))
-        }
-    };
-    lab.probe(addr).map_err(|e| format!("{}: {e}", arm.server))?;
-    let held = hold_idle(addr, &pids, lab, conns, client_cpu);
-    server.stop()?;
+    // nginx closes connections waiting for a request once fewer than 1/16
+    // of its worker_connections are free (its log: "not enough, reusing
+    // connections"): an eighth more, and some.
+    let room = conns + conns / 8 + 256;
+    let running = Running::start(arm.server, arm.workload, Some(lab), server_cpu, room)?;
+    let held = lab
+        .probe(running.addr())
+        .map_err(|e| format!("{}: {e}", arm.server))
+        .and_then(|()| hold_idle(running.addr(), &running.pids(), lab, conns, client_cpu));
+    let stopped = running.stop(arm.workload);
     let rss_per_conn = held?;
+    stopped?;
     Ok(Run {
         // Not served: `served()` says so, and these are not figures.
         report: Report::default(),
@@ -154,21 +147,6 @@ pub fn idle_cell(arm: &Arm, lab: &LabTls, conns: u32, nginx_program: Option<&std
         handshakes: None,
         idle_rss_bytes_per_conn: Some(rss_per_conn),
     })
-}
-
-/// A server started for one cell.
-enum Running {
-    Iomux(ServerChild),
-    Nginx(Nginx),
-}
-
-impl Running {
-    fn stop(self) -> Result<(), String> {
-        match self {
-            Running::Iomux(child) => child.stop().map(drop).map_err(|e| e.to_string()),
-            Running::Nginx(nginx) => nginx.stop().map_err(|e| e.to_string()),
-        }
-    }
 }
 
 /// Opens and holds the idle connections; returns the RSS per connection.
@@ -196,11 +174,45 @@ fn hold_idle(addr: SocketAddr, pids: &[u32], lab: &LabTls, conns: u32, cpu: Opti
             result.errors.first.as_deref().unwrap_or("no error said")
         ));
     }
-    // Summed over the processes at each sample time of the first.
-    let first = readings.first().ok_or("no process was watched")?;
-    let total_at = |t: f64| readings.iter().map(|r| r.rss_bytes.at(t).unwrap_or(0.0)).sum::<f64>();
-    let times = first.rss_bytes.times();
-    let before = times.first().map(|&t| total_at(t)).ok_or("no RSS was read")?;
-    let peak = times.iter().map(|&t| total_at(t)).fold(0.0, f64::max);
-    Ok((peak - before) / f64::from(conns))
+    let window = result.measure_window.ok_or("the load reported no window in which it held its connections")?;
+    Ok(held_per_conn(&readings, window, conns).ok_or("no resident memory was read while the connections were held")?)
+}
+
+/// Each process's first reading (all taken before the load started) is
+/// the baseline; the processes' summed RSS at the first one's sample
+/// times inside `window`, its median, is what they held.
+fn held_per_conn(readings: &[Readings], (start, end): (f64, f64), conns: u32) -> Option<f64> {
+    let before: f64 = readings.iter().map(|r| r.rss_bytes.first()).sum::<Option<f64>>()?;
+    let times = readings.first()?.rss_bytes.times();
+    let total = |t: f64| readings.iter().map(|r| r.rss_bytes.at(t)).sum::<Option<f64>>();
+    let mut held: Vec<f64> = times.into_iter().filter(|t| (start..=end).contains(t)).filter_map(total).collect();
+    held.sort_by(f64::total_cmp);
+    let median = *held.get(held.len() / 2)?;
+    Some((median - before) / f64::from(conns))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rss(samples: &[(f64, f64)]) -> Readings {
+        let mut r = Readings::default();
+        for &(t, v) in samples {
+            r.rss_bytes.push(t, v);
+        }
+        r
+    }
+
+    #[test]
+    fn the_memory_held_is_the_median_inside_the_window_less_each_first_reading() {
+        // A master that holds still, and a worker first read a little
+        // later, which grows during the handshakes and settles.
+        let master = rss(&[(0.0, 1000.0), (1.0, 1000.0), (2.0, 1000.0), (3.0, 1000.0), (4.0, 1000.0)]);
+        let worker = rss(&[(0.1, 5000.0), (1.1, 9000.0), (2.1, 7000.0), (3.1, 7000.0), (4.1, 7000.0)]);
+        // Held from 2 s to 4 s: worker 7,000 (interpolated at 2, 3 and 4 s:
+        // 7,200, 7,000 and 7,000), master 1,000; before: 5,000 + 1,000.
+        let per = held_per_conn(&[master, worker], (2.0, 4.0), 10).unwrap();
+        assert_eq!(per, (8000.0 - 6000.0) / 10.0);
+        assert_eq!(held_per_conn(&[rss(&[(0.0, 1.0)])], (2.0, 4.0), 10), None, "no sample in the window");
+    }
 }

@@ -7,7 +7,7 @@ impl Shown for Http {
     fn view(env: &Envelope<Params, Arm, Run>) -> CliResult<View> {
         let p = &env.params;
         let mut view = View { intro: vec![intro(p)], ..View::default() };
-        if p.workloads.iter().any(|w| w.is_tls()) {
+        if !every_cell(p, |a| a.workload.is_tls()).is_empty() {
             view.intro.push(https_intro(p));
         }
         if !p.missing.is_empty() {
@@ -46,10 +46,10 @@ impl Shown for Http {
                 };
                 for &server in &p.servers {
                     let arm = Arm { server, client, depth, scenario, workload: Workload::Plain };
-                    let bound = scenario == Scenario::Bound;
+                    let quota = (scenario == Scenario::Bound).then(|| Workload::Plain.quota_share());
                     let footnote = &mut |why: &str| view.footnote(why);
                     let mut row =
-                        serving::request_row(env, (&arm, server.to_string(), bound), nginx, SATURATED, footnote);
+                        serving::request_row(env, (&arm, server.to_string(), quota), nginx, SATURATED, footnote);
                     let med = |f: fn(&Run) -> f64| env.estimate(&arm, f).map(|e| e.median);
                     row.extend([
                         fixed(
@@ -168,7 +168,8 @@ fn https_tables(env: &Envelope<Params, Arm, Run>, view: &mut View) {
                 let arm = cell(server, workload);
                 let footnote = &mut |why: &str| view.footnote(why);
                 let mut row = vec![workload.to_string()];
-                row.extend(serving::request_row(env, (&arm, server.to_string(), true), nginx, SATURATED, footnote));
+                let quota = Some(workload.quota_share());
+                row.extend(serving::request_row(env, (&arm, server.to_string(), quota), nginx, SATURATED, footnote));
                 let handshakes = |f: fn(&Handshakes) -> u64| {
                     let counted = env.estimate(&arm, |r| r.handshakes.as_ref().map_or(f64::NAN, |h| f(h) as f64));
                     fixed(counted.map(|e| e.median), 0)

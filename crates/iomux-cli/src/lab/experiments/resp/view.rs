@@ -59,8 +59,8 @@ pub(super) fn table(env: &Envelope<Params, Arm, Run>, notes: &mut Vec<String>, r
             continue;
         }
         let arm = Arm { server, ..redis };
-        let bound = arm.scenario == Scenario::Bound;
-        let mut row = serving::request_row(env, (&arm, server.to_string(), bound), reference, SATURATED, &mut footnote);
+        let quota = (arm.scenario == Scenario::Bound).then_some(crate::lab::rig::quota::BOUND_SHARE);
+        let mut row = serving::request_row(env, (&arm, server.to_string(), quota), reference, SATURATED, &mut footnote);
         let med = |f: fn(&Run) -> f64| env.estimate(&arm, f).map(|e| e.median);
         row.extend([
             fixed(med(|r| r.report.p50_us), 0),
