@@ -179,7 +179,8 @@ fn run_cell(
     // The measurement's own failure says more than the stop's.
     let (report, server_used, client_used) = measured?;
     let Stopped { stats, handshakes } = stopped?;
-    check_handshakes(server, workload, handshakes)?;
+    // wrk's first connections, and the probe's.
+    check_handshakes(server, workload, handshakes, u64::from(CONNS) + 1)?;
     let syscalls = stats.and_then(|st| {
         let per = st.syscalls_total as f64 / st.http_responses? as f64;
         per.is_finite().then_some(per)
