@@ -164,9 +164,12 @@ fn sample_of(s: &crate::stats::ServerStats, seconds: f64, link_mbit_s: Option<f6
     }
 }
 
-/// Seconds of sending on the LAN: the link's rate is read from 1 s in
-/// (connected, windows open) to half a second before the senders stop.
+/// Seconds of sending on the LAN: the link's rate is read from half a
+/// second after the last sender connected (windows open) to half a second
+/// before the senders stop.
 const LAN_SECONDS: f64 = 4.0;
+/// How long the senders may take to connect on the LAN.
+const LAN_CONNECT_WITHIN: Duration = Duration::from_secs(5);
 
 /// One run on the LAN: the senders in the client's namespace, the server
 /// in the other, the link's frames into the server counted.
@@ -174,16 +177,27 @@ fn lan_cell(net: &Net, backend: Backend) -> CliResult<Sample> {
     let server = ServerChild::start_in(net, backend, "sink", &lan::server_flags())?;
     let mut args = server.load_args(cell::LOAD_BACKEND, cell::cpus().1);
     (args.conns, args.mode, args.duration) = (SENDERS, LoadMode::Sink, Some(LAN_SECONDS));
-    let start = Instant::now();
+    // The senders are connected when the server holds a descriptor for
+    // each; their seconds of sending count from then.
+    let before = server.fd_count();
     let mut load = lan::load(net, &args)?;
+    let deadline = Instant::now() + LAN_CONNECT_WITHIN;
+    while server.fd_count() < before + SENDERS {
+        if Instant::now() > deadline {
+            let connected = server.fd_count().saturating_sub(before);
+            return Err(format!("E3 on the LAN: {connected} of {SENDERS} senders connected within 5 s").into());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let start = Instant::now();
     let at =
         |s: f64| std::thread::sleep((start + Duration::from_secs_f64(s)).saturating_duration_since(Instant::now()));
-    at(1.0);
+    at(0.5);
     let (from, bytes_from) = (Instant::now(), net.rx_bytes(Side::Server)?);
     at(LAN_SECONDS - 0.5);
     let (to, bytes_to) = (Instant::now(), net.rx_bytes(Side::Server)?);
     if to.duration_since(from) < Duration::from_secs(1) {
-        return Err(format!("E3 on the LAN: the link was read over {:?}, not the 2.5 s planned", to - from).into());
+        return Err(format!("E3 on the LAN: the link was read over {:?}, not the 3 s planned", to - from).into());
     }
     let link_mbit_s = bytes_to.saturating_sub(bytes_from) as f64 * 8.0 / to.duration_since(from).as_secs_f64() / 1e6;
     if load.wait(Duration::from_secs(120), |_| {})?.is_none() {
@@ -313,7 +327,8 @@ impl Shown for Sink {
             p.senders, p.msg_size, p.seconds
         );
         let how = format!(
-            "unpaced, {LAN_SECONDS} s a run; pace: the link's rate into the server from 1 s in to half a second \
+            "unpaced, {LAN_SECONDS} s a run; pace: the link's rate into the server from half a second after the last \
+             sender connected to half a second \
              before the senders stop, in frames (headers included), as the article's NIC counted them"
         );
         let mut intro = vec![intro];
