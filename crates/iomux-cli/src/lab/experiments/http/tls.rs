@@ -6,7 +6,7 @@
 use super::running::Running;
 use super::{Arm, Run, Workload};
 use crate::lab::rig::anchors::clients::Report;
-use crate::lab::rig::anchors::nginx::NginxTls;
+use crate::lab::rig::anchors::nginx::{is_plaintext_answer, NginxTls};
 use crate::lab::rig::child::load_args_to;
 use crate::lab::rig::load_child::{LoadChild, Stderr};
 use crate::lab::rig::sampler::{Readings, Sampler};
@@ -100,10 +100,7 @@ impl LabTls {
                 return Err(format!("https: {e}"));
             }
         }
-        let text = String::from_utf8_lossy(&answer);
-        if !(text.starts_with("HTTP/1.1 200 OK\r\n") && text.ends_with("\r\n\r\nHello, World!")) {
-            return Err(format!("unexpected answer to GET /plaintext over TLS: {text:?}"));
-        }
+        is_plaintext_answer(&answer).map_err(|e| format!("over TLS: {e}"))?;
         let suite = s.conn.negotiated_cipher_suite().map(|s| format!("{:?}", s.suite()));
         let group = s.conn.negotiated_key_exchange_group().map(|g| format!("{:?}", g.name()));
         let version = s.conn.protocol_version();

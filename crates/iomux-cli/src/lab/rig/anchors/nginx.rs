@@ -256,7 +256,12 @@ pub fn answers_plaintext(addr: SocketAddr) -> Result<(), String> {
         .map_err(|e| format!("send: {e}"))?;
     let mut answer = Vec::new();
     s.read_to_end(&mut answer).map_err(|e| format!("read: {e}"))?;
-    let text = String::from_utf8_lossy(&answer);
+    is_plaintext_answer(&answer)
+}
+
+/// Whether `answer` is TechEmpower's answer to `GET /plaintext`.
+pub fn is_plaintext_answer(answer: &[u8]) -> Result<(), String> {
+    let text = String::from_utf8_lossy(answer);
     if text.starts_with("HTTP/1.1 200 OK\r\n") && text.ends_with("\r\n\r\nHello, World!") {
         Ok(())
     } else {
