@@ -99,7 +99,7 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
         tracer: child::Tracer::detect(),
         out_dir,
         machine: Machine::describe(),
-        noise: noise::Monitor::start(),
+        noise: if args.smoke { noise::Monitor::start().without_placement() } else { noise::Monitor::start() },
     };
     eprintln!(
         "iomux bench: {} settings; results in {}",

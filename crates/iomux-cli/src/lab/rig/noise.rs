@@ -253,6 +253,8 @@ struct Shared {
 pub struct Monitor {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// Whether samples read the CPUs' placement (and wait for it).
+    placement: bool,
 }
 
 impl Monitor {
@@ -270,7 +272,15 @@ impl Monitor {
                 }
             })
             .ok();
-        Monitor { shared, thread }
+        Monitor { shared, thread, placement: true }
+    }
+
+    /// Without placement readings: for a smoke run, whose figures are not
+    /// measurements, so waiting for the CPUs to be placed close, or
+    /// measuring a sample again, only costs time.
+    pub fn without_placement(mut self) -> Monitor {
+        self.placement = false;
+        self
     }
 
     /// What others used from `since` until now (a fresh reading ends it).
@@ -302,6 +312,9 @@ impl Meter for Monitor {
     }
 
     fn placement(&self) -> Option<Placement> {
+        if !self.placement {
+            return None;
+        }
         crate::lab::rig::placement::read().map(|(ns, closest_ns)| Placement { ns, closest_ns })
     }
 }

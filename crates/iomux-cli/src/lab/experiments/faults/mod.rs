@@ -20,7 +20,7 @@ use cells::*;
 use profiles::*;
 
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
-use crate::lab::harness::flags::{BackendDefaults, BackendFlags};
+use crate::lab::harness::flags::{BackendDefaults, BackendFlags, RoundDefaults, RoundFlags};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
@@ -45,6 +45,21 @@ pub struct Defaults;
 
 impl BackendDefaults for Defaults {}
 
+/// The six rounds a 95% interval needs, and no more: a count of failures
+/// that is zero in six runs gains nothing from a seventh. One round first
+/// (the rest are the free rounds of undecided claims), and a budget of a
+/// second for more.
+impl RoundDefaults for Defaults {
+    const REPS: (usize, usize) = (1, 1);
+    const BUDGET_S: f64 = 3.0;
+    const BUDGET_NOTE: &'static str = "; zero failures in six rounds decide a count, so more rarely run";
+}
+
+/// The rounds of results written before `--reps` and `--budget` existed.
+fn rounds_before_flags() -> Rounds {
+    Rounds { first_rounds: 1, budget_s: 1.0 }
+}
+
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
     /// Profiles, comma-separated [default: loss1, vanished; --full: all]
@@ -52,6 +67,8 @@ pub struct Args {
     pub profiles: Option<Vec<Profile>>,
     #[command(flatten)]
     pub backends: BackendFlags<Defaults>,
+    #[command(flatten)]
+    pub rounds: RoundFlags<Defaults>,
     /// Echoing connections per cell [default: 20]
     #[arg(long)]
     pub conns: Option<usize>,
@@ -98,6 +115,8 @@ pub struct Params {
     nfqueue: bool,
     /// Why nothing can run here (not root, tools missing).
     unavailable: Option<String>,
+    #[serde(default = "rounds_before_flags")]
+    rounds: Rounds,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -203,14 +222,16 @@ fn past_fd_setsize(backend: Backend, conns: usize) -> bool {
 }
 
 impl Experiment for Faults {
-    experiment_types!(Args, Params, Arm, Sample);
+    experiment_types!(Args, Params, Arm, Sample, rounds: params.rounds);
 
     const ENTRY: Entry = Entry::new(
         "faults",
         "E8",
         "echo over a faulty network: loss, duplication, resets, a slow link and vanished peers",
     )
-    .smoke("--profiles loss1,vanished --backends epoll,uring --conns 5 --per-conn 20 --vanishing 20")
+    .smoke(
+        "--profiles loss1,vanished --backends epoll,uring --conns 5 --per-conn 20 --vanishing 20 --reps 1 --budget 0",
+    )
     .needs(crate::lab::rig::tools::NET.tools);
     /// The emulated links' work (tbf, nftables, veth, the delay line's
     /// NFQUEUE) runs in softirq, kernel threads and interrupts charged to
@@ -258,14 +279,8 @@ impl Experiment for Faults {
             netem,
             nfqueue,
             unavailable,
+            rounds: args.rounds.rounds(settings)?,
         })
-    }
-
-    /// The six rounds a 95% interval needs, and no more: a count of
-    /// failures that is zero in six runs gains nothing from a seventh.
-    /// (Zero would run one round alone; a second is shorter than any look.)
-    fn rounds(_: &Params) -> Rounds {
-        Rounds { first_rounds: 1, budget_s: 1.0 }
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Sample>> {
