@@ -54,6 +54,7 @@ pub fn execute<E: Shown>(args: &E::Args, settings: &Settings) -> CliResult<Outco
     let meter: &dyn Meter = if E::network_is_own(&params) { &network_is_own } else { &settings.noise };
     let rounds = E::rounds(&params);
     let mut trial = Trial::new(meter, E::ENTRY.name, std::time::Duration::from_secs_f64(rounds.budget_s));
+    trial.placement_free(E::placement_free);
     let mut measure = E::rig(&params, &mut trial, settings)?;
     for round in 0..rounds.first_rounds {
         let arms = E::first_arms(&params, round, &trial);

@@ -120,6 +120,13 @@ pub trait Experiment {
         false
     }
 
+    /// Whether this arm's figures are free of the CPUs' placement (a count,
+    /// resident memory, a timer's seconds), so that its takes neither wait
+    /// for the CPUs to be placed close nor are measured again when apart.
+    fn placement_free(_arm: &Self::Arm) -> bool {
+        false
+    }
+
     /// Whether `iomux report A B` compares this arm's metrics: not for an
     /// arm run only for a count whose times mean nothing (E5's perf runs).
     fn compared(_arm: &Self::Arm) -> bool {

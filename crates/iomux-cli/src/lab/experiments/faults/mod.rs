@@ -239,6 +239,12 @@ impl Experiment for Faults {
     fn network_is_own(_: &Params) -> bool {
         true
     }
+
+    /// Its claims are counts (bytes checked, connections left open) and
+    /// keepalive's seconds, which a cross-CPU round trip does not move.
+    fn placement_free(_: &Arm) -> bool {
+        true
+    }
     const PUBLISHED: &'static str = "nothing: the documents measured on a clean LAN (E2's 100 Mbit LAN, E3's sink at \
                                      97.95 Mbit/s, NIC-bound: both run on the emulated LAN with --network lan); this \
                                      experiment adds the faults a server meets.";

@@ -455,8 +455,11 @@ impl Experiment for Http {
         // h2load beside wrk is shown in the table, not judged: two clients,
         // each saturated in some cells, measure themselves as much as the
         // servers. Errors are judged in the cells the claims measure; every
-        // cell's count is in the table.
-        let judged = every_cell(p, |a| a.client == Client::Wrk && a.workload != Workload::HttpsIdle);
+        // cell's count is in the table. Resumed handshakes are a figure, so
+        // their cells run in the first rounds alone.
+        let judged = every_cell(p, |a| {
+            a.client == Client::Wrk && !matches!(a.workload, Workload::HttpsIdle | Workload::HttpsResumed)
+        });
         claims.extend((!judged.is_empty()).then(|| {
             Spec::iomux("E6 errors reported by wrk", Needed::AtMost(0.0), judged, move |r| {
                 Some(runs(r)?.iter().map(|(_, r)| r.report.errors as f64).sum())
@@ -525,6 +528,11 @@ impl Experiment for Http {
 
     fn reference(arm: &Arm) -> bool {
         !arm.server.is_iomux()
+    }
+
+    /// Resident memory per idle TLS connection.
+    fn placement_free(arm: &Arm) -> bool {
+        arm.workload == Workload::HttpsIdle
     }
 }
 

@@ -387,6 +387,11 @@ impl Experiment for Peers {
     fn compared(arm: &Arm) -> bool {
         !arm.perf
     }
+
+    /// A perf run counts syscalls, whatever the CPUs' placement.
+    fn placement_free(arm: &Arm) -> bool {
+        arm.perf
+    }
 }
 
 #[cfg(test)]

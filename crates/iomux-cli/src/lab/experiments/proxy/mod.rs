@@ -442,6 +442,11 @@ impl Experiment for ProxyBench {
     fn reference(arm: &Arm) -> bool {
         arm.proxy == Proxy::Haproxy && arm.load == Load::Requests
     }
+
+    /// Resident memory per idle connection.
+    fn placement_free(arm: &Arm) -> bool {
+        arm.load == Load::Many
+    }
 }
 
 #[cfg(test)]

@@ -230,6 +230,8 @@ pub struct Trial<'a, K, S> {
     progress: Progress,
     /// Arms with the same key run one after another within a round.
     group: Option<fn(&K) -> u64>,
+    /// Arms whose figures do not depend on where the CPUs are placed.
+    placement_free: fn(&K) -> bool,
     /// Time spent waiting for the CPUs to be placed close.
     waited: Duration,
     /// Takes that ran with others above [`SAMPLE_THRESHOLD`].
@@ -249,6 +251,7 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
             budget,
             progress: Progress::new(name, 0),
             group: None,
+            placement_free: |_| false,
             waited: Duration::ZERO,
             busy_takes: 0,
         }
@@ -260,6 +263,14 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
     /// that a claim compares, so that they run close together in time.
     pub fn group_by(&mut self, key: fn(&K) -> u64) {
         self.group = Some(key);
+    }
+
+    /// Takes of arms for which `free` holds neither wait for the CPUs to be
+    /// placed close nor are measured again when they were apart: their
+    /// figures (a count, resident memory, a keepalive timer) do not depend
+    /// on a cross-CPU round trip.
+    pub fn placement_free(&mut self, free: fn(&K) -> bool) {
+        self.placement_free = free;
     }
 
     /// The arms of round `round`, in the order they run.
@@ -307,7 +318,8 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
             let tries = if self.swamped() { 1 } else { MAX_RETAKES + 1 };
             for _ in 0..tries {
                 let label = format!("round {}: {arm}{again}", round + 1);
-                let before = self.placed_close(&label);
+                let free = (self.placement_free)(arm);
+                let before = if free { None } else { self.placed_close(&label) };
                 self.progress.step(&label);
                 let start = Instant::now();
                 let value = match measure(arm)? {
@@ -318,7 +330,7 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
                     }
                 };
                 let others = self.meter.others_since(start);
-                let after = self.meter.placement();
+                let after = if free { None } else { self.meter.placement() };
                 let apart = before.is_some_and(|p| p.apart()) || after.is_some_and(|p| p.apart());
                 let cross_cpu_ns = [before, after].iter().flatten().map(|p| p.ns).reduce(f64::max);
                 let busy = !others.is_some_and(|o| o <= SAMPLE_THRESHOLD);

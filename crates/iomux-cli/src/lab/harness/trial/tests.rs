@@ -114,6 +114,20 @@ fn a_take_with_the_cpus_apart_is_taken_again() {
 }
 
 #[test]
+fn a_placement_free_take_neither_waits_nor_is_taken_again() {
+    // The CPUs are apart throughout: "m" (memory, say) is kept at once and
+    // reads no placement; "t" (a timed arm) reads one before and after.
+    let meter = Placed { readings: RefCell::new([50.0, 330.0, 52.0, 51.0].into()), closest: Cell::new(f64::MAX) };
+    let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::ZERO);
+    trial.placement_free(|k| *k == "m");
+    trial.round(&["m", "t"], &mut |_: &&str| -> Measured<f64> { Ok(Ok(1.0)) }).unwrap();
+    let seen: Vec<(&str, bool, bool, Option<f64>)> =
+        trial.takes.iter().map(|t| (t.arm, t.apart, t.kept, t.cross_cpu_ns)).collect();
+    assert_eq!(seen, vec![("m", false, true, None), ("t", true, false, Some(330.0)), ("t", false, true, Some(52.0))]);
+    assert_eq!(meter.readings.borrow().len(), 0, "every reading was taken by the timed arm's takes");
+}
+
+#[test]
 fn grouped_arms_run_together() {
     let meter = Scripted { busy: vec![], taken: Cell::new(0) };
     let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
