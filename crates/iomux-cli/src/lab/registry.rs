@@ -5,7 +5,7 @@
 use crate::lab::harness::claim::Claim;
 use crate::lab::harness::envelope::{self, Envelope, Figure, NoiseSummary, SCHEMA};
 use crate::lab::harness::experiment::{figures, say_how_to_decide, Entry};
-use crate::lab::harness::trial::{Meter, Trial};
+use crate::lab::harness::trial::Trial;
 use crate::lab::render::{self, view::Shown, view::View};
 use crate::lab::rig::noise::NetworkIsOwn;
 use crate::lab::{Outcome, Settings};
@@ -51,9 +51,9 @@ pub fn execute<E: Shown>(args: &E::Args, settings: &Settings) -> CliResult<Outco
     let started = Instant::now();
     let specs = E::claims(&params);
     let network_is_own = NetworkIsOwn(&settings.noise);
-    let meter: &dyn Meter = if E::network_is_own(&params) { &network_is_own } else { &settings.noise };
     let rounds = E::rounds(&params);
-    let mut trial = Trial::new(meter, E::ENTRY.name, std::time::Duration::from_secs_f64(rounds.budget_s));
+    let mut trial = Trial::new(&settings.noise, E::ENTRY.name, std::time::Duration::from_secs_f64(rounds.budget_s));
+    trial.count_network_as_own(&network_is_own, E::network_is_own);
     trial.placement_free(E::placement_free);
     let mut measure = E::rig(&params, &mut trial, settings)?;
     for round in 0..rounds.first_rounds {

@@ -199,8 +199,8 @@ impl Experiment for Idle {
         on_loopback.chain(on_lan).filter(|a| trial.kept(a).all(|s| s.seconds <= SLOW_S)).collect()
     }
 
-    fn network_is_own(p: &Params) -> bool {
-        p.net.lan_runs()
+    fn network_is_own(a: &Arm) -> bool {
+        a.lan
     }
 
     fn rig<'a>(p: &'a Params, _: &mut Trial<Arm, Sample>, _: &'a Settings) -> CliResult<Measure<'a, Arm, Sample>> {
@@ -465,7 +465,8 @@ mod tests {
         assert!(Idle::claims(&env.params).iter().all(|c| !c.arms.is_empty()), "loopback: the claims have cells");
         env.params.net = lan::Networks { networks: vec![lan::Network::Lan], lan: Some(Err("not here".into())) };
         assert!(Idle::claims(&env.params).iter().all(|c| c.arms.is_empty()));
-        assert!(!Idle::network_is_own(&env.params), "a LAN that cannot run adds no traffic");
+        let lan_cell = Arm { backend: Backend::Epoll, idle: LAN_Z, lan: true };
+        assert!(Idle::network_is_own(&lan_cell) && !Idle::network_is_own(&Arm::at(Backend::Epoll, 0)));
         let arms =
             Idle::first_arms(&env.params, 0, &Trial::new(&crate::lab::harness::trial::Quiet, "t", Duration::ZERO));
         assert!(arms.iter().all(|a| a.lan && a.idle == LAN_Z) && arms.len() == 2, "{arms:?}");

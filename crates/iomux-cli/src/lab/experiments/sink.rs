@@ -283,8 +283,8 @@ impl Experiment for Sink {
         claims
     }
 
-    fn network_is_own(p: &Params) -> bool {
-        p.net.lan_runs()
+    fn network_is_own(a: &Arm) -> bool {
+        a.lan
     }
 
     fn metrics() -> Vec<Metric<Sample>> {

@@ -113,10 +113,11 @@ pub trait Experiment {
         settings: &'a Settings,
     ) -> CliResult<Measure<'a, Self::Arm, Self::Sample>>;
 
-    /// Whether the kernel's softirq time counts as the experiment's own
-    /// in the noise reading of each sample (its traffic causes it: an
-    /// emulated link's work runs in softirq, charged to no process).
-    fn network_is_own(_params: &Self::Params) -> bool {
+    /// Whether the kernel's softirq time counts as this arm's own in the
+    /// noise reading of its samples (its traffic causes it: an emulated
+    /// link's work runs in softirq, charged to no process). Per arm: E2's
+    /// and E3's loopback cells beside their LAN ones count it as others'.
+    fn network_is_own(_arm: &Self::Arm) -> bool {
         false
     }
 

@@ -64,12 +64,6 @@ impl Networks {
     pub fn lan(&self) -> bool {
         self.lan.is_some()
     }
-
-    /// Asked for and possible here: its cells' traffic runs in softirq,
-    /// on the emulated link (`network_is_own`).
-    pub fn lan_runs(&self) -> bool {
-        matches!(self.lan, Some(Ok(_)))
-    }
 }
 
 fn loopback_only() -> Vec<Network> {

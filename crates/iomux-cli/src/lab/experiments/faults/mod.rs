@@ -236,7 +236,7 @@ impl Experiment for Faults {
     /// The emulated links' work (tbf, nftables, veth, the delay line's
     /// NFQUEUE) runs in softirq, kernel threads and interrupts charged to
     /// no process: others are user-space processes outside the bench.
-    fn network_is_own(_: &Params) -> bool {
+    fn network_is_own(_: &Arm) -> bool {
         true
     }
 

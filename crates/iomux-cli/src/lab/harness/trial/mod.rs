@@ -220,6 +220,10 @@ pub fn order(n: usize, round: usize) -> Vec<usize> {
     row
 }
 
+/// A meter that counts the kernel's network work as the sample's own, and
+/// the arms it reads.
+type NetworkMeter<'a, K> = (&'a dyn Meter, fn(&K) -> bool);
+
 /// Every take of one experiment, and the arms it could not measure.
 pub struct Trial<'a, K, S> {
     meter: &'a dyn Meter,
@@ -232,6 +236,9 @@ pub struct Trial<'a, K, S> {
     group: Option<fn(&K) -> u64>,
     /// Arms whose figures do not depend on where the CPUs are placed.
     placement_free: fn(&K) -> bool,
+    /// The meter for arms whose traffic makes the kernel's network work,
+    /// and which arms those are.
+    network: Option<NetworkMeter<'a, K>>,
     /// Time spent waiting for the CPUs to be placed close.
     waited: Duration,
     /// Takes that ran with others above [`SAMPLE_THRESHOLD`].
@@ -252,6 +259,7 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
             progress: Progress::new(name, 0),
             group: None,
             placement_free: |_| false,
+            network: None,
             waited: Duration::ZERO,
             busy_takes: 0,
         }
@@ -271,6 +279,20 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
     /// on a cross-CPU round trip.
     pub fn placement_free(&mut self, free: fn(&K) -> bool) {
         self.placement_free = free;
+    }
+
+    /// Reads the noise of arms for which `own` holds with `meter`, which
+    /// counts the kernel's network work as theirs.
+    pub fn count_network_as_own(&mut self, meter: &'a dyn Meter, own: fn(&K) -> bool) {
+        self.network = Some((meter, own));
+    }
+
+    /// The meter that reads `arm`'s noise.
+    fn meter_of(&self, arm: &K) -> &'a dyn Meter {
+        match self.network {
+            Some((meter, own)) if own(arm) => meter,
+            _ => self.meter,
+        }
     }
 
     /// The arms of round `round`, in the order they run.
@@ -329,7 +351,7 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
                         break;
                     }
                 };
-                let others = self.meter.others_since(start);
+                let others = self.meter_of(arm).others_since(start);
                 let after = if free { None } else { self.meter.placement() };
                 let apart = before.is_some_and(|p| p.apart()) || after.is_some_and(|p| p.apart());
                 let cross_cpu_ns = [before, after].iter().flatten().map(|p| p.ns).reduce(f64::max);

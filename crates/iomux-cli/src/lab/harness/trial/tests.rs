@@ -128,6 +128,21 @@ fn a_placement_free_take_neither_waits_nor_is_taken_again() {
 }
 
 #[test]
+fn an_arm_whose_network_is_its_own_reads_the_network_meter() {
+    // The plain meter reads every take busy (the kernel's network work
+    // counted as others'); the network meter reads quiet. "lan" is kept at
+    // once; "loopback" is taken three times and never kept.
+    let plain = Scripted { busy: vec![0, 1, 2, 3], taken: Cell::new(0) };
+    let network = Scripted { busy: vec![], taken: Cell::new(0) };
+    let mut trial: Trial<&str, f64> = Trial::new(&plain, "t", Duration::ZERO);
+    trial.count_network_as_own(&network, |k| *k == "lan");
+    trial.round(&["lan", "loopback"], &mut |_: &&str| -> Measured<f64> { Ok(Ok(1.0)) }).unwrap();
+    let seen: Vec<(&str, bool)> = trial.takes.iter().map(|t| (t.arm, t.kept)).collect();
+    assert_eq!(seen, vec![("lan", true), ("loopback", false), ("loopback", false), ("loopback", false)]);
+    assert_eq!((plain.taken.get(), network.taken.get()), (3, 1));
+}
+
+#[test]
 fn grouped_arms_run_together() {
     let meter = Scripted { busy: vec![], taken: Cell::new(0) };
     let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
