@@ -108,13 +108,17 @@ fn select_reclaims_more_than_fd_setsize_as_several_processes() {
 const ONE_ROUND: [&str; 4] = ["--reps", "1", "--budget", "0"];
 
 /// A claim of a one-round run: too few rounds to decide, yet its one
-/// value is within its bound (unless the machine was busy throughout:
-/// other tests run beside this one).
+/// value is within its bound. Where every try was busy (other tests run
+/// beside this one) a count must still be within it; only seconds may
+/// run over, as a busy machine runs timers late.
 fn within_bound_in_one_round(claim: &serde_json::Value) {
-    match claim["undecided"]["kind"].as_str() {
-        Some("too_few_rounds") => {}
-        Some("noise") => return,
+    let busy = match claim["undecided"]["kind"].as_str() {
+        Some("too_few_rounds") => false,
+        Some("noise") => true,
         _ => panic!("one round cannot decide a claim: {claim}"),
+    };
+    if busy && claim["quantity"].as_str().unwrap_or("").contains("seconds") {
+        return;
     }
     let value = claim["estimate"]["median"].as_f64().unwrap();
     let needed = &claim["needed"];

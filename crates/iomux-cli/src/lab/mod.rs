@@ -32,7 +32,9 @@ pub struct BenchArgs {
     /// Output folder [default: results/<UTC timestamp>]
     #[arg(long, global = true, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// Every experiment at the small sizes CI's smoke run uses.
+    /// CI's smoke run: every experiment at its small sizes (or the one
+    /// named, with its own flags), reading no CPU placement, as its
+    /// figures are not measurements.
     #[arg(long, hide = true, conflicts_with = "full")]
     smoke: bool,
     /// Print the experiments' names, one per line, in the order a full

@@ -65,6 +65,10 @@ pub struct NoiseSummary {
     /// Of those, the takes with the CPUs placed apart (`lab::rig::placement`).
     #[serde(default)]
     pub apart: usize,
+    /// Takes for which the CPUs' placement was not read (an arm whose
+    /// figures do not depend on it, a smoke run, a machine that cannot).
+    #[serde(default)]
+    pub unplaced: usize,
     /// Seconds spent waiting, before takes, for the CPUs to be placed
     /// close again.
     #[serde(default)]
@@ -92,6 +96,7 @@ impl NoiseSummary {
             takes: takes.len(),
             excluded: takes.iter().filter(|t| !t.kept).count(),
             apart: takes.iter().filter(|t| t.apart).count(),
+            unplaced: takes.iter().filter(|t| t.cross_cpu_ns.is_none()).count(),
             waited_s: 0.0,
             measured_s: 0.0,
             swamped: false,
@@ -109,6 +114,10 @@ impl NoiseSummary {
         let whole = self.whole.as_ref().map_or(String::new(), |n| format!(" Over the whole run: {}.", n.describe()));
         let (cpus, busy) = (CPUS, self.excluded - self.apart.min(self.excluded));
         let excluded = match (busy, self.apart) {
+            (0, 0) if self.unplaced == self.takes => format!(
+                "none ran while other processes used more than {:.0}% of a CPU (the CPUs' placement was not read)",
+                self.threshold * 100.0
+            ),
             (0, 0) => format!(
                 "none ran while other processes used more than {:.0}% of a CPU or CPUs {} and {} were placed apart",
                 self.threshold * 100.0,
@@ -140,7 +149,11 @@ impl NoiseSummary {
         } else {
             ""
         };
-        format!("{} samples in {} rounds; {excluded}.{swamped}{waited}{whole}", self.takes, self.rounds)
+        let unplaced = match self.unplaced {
+            n if n == 0 || n == self.takes => String::new(),
+            n => format!(" The CPUs' placement was not read for {n} of them, whose figures do not depend on it."),
+        };
+        format!("{} samples in {} rounds; {excluded}.{unplaced}{swamped}{waited}{whole}", self.takes, self.rounds)
     }
 }
 
@@ -312,6 +325,28 @@ pub fn write<P: Serialize, K: Serialize, S: Serialize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_noise_sentence_says_where_placement_was_not_read() {
+        let take = |cross_cpu_ns| Take {
+            arm: "a",
+            round: 0,
+            others: Some(0.0),
+            cross_cpu_ns,
+            apart: false,
+            kept: true,
+            value: 1.0,
+        };
+        let some = NoiseSummary::of(1, &[take(Some(50.0)), take(None)], None).sentence();
+        assert!(
+            some.contains("or CPUs 0 and 1 were placed apart") && some.contains("not read for 1 of them"),
+            "{some}"
+        );
+        let none = NoiseSummary::of(1, &[take(None), take(None)], None).sentence();
+        assert!(none.contains("(the CPUs' placement was not read)") && !none.contains("placed apart"), "{none}");
+        let all = NoiseSummary::of(1, &[take(Some(50.0))], None).sentence();
+        assert!(!all.contains("not read"), "{all}");
+    }
 
     #[test]
     fn a_figure_written_before_arm_and_metric_gets_them_from_its_name() {

@@ -95,7 +95,7 @@ impl Folder {
     /// Whether the machine's noise left any verdict undecided, and one
     /// sentence on it for the top of the report and the terminal.
     pub fn noise_line(&self) -> (bool, String) {
-        let (mut takes, mut excluded, mut apart, mut waited_s) = (0, 0, 0, 0.0);
+        let (mut takes, mut excluded, mut apart, mut unplaced, mut waited_s) = (0, 0, 0, 0, 0.0);
         let mut undecided: Vec<String> = Vec::new();
         let mut older_busy: Vec<String> = Vec::new();
         for r in &self.results {
@@ -103,6 +103,7 @@ impl Folder {
                 takes += n.takes;
                 excluded += n.excluded;
                 apart += n.apart;
+                unplaced += n.unplaced;
                 waited_s += n.waited_s;
             }
             let k = r.header.claims.iter().filter(|c| c.undecided == Some(Undecided::Noise)).count();
@@ -122,6 +123,10 @@ impl Folder {
         let cpus = crate::lab::rig::placement::CPUS;
         let mut text = match (takes, excluded) {
             (0, _) => String::new(),
+            (_, 0) if unplaced == takes => format!(
+                "None of the {takes} samples ran while other processes used more than {threshold:.0}% of a CPU (the \
+                 CPUs' placement was not read)."
+            ),
             (_, 0) => format!(
                 "None of the {takes} samples ran while other processes used more than {threshold:.0}% of a CPU or \
                  while CPUs {} and {} were placed apart.",

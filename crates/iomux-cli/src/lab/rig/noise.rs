@@ -323,16 +323,13 @@ impl Meter for Monitor {
 /// for an experiment whose own traffic makes the kernel's network work
 /// (E8's emulated links, run in softirq, ksoftirqd and interrupts charged
 /// to no process of the bench). Others are the user-space processes
-/// outside the bench, by their own clocks, and steal.
+/// outside the bench, by their own clocks, and steal. The CPUs' placement
+/// is read through the trial's main meter, so this one does not read it.
 pub struct NetworkIsOwn<'a>(pub &'a Monitor);
 
 impl Meter for NetworkIsOwn<'_> {
     fn others_since(&self, since: Instant) -> Option<f64> {
         self.0.since(since).map(|n| n.user_space_share)
-    }
-
-    fn placement(&self) -> Option<Placement> {
-        self.0.placement()
     }
 }
 

@@ -11,7 +11,8 @@
 //! a single-CPU probe (a spin loop, a syscall loop, a one-thread loopback
 //! TCP ping-pong) does not move. A round that straddles the start of a
 //! spell turns a ratio of two servers into nonsense, so the trial reads
-//! the placement before and after every sample.
+//! the placement before and after every sample, but those of arms whose
+//! figures do not depend on it (memory, perf's counts) and a smoke run's.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;

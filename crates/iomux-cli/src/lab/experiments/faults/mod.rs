@@ -46,9 +46,10 @@ pub struct Defaults;
 impl BackendDefaults for Defaults {}
 
 /// The six rounds a 95% interval needs, and no more: a count of failures
-/// that is zero in six runs gains nothing from a seventh. One round first
-/// (the rest are the free rounds of undecided claims), and a budget of a
-/// second for more.
+/// that is zero in six runs gains nothing from a seventh. One round first:
+/// the rest are the free rounds of undecided claims, which a budget above
+/// zero allows (a second, quick; three with `--full`), and a second is
+/// shorter than any look.
 impl RoundDefaults for Defaults {
     const REPS: (usize, usize) = (1, 1);
     const BUDGET_S: f64 = 3.0;
@@ -237,12 +238,6 @@ impl Experiment for Faults {
     /// NFQUEUE) runs in softirq, kernel threads and interrupts charged to
     /// no process: others are user-space processes outside the bench.
     fn network_is_own(_: &Arm) -> bool {
-        true
-    }
-
-    /// Its claims are counts (bytes checked, connections left open) and
-    /// keepalive's seconds, which a cross-CPU round trip does not move.
-    fn placement_free(_: &Arm) -> bool {
         true
     }
     const PUBLISHED: &'static str = "nothing: the documents measured on a clean LAN (E2's 100 Mbit LAN, E3's sink at \

@@ -115,8 +115,9 @@ fn a_take_with_the_cpus_apart_is_taken_again() {
 
 #[test]
 fn a_placement_free_take_neither_waits_nor_is_taken_again() {
-    // The CPUs are apart throughout: "m" (memory, say) is kept at once and
-    // reads no placement; "t" (a timed arm) reads one before and after.
+    // "m" (memory, say) reads no placement and is kept at once; "t" (a
+    // timed arm) reads one before and after, finds the CPUs apart after its
+    // first take, and is taken again.
     let meter = Placed { readings: RefCell::new([50.0, 330.0, 52.0, 51.0].into()), closest: Cell::new(f64::MAX) };
     let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::ZERO);
     trial.placement_free(|k| *k == "m");
