@@ -113,10 +113,17 @@ impl NoiseSummary {
         }
         let whole = self.whole.as_ref().map_or(String::new(), |n| format!(" Over the whole run: {}.", n.describe()));
         let (cpus, busy) = (CPUS, self.excluded - self.apart.min(self.excluded));
+        let read = self.unplaced < self.takes;
         let excluded = match (busy, self.apart) {
-            (0, 0) if self.unplaced == self.takes => format!(
+            (0, 0) if !read => format!(
                 "none ran while other processes used more than {:.0}% of a CPU (the CPUs' placement was not read)",
                 self.threshold * 100.0
+            ),
+            (busy, _) if !read => format!(
+                "{busy} ran while other processes used more than {:.0}% of a CPU (the CPUs' placement was not \
+                 read), and were left out (each measured again, up to {} times)",
+                self.threshold * 100.0,
+                self.max_retakes
             ),
             (0, 0) => format!(
                 "none ran while other processes used more than {:.0}% of a CPU or CPUs {} and {} were placed apart",
@@ -344,6 +351,9 @@ mod tests {
         );
         let none = NoiseSummary::of(1, &[take(None), take(None)], None).sentence();
         assert!(none.contains("(the CPUs' placement was not read)") && !none.contains("placed apart"), "{none}");
+        let busy = Take { kept: false, others: Some(0.9), ..take(None) };
+        let busy = NoiseSummary::of(1, &[busy, take(None)], None).sentence();
+        assert!(busy.starts_with("2 samples in 1 rounds; 1 ran while") && !busy.contains("placed apart"), "{busy}");
         let all = NoiseSummary::of(1, &[take(Some(50.0))], None).sentence();
         assert!(!all.contains("not read"), "{all}");
     }

@@ -127,6 +127,11 @@ impl Folder {
                 "None of the {takes} samples ran while other processes used more than {threshold:.0}% of a CPU (the \
                  CPUs' placement was not read)."
             ),
+            _ if unplaced == takes => format!(
+                "{excluded} of {takes} samples ran while other processes used more than {threshold:.0}% of a CPU \
+                 (the CPUs' placement was not read); they were measured again and left out of every figure and \
+                 verdict."
+            ),
             (_, 0) => format!(
                 "None of the {takes} samples ran while other processes used more than {threshold:.0}% of a CPU or \
                  while CPUs {} and {} were placed apart.",
