@@ -37,6 +37,12 @@ pub struct BenchArgs {
     /// figures are not measurements.
     #[arg(long, hide = true, conflicts_with = "full")]
     smoke: bool,
+    /// Go on with the run in --out DIR: keep the experiments whose results
+    /// it holds (measured with the same settings) and run the others, then
+    /// write the report of them all. A --full run can take more than one
+    /// sitting.
+    #[arg(long, requires = "out")]
+    resume: bool,
     /// Print the experiments' names, one per line, in the order a full
     /// run takes them, and exit.
     #[arg(long)]
@@ -120,6 +126,10 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
         None if args.smoke => registry::ENTRIES.iter().map(smoke_of).collect::<CliResult<Vec<_>>>()?,
         None => registry::Which::all(),
     };
+    let experiments = match args.resume {
+        true => resumed(experiments, &settings)?,
+        false => experiments,
+    };
     // Every experiment's flags and limits before the first runs: a machine
     // that cannot run one is told now, not minutes on.
     for e in &experiments {
@@ -179,7 +189,11 @@ fn run_each<'a>(
     let (mut outcomes, mut failed) = (Vec::new(), 0);
     for (entry, run) in runs {
         match run() {
-            Ok(outcome) => outcomes.push(outcome),
+            Ok(outcome) => {
+                // A failure of an earlier run (--resume) no longer stands.
+                let _ = std::fs::remove_file(results::error_file(out_dir, entry.name));
+                outcomes.push(outcome)
+            }
             Err(e) => {
                 failed += 1;
                 eprintln!("iomux bench: {} {} failed: {e}; going on with the others", entry.label, entry.name);
@@ -198,6 +212,17 @@ fn run_each<'a>(
 pub fn report(dir: &std::path::Path) -> CliResult<(PathBuf, String)> {
     let folder = results::Folder::read(dir)?;
     Ok((render::html::write_report(&folder)?, render::terminal::verdicts(&folder)))
+}
+
+/// The experiments the output folder holds no results of yet; the others
+/// are named, kept.
+fn resumed(experiments: Vec<registry::Which>, settings: &Settings) -> CliResult<Vec<registry::Which>> {
+    let names: Vec<&str> = experiments.iter().map(|e| e.entry().name).collect();
+    let (left, kept) = results::unfinished(&names, &settings.out_dir, settings.full)?;
+    for path in &kept {
+        eprintln!("iomux bench: --resume: kept {}", path.display());
+    }
+    Ok(experiments.into_iter().filter(|e| left.contains(&e.entry().name)).collect())
 }
 
 /// An experiment with its smoke flags, parsed as the command line would be.

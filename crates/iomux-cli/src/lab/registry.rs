@@ -80,6 +80,7 @@ pub fn execute<E: Shown>(args: &E::Args, settings: &Settings) -> CliResult<Outco
     let mut env = Envelope {
         experiment: E::ENTRY.name.into(),
         schema: SCHEMA,
+        full: settings.full,
         machine: settings.machine.clone(),
         params,
         published: E::PUBLISHED.into(),

@@ -442,6 +442,7 @@ pub fn fixture(seconds: &[(Backend, usize, f64)], rounds: usize) -> Envelope<Par
     let mut env = Envelope {
         experiment: "idle".into(),
         schema: SCHEMA,
+        full: false,
         machine: crate::lab::rig::machine::Machine::default(),
         params,
         published: Idle::PUBLISHED.into(),

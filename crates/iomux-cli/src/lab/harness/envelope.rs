@@ -170,6 +170,11 @@ impl NoiseSummary {
 pub struct Envelope<P, K, S> {
     pub experiment: String,
     pub schema: u32,
+    /// Measured with `--full`; false for quick settings, and in results
+    /// written before it was recorded. `bench --resume` keeps a result
+    /// only with the settings it was measured with.
+    #[serde(default)]
+    pub full: bool,
     pub machine: Machine,
     pub params: P,
     /// The documents' published finding, in words.
@@ -386,6 +391,7 @@ mod tests {
         let env = Envelope {
             experiment: "x".into(),
             schema: SCHEMA,
+            full: false,
             machine: Machine::describe(),
             params: (),
             published: String::new(),

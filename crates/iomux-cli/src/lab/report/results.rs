@@ -39,6 +39,44 @@ pub fn error_file(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!("{name}.error.txt"))
 }
 
+/// For `bench --resume`: of `names`, which `dir` holds no results of yet,
+/// and the results files it holds of the others. A result measured with
+/// other settings (quick against `--full`) is refused, since one report
+/// would mix them.
+pub fn unfinished<'n>(names: &[&'n str], dir: &Path, full: bool) -> CliResult<(Vec<&'n str>, Vec<PathBuf>)> {
+    #[derive(serde::Deserialize)]
+    struct Measured {
+        #[serde(default)]
+        full: bool,
+    }
+    let settings = |full: bool| if full { "--full" } else { "quick" };
+    let (mut left, mut kept) = (Vec::new(), Vec::new());
+    for &name in names {
+        let path = dir.join(format!("{name}.json"));
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                left.push(name);
+                continue;
+            }
+            Err(e) => return Err(format!("--resume: cannot read {}: {e}", path.display()).into()),
+        };
+        let measured: Measured =
+            serde_json::from_str(&text).map_err(|e| format!("--resume: {} is not results: {e}", path.display()))?;
+        if measured.full != full {
+            return Err(format!(
+                "--resume: {} was measured with {} settings and this run has {}: resume a run with its own settings",
+                path.display(),
+                settings(measured.full),
+                settings(full)
+            )
+            .into());
+        }
+        kept.push(path);
+    }
+    Ok((left, kept))
+}
+
 impl Folder {
     /// Reads `dir`. A folder that cannot be read, or holds no experiment's
     /// JSON, is an error; so is a JSON file that does not parse.
@@ -171,5 +209,25 @@ impl Folder {
             text = "No sample records the machine's noise (results written by an older iomux).".into();
         }
         (!undecided.is_empty() || !older_busy.is_empty(), text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resumed_run_keeps_results_of_its_own_settings_and_refuses_others() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("idle.json"), r#"{"experiment": "idle", "full": true}"#).unwrap();
+        // Written before settings were recorded: quick.
+        std::fs::write(dir.path().join("sink.json"), r#"{"experiment": "sink"}"#).unwrap();
+        let (left, kept) = unfinished(&["syscall-rate", "idle"], dir.path(), true).unwrap();
+        assert_eq!((left, kept), (vec!["syscall-rate"], vec![dir.path().join("idle.json")]));
+        let mixed = unfinished(&["idle", "sink"], dir.path(), true).unwrap_err().to_string();
+        assert!(mixed.contains("sink.json was measured with quick settings and this run has --full"), "{mixed}");
+        std::fs::write(dir.path().join("echo.json"), "not json").unwrap();
+        let broken = unfinished(&["echo"], dir.path(), false).unwrap_err().to_string();
+        assert!(broken.contains("echo.json is not results"), "{broken}");
     }
 }

@@ -202,6 +202,7 @@ mod tests {
         Envelope {
             experiment: "syscall-rate".into(),
             schema: SCHEMA,
+            full: false,
             machine: Default::default(),
             params,
             published: String::new(),
