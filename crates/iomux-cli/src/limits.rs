@@ -3,6 +3,7 @@
 //! that would lift it. Nothing here changes the system; the script
 //! `scripts/tune-kernel` applies the fixes, printing before and after.
 
+use anyhow::bail;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -279,12 +280,11 @@ pub fn require(what: &str, need: &Need) -> crate::CliResult<()> {
     let findings = check(need, &Kernel::read());
     let blocking = findings.iter().filter(|f| f.blocks).count();
     if blocking > 0 {
-        return Err(format!(
+        bail!(
             "{what} cannot run on this machine as it is set up; {blocking} setting(s) stand in the way:\n{}\
              scripts/tune-kernel applies the sysctl fixes (as root, printing each value before and after).",
             render(&findings)
-        )
-        .into());
+        );
     }
     if findings.iter().any(|f| f.advice) {
         eprintln!("{what}: the kernel allows this run; advice:\n{}", render(&findings));

@@ -78,8 +78,10 @@ pub fn parse_backend(s: &str) -> Result<iomux::Backend, String> {
     s.parse().map_err(|e: iomux::Error| e.to_string())
 }
 
-/// Errors at the top of the command: printed once, exit status 1.
-pub type CliResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+/// Errors at the top of the command: printed once, exit status 1. Each
+/// step adds its context (`anyhow::Context`) and keeps the cause as the
+/// error's source, so `chain` prints "what was being done: why".
+pub type CliResult<T> = anyhow::Result<T>;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -110,7 +112,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("iomux: error: {}", chain(e.as_ref()));
+            eprintln!("iomux: error: {}", one_line(e));
             ExitCode::FAILURE
         }
     }
@@ -129,4 +131,11 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
         cause = c.source();
     }
     text
+}
+
+/// A command's error as one line, as main prints it: for a failure kept
+/// as text (a cell's "why not measurable", a worker's reason to stop),
+/// where `to_string()` would say only the outermost context.
+pub fn one_line(e: impl std::borrow::Borrow<anyhow::Error>) -> String {
+    chain(e.borrow().as_ref())
 }

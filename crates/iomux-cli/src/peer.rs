@@ -3,6 +3,7 @@
 //! listening, a one-line banner, then serving until killed.
 
 use crate::CliResult;
+use anyhow::{bail, Context as _};
 use iomux_peers::Peer;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
@@ -39,20 +40,20 @@ const BACKLOG: i32 = 4096;
 pub fn run(args: PeerArgs) -> CliResult<ExitCode> {
     let peer = args.server;
     let upstream = match (peer, args.upstream) {
-        (p, None) if p.relays() => return Err(format!("{peer} needs --upstream IP:PORT").into()),
+        (p, None) if p.relays() => bail!("{peer} needs --upstream IP:PORT"),
         (p, up) if p.relays() => up,
-        (_, Some(_)) => return Err(format!("--upstream is for the relay floors, not {peer}").into()),
+        (_, Some(_)) => bail!("--upstream is for the relay floors, not {peer}"),
         (_, None) => None,
     };
     // First, while this is the only thread: threads started later (the
     // runtime's, io_uring's io-wq workers) inherit the mask.
     if let Some(cpu) = args.cpu {
-        crate::os::pin_to_cpu(cpu).map_err(|e| format!("peer {peer}: pinning to CPU {cpu}: {e}"))?;
+        crate::os::pin_to_cpu(cpu).with_context(|| format!("peer {peer}: pinning to CPU {cpu}"))?;
     }
     // As `iomux serve` does, so that neither side runs out of descriptors first.
-    crate::os::raise_nofile_limit().map_err(|e| format!("peer {peer}: raising RLIMIT_NOFILE: {e}"))?;
-    let listener = listen(args.listen).map_err(|e| format!("peer {peer}: {e}"))?;
-    let addr = listener.local_addr().map_err(|e| format!("peer {peer}: getsockname: {e}"))?;
+    crate::os::raise_nofile_limit().with_context(|| format!("peer {peer}: raising RLIMIT_NOFILE"))?;
+    let listener = listen(args.listen).with_context(|| format!("peer {peer}"))?;
+    let addr = listener.local_addr().with_context(|| format!("peer {peer}: getsockname"))?;
     let banner = format!("iomux peer: {peer} listening on {addr} (pid {})", std::process::id());
     let ready = || {
         let mut out = std::io::stdout().lock();
@@ -63,7 +64,7 @@ pub fn run(args: PeerArgs) -> CliResult<ExitCode> {
         Some(up) => iomux_peers::serve_relay_floor(peer, listener, up, ready),
         None => peer.serve_ready(listener, ready),
     }
-    .map_err(|e| format!("peer {peer}: {e}"))?;
+    .with_context(|| format!("peer {peer}"))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -73,13 +74,13 @@ pub fn run(args: PeerArgs) -> CliResult<ExitCode> {
 /// accepted connection inherits it (Linux clones the listener's setting),
 /// whichever way the peer accepts (accept4, io_uring), and the C server
 /// as well as the runtimes answers without Nagle's delay.
-fn listen(addr: SocketAddr) -> Result<TcpListener, String> {
+fn listen(addr: SocketAddr) -> CliResult<TcpListener> {
     use rustix::net::{bind, listen, socket_with, sockopt, AddressFamily, SocketFlags, SocketType};
     let family = if addr.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
-    let fd = socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None).map_err(|e| format!("socket: {e}"))?;
-    sockopt::set_socket_reuseaddr(&fd, true).map_err(|e| format!("SO_REUSEADDR: {e}"))?;
-    sockopt::set_tcp_nodelay(&fd, true).map_err(|e| format!("TCP_NODELAY: {e}"))?;
-    bind(&fd, &addr).map_err(|e| format!("binding {addr}: {e}"))?;
-    listen(&fd, BACKLOG).map_err(|e| format!("listen on {addr}: {e}"))?;
+    let fd = socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None).context("socket")?;
+    sockopt::set_socket_reuseaddr(&fd, true).context("SO_REUSEADDR")?;
+    sockopt::set_tcp_nodelay(&fd, true).context("TCP_NODELAY")?;
+    bind(&fd, &addr).with_context(|| format!("binding {addr}"))?;
+    listen(&fd, BACKLOG).with_context(|| format!("listen on {addr}"))?;
     Ok(TcpListener::from(fd))
 }

@@ -1,6 +1,7 @@
 //! Loop stats as JSON, the same shape for serve and load.
 
 use crate::CliResult;
+use anyhow::{anyhow, Context as _};
 use iomux::runtime::LoopStats;
 use iomux::Backend;
 use serde::{Deserialize, Serialize};
@@ -213,7 +214,7 @@ fn joined(a: &str, b: &str) -> String {
 
 /// A process's figures from its loops' stats and its own usage.
 pub fn server_stats(stats: &LoopStats, backend: Backend) -> CliResult<ServerStats> {
-    let usage = crate::os::usage().map_err(|e| format!("getrusage: {e}"))?;
+    let usage = crate::os::usage().context("getrusage")?;
     let uring = !stats.uring_features.is_empty();
     let typed = ServerStats {
         backend: backend.name().into(),
@@ -319,32 +320,33 @@ pub fn summary(st: &ServerStats) -> String {
 /// fails for another reason leaves no empty file behind, and a file that
 /// is there keeps its figures until the new ones replace them.
 pub fn check_writable(path: &Path) -> CliResult<()> {
-    let refuse = |why: String| format!("cannot write {}: {why}", path.display());
+    let refuse = |why: &str| anyhow!("cannot write {}: {why}", path.display());
     if path.is_dir() {
-        return Err(refuse("it is a directory".into()).into());
+        return Err(refuse("it is a directory"));
     }
     let folder = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
     match std::fs::metadata(folder) {
-        Err(e) => return Err(refuse(format!("{}: {e}", folder.display())).into()),
-        Ok(m) if !m.is_dir() => return Err(refuse(format!("{} is not a directory", folder.display())).into()),
+        Err(e) => return Err(e).with_context(|| format!("cannot write {}: {}", path.display(), folder.display())),
+        Ok(m) if !m.is_dir() => return Err(refuse(&format!("{} is not a directory", folder.display()))),
         Ok(_) => {}
     }
     let existing = if path.exists() { path } else { folder };
     let c_path = std::ffi::CString::new(existing.as_os_str().as_encoded_bytes())
-        .map_err(|_| refuse("the path holds a NUL byte".into()))?;
+        .map_err(|_| refuse("the path holds a NUL byte"))?;
     // SAFETY: c_path is a NUL-terminated string that outlives the call.
     if unsafe { libc::access(c_path.as_ptr(), libc::W_OK) } != 0 {
-        return Err(refuse(format!("{}: {}", existing.display(), std::io::Error::last_os_error())).into());
+        let e = std::io::Error::last_os_error();
+        return Err(e).with_context(|| format!("cannot write {}: {}", path.display(), existing.display()));
     }
     Ok(())
 }
 
 pub fn write_json(path: &Path, value: &Value) -> CliResult<()> {
     let text = serde_json::to_string_pretty(value)?;
-    std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    std::fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }
 

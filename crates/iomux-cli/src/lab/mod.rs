@@ -10,6 +10,7 @@ pub mod report;
 pub mod rig;
 
 use crate::CliResult;
+use anyhow::Context as _;
 use report::results;
 use rig::machine::Machine;
 use rig::{browser, child, noise, output, tools};
@@ -101,7 +102,7 @@ pub fn run(args: BenchArgs) -> CliResult<ExitCode> {
 fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
     // Raise the fd limit before describing the machine, so the description
     // shows the limit the experiments ran under.
-    crate::os::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))?;
+    crate::os::raise_nofile_limit().context("raising RLIMIT_NOFILE")?;
     let settings = Settings {
         full: args.full && !args.quick,
         tracer: child::Tracer::detect(),
@@ -196,6 +197,7 @@ fn run_each<'a>(
             }
             Err(e) => {
                 failed += 1;
+                let e = crate::one_line(e);
                 eprintln!("iomux bench: {} {} failed: {e}; going on with the others", entry.label, entry.name);
                 let file = results::error_file(out_dir, entry.name);
                 if let Err(w) = std::fs::write(&file, format!("{e}\n")) {
@@ -234,7 +236,7 @@ fn smoke_of(entry: &harness::experiment::Entry) -> CliResult<registry::Which> {
     }
     let line = std::iter::once("bench").chain(std::iter::once(entry.name)).chain(entry.smoke.split_whitespace());
     let parsed = <Line as clap::Parser>::try_parse_from(line)
-        .map_err(|e| format!("{}'s smoke flags {:?}: {e}", entry.name, entry.smoke))?;
+        .with_context(|| format!("{}'s smoke flags {:?}", entry.name, entry.smoke))?;
     Ok(parsed.which)
 }
 
@@ -265,7 +267,7 @@ mod tests {
         let settings = Settings::for_test(out.clone());
         let echo = registry::ENTRIES.iter().find(|e| e.name == "echo").unwrap();
         let runs: Vec<(&'static harness::experiment::Entry, Run<'_>)> = vec![
-            (echo, Box::new(|| Err("the server would not start".into()))),
+            (echo, Box::new(|| Err(anyhow::anyhow!("the server would not start")))),
             (&Toy::ENTRY, Box::new(|| execute::<Toy>(&toy::Args::default(), &settings))),
         ];
         let (outcomes, failed) = run_each(runs.into_iter(), &out);

@@ -11,6 +11,7 @@
 
 use super::hist;
 use crate::CliResult;
+use anyhow::{anyhow, Context as _};
 use base64::Engine;
 use hdrhistogram::serialization::interval_log::{IntervalLogIterator, IntervalLogWriterBuilder, LogEntry};
 use hdrhistogram::serialization::V2DeflateSerializer;
@@ -92,7 +93,7 @@ impl IntervalRecorder {
         match hist::encode(&self.current, &mut self.serializer) {
             Ok(encoded) => self.done.push(Interval { second: self.second, encoded }),
             Err(e) => {
-                self.error.get_or_insert_with(|| e.to_string());
+                self.error.get_or_insert_with(|| crate::one_line(e));
             }
         }
         self.current.reset();
@@ -121,14 +122,14 @@ impl Log {
     /// nobody recorded in are written empty, so stalls show as gaps in the
     /// counts, not in the timeline).
     pub fn write(mut self, path: &Path) -> CliResult<()> {
-        let fail = |e: &dyn std::fmt::Display| format!("writing the interval log {}: {e}", path.display());
+        let what = || format!("writing the interval log {}", path.display());
         self.intervals.sort_by_key(|i| i.second);
         let first = self.intervals.first().map(|i| i.second);
         let start = self.start.or(first.map(Duration::from_secs)).unwrap_or_default();
         let base = start.as_secs().min(first.unwrap_or(u64::MAX));
         let unix = |d: Duration| SystemTime::UNIX_EPOCH + d;
 
-        let file = std::fs::File::create(path).map_err(|e| fail(&e))?;
+        let file = std::fs::File::create(path).with_context(what)?;
         let mut out = std::io::BufWriter::new(file);
         let mut serializer = V2DeflateSerializer::new();
         IntervalLogWriterBuilder::new()
@@ -138,14 +139,14 @@ impl Log {
             .with_start_time(unix(start))
             .with_base_time(unix(Duration::from_secs(base)))
             .begin_log_with(&mut out, &mut serializer)
-            .map_err(|e| fail(&e))?;
+            .with_context(what)?;
         // The builder writes no legend line; readers expect one before the intervals.
         writeln!(out, "\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\"")
-            .map_err(|e| fail(&e))?;
+            .with_context(what)?;
         let mut log = IntervalLogWriterBuilder::new()
             .with_max_value_divisor(1e6)
             .begin_log_with(&mut out, &mut serializer)
-            .map_err(|e| fail(&e))?;
+            .with_context(what)?;
         let mut sum = hist::latency_histogram();
         let mut intervals = self.intervals.iter().peekable();
         while let Some(second) = intervals.peek().map(|i| i.second) {
@@ -153,35 +154,34 @@ impl Log {
                 hist::add(&mut sum, &hist::decode(&i.encoded)?)?;
             }
             log.write_histogram(&sum, Duration::from_secs(second - base), Duration::from_secs(1), None)
-                .map_err(|e| fail(&e))?;
+                .with_context(what)?;
             sum.reset();
             // Empty seconds up to the next interval.
             let next = intervals.peek().map_or(second + 1, |i| i.second);
             for empty in second + 1..next {
                 log.write_histogram(&sum, Duration::from_secs(empty - base), Duration::from_secs(1), None)
-                    .map_err(|e| fail(&e))?;
+                    .with_context(what)?;
             }
         }
         drop(log);
-        out.flush().map_err(|e| fail(&e))?;
+        out.flush().with_context(what)?;
         Ok(())
     }
 
     /// Reads a log [`Log::write`] wrote (or any V2 interval log whose
     /// intervals are whole seconds from a whole-second base).
     pub fn read(path: &Path) -> CliResult<Log> {
-        let fail = |e: &dyn std::fmt::Display| format!("reading the interval log {}: {e}", path.display());
-        let bytes = std::fs::read(path).map_err(|e| fail(&e))?;
+        let what = || format!("reading the interval log {}", path.display());
+        let bytes = std::fs::read(path).with_context(what)?;
         let mut log = Log::default();
         let mut base = Duration::ZERO;
         for entry in IntervalLogIterator::new(&bytes) {
-            match entry.map_err(|e| fail(&format!("{e:?}")))? {
+            match entry.map_err(|e| anyhow!("{}: {e:?}", what()))? {
                 LogEntry::StartTime(t) => log.start = Some(t),
                 LogEntry::BaseTime(t) => base = t,
                 LogEntry::Interval(i) => {
-                    let encoded = base64::engine::general_purpose::STANDARD
-                        .decode(i.encoded_histogram())
-                        .map_err(|e| fail(&e))?;
+                    let encoded =
+                        base64::engine::general_purpose::STANDARD.decode(i.encoded_histogram()).with_context(what)?;
                     // Millisecond timestamps: round to the whole second.
                     let second = (base + i.start_timestamp()).as_secs_f64().round() as u64;
                     log.intervals.push(Interval { second, encoded });

@@ -3,6 +3,7 @@
 //! base64 in JSON, so results from many processes or hosts add up exactly.
 
 use crate::CliResult;
+use anyhow::{anyhow, Context as _};
 use base64::Engine;
 use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
@@ -17,19 +18,18 @@ pub fn latency_histogram() -> Histogram<u64> {
 /// Adds `o` to `h`. Histograms decoded from a file may have other bounds:
 /// say so, rather than drop counts.
 pub fn add(h: &mut Histogram<u64>, o: &Histogram<u64>) -> CliResult<()> {
-    h.add(o).map_err(|e| format!("adding latency histograms: {e:?} (max {} ns)", o.max()).into())
+    h.add(o).map_err(|e| anyhow!("adding latency histograms: {e:?} (max {} ns)", o.max()))
 }
 
 /// V2 + deflate bytes.
 pub fn encode(h: &Histogram<u64>, serializer: &mut V2DeflateSerializer) -> CliResult<Vec<u8>> {
     let mut out = Vec::new();
-    serializer.serialize(h, &mut out).map_err(|e| format!("encoding a latency histogram: {e}"))?;
+    serializer.serialize(h, &mut out).context("encoding a latency histogram")?;
     Ok(out)
 }
 
 pub fn decode(bytes: &[u8]) -> CliResult<Histogram<u64>> {
-    let h: Histogram<u64> =
-        Deserializer::new().deserialize(&mut &bytes[..]).map_err(|e| format!("decoding a latency histogram: {e}"))?;
+    let h: Histogram<u64> = Deserializer::new().deserialize(&mut &bytes[..]).context("decoding a latency histogram")?;
     // Into the standard bounds, so that it adds to any other.
     let mut standard = latency_histogram();
     add(&mut standard, &h)?;
@@ -42,9 +42,8 @@ pub fn to_base64(h: &Histogram<u64>) -> CliResult<String> {
 }
 
 pub fn from_base64(text: &str) -> CliResult<Histogram<u64>> {
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(text.trim())
-        .map_err(|e| format!("the latency histogram is not base64: {e}"))?;
+    let bytes =
+        base64::engine::general_purpose::STANDARD.decode(text.trim()).context("the latency histogram is not base64")?;
     decode(&bytes)
 }
 

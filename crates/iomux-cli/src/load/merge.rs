@@ -6,6 +6,7 @@
 use super::result::{LoadResult, MergedFile};
 use super::summary;
 use crate::CliResult;
+use anyhow::{anyhow, bail, Context as _};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,13 +50,9 @@ pub fn run(args: MergeArgs) -> CliResult<ExitCode> {
     let mut seen = BTreeMap::new();
     let mut parts = Vec::new();
     for path in &args.files {
-        let canonical = path.canonicalize().map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let canonical = path.canonicalize().with_context(|| format!("reading {}", path.display()))?;
         if let Some(earlier) = seen.insert(canonical, path.display().to_string()) {
-            return Err(format!(
-                "{} and {earlier} are the same file: merging it twice would count it twice",
-                path.display()
-            )
-            .into());
+            bail!("{} and {earlier} are the same file: merging it twice would count it twice", path.display());
         }
         parts.push(Part { label: path.display().to_string(), result: LoadResult::read(path)? });
     }
@@ -81,18 +78,27 @@ fn check_shards(parts: &[Part]) -> CliResult<()> {
         };
         let Some(fs) = f.result.shard else { continue };
         if (s.count, s.of_conns, s.of_idle) != (fs.count, fs.of_conns, fs.of_idle) {
-            return Err(format!(
+            bail!(
                 "{} is shard {}/{} of {}+{} connections, but {} is shard {}/{} of {}+{}: not shards of one load",
-                p.label, s.index, s.count, s.of_conns, s.of_idle, f.label, fs.index, fs.count, fs.of_conns, fs.of_idle
-            )
-            .into());
+                p.label,
+                s.index,
+                s.count,
+                s.of_conns,
+                s.of_idle,
+                f.label,
+                fs.index,
+                fs.count,
+                fs.of_conns,
+                fs.of_idle
+            );
         }
         if let Some(other) = indexes.insert(s.index, &p.label) {
-            return Err(format!(
+            bail!(
                 "{} and {other} are both shard {}/{}: merging both would count that shard twice",
-                p.label, s.index, s.count
-            )
-            .into());
+                p.label,
+                s.index,
+                s.count
+            );
         }
     }
     if let Some(count) = first.and_then(|f| f.result.shard).map(|s| s.count) {
@@ -111,7 +117,7 @@ fn check_shards(parts: &[Part]) -> CliResult<()> {
 /// the same thing: another message size, mode, or open versus closed loop.
 pub fn merge(parts: &[Part], setup: Setup) -> CliResult<LoadResult> {
     let Some(first) = parts.first() else {
-        return Err("nothing to merge".into());
+        bail!("nothing to merge");
     };
     let f = &first.result;
     let mut latency = super::hist::latency_histogram();
@@ -147,11 +153,10 @@ pub fn merge(parts: &[Part], setup: Setup) -> CliResult<LoadResult> {
             if this == that {
                 return Ok(());
             }
-            Err(format!(
+            Err(anyhow!(
                 "{label}: {what} is {this}, but {} has {that}: their latencies and counts do not add up to one load",
                 first.label
-            )
-            .into())
+            ))
         };
         differs("msg_size", r.msg_size.to_string(), f.msg_size.to_string())?;
         differs("mode", r.mode.clone(), f.mode.clone())?;
@@ -160,8 +165,8 @@ pub fn merge(parts: &[Part], setup: Setup) -> CliResult<LoadResult> {
         if r.conns > 0 && f.conns > 0 {
             differs("the loop", looped(r), looped(f))?;
         }
-        let h = r.histogram().map_err(|e| format!("{label}: {e}"))?;
-        super::hist::add(&mut latency, &h).map_err(|e| format!("{label}: {e}"))?;
+        let h = r.histogram().with_context(|| label.clone())?;
+        super::hist::add(&mut latency, &h).with_context(|| label.clone())?;
         m.conns += r.conns;
         m.idle += r.idle;
         m.threads += r.threads;

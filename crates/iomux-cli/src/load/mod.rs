@@ -17,6 +17,7 @@ mod summary;
 mod tls;
 mod watch;
 
+use anyhow::{anyhow, bail, Context as _};
 pub use client::{LoadMode, Report};
 
 use crate::flags::Flags;
@@ -228,7 +229,7 @@ impl LoadArgs {
     /// These flags with `part`'s share of the load.
     fn with_share(&self, part: Share) -> CliResult<LoadArgs> {
         let first_conn = u32::try_from(part.first_conn)
-            .map_err(|_| format!("connection number {} is past 2^32: too many connections", part.first_conn))?;
+            .map_err(|_| anyhow!("connection number {} is past 2^32: too many connections", part.first_conn))?;
         Ok(LoadArgs {
             conns: part.conns,
             idle: part.idle,
@@ -325,43 +326,43 @@ impl LoadArgs {
 /// How long the run is: a duration, or a number of messages (None).
 fn checked_duration(args: &LoadArgs) -> CliResult<Option<Duration>> {
     if args.hdr_log.is_some() && args.mode == LoadMode::Sink {
-        return Err("--hdr-log records echo latency, and --mode sink has none".into());
+        bail!("--hdr-log records echo latency, and --mode sink has none");
     }
     if let Some(r) = args.rate {
         if !(r.is_finite() && r > 0.0) {
-            return Err(format!("--rate must be a positive number of messages per second, not {r}").into());
+            bail!("--rate must be a positive number of messages per second, not {r}");
         }
         if args.conns == 0 {
-            return Err("--rate needs at least one active connection (--conns)".into());
+            bail!("--rate needs at least one active connection (--conns)");
         }
     }
     if let Some(r) = args.connect_rate {
         if !(r.is_finite() && r > 0.0) {
-            return Err(format!("--connect-rate must be a positive number per second, not {r}").into());
+            bail!("--connect-rate must be a positive number per second, not {r}");
         }
     }
     if args.per_conn == Some(0) || args.requests == Some(0) {
-        return Err("--requests and --per-conn must be at least 1".into());
+        bail!("--requests and --per-conn must be at least 1");
     }
     let duration = match (args.duration, args.requests.or(args.per_conn)) {
         (Some(d), _) if !(d.is_finite() && d > 0.0) => {
-            return Err(format!("--duration must be positive, not {d}").into())
+            bail!("--duration must be positive, not {d}")
         }
         (Some(d), _) => Some(Duration::from_secs_f64(d)),
         (None, Some(_)) => None,
         (None, None) => Some(Duration::from_secs(10)),
     };
     if !(args.warmup.is_finite() && args.warmup >= 0.0) {
-        return Err(format!("--warmup must be zero or more seconds, not {}", args.warmup).into());
+        bail!("--warmup must be zero or more seconds, not {}", args.warmup);
     }
     if !(args.timeout.is_finite() && args.timeout > 0.0) {
-        return Err(format!("--timeout must be a positive number of seconds, not {}", args.timeout).into());
+        bail!("--timeout must be a positive number of seconds, not {}", args.timeout);
     }
     if args.conns + args.idle == 0 {
-        return Err("nothing to do: --conns and --idle are both 0".into());
+        bail!("nothing to do: --conns and --idle are both 0");
     }
     if u64::from(args.first_conn) + args.conns as u64 > u64::from(u32::MAX) {
-        return Err(format!("--conns {} is more connections than can be numbered (2^32)", args.conns).into());
+        bail!("--conns {} is more connections than can be numbered (2^32)", args.conns);
     }
     Ok(duration)
 }
@@ -369,7 +370,7 @@ fn checked_duration(args: &LoadArgs) -> CliResult<Option<Duration>> {
 /// Descriptors one process needs for `conns` connections on `threads`
 /// loops, and the most it may have; an error says how to fit.
 fn check_descriptors(conns: usize, threads: usize, procs: u16) -> CliResult<()> {
-    let limit = crate::os::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))? as usize;
+    let limit = crate::os::raise_nofile_limit().context("raising RLIMIT_NOFILE")? as usize;
     // Each loop needs a few descriptors of its own (epoll or ring, waker).
     let overhead = crate::os::open_fd_count().unwrap_or(8) + 4 * threads;
     let needed = conns + overhead;
@@ -378,12 +379,11 @@ fn check_descriptors(conns: usize, threads: usize, procs: u16) -> CliResult<()> 
     }
     let per_proc = limit.saturating_sub(overhead).max(1);
     let total = conns * usize::from(procs);
-    Err(format!(
+    Err(anyhow!(
         "{conns} connections need {needed} file descriptors in one process, but RLIMIT_NOFILE allows {limit} \
          (its hard limit); run several processes: --procs {} or more",
         total.div_ceil(per_proc).max(usize::from(procs) + 1)
-    )
-    .into())
+    ))
 }
 
 /// What a finished load run says.
@@ -397,7 +397,7 @@ pub struct Outcome {
 pub fn run(args: LoadArgs) -> CliResult<ExitCode> {
     if args.mode == LoadMode::Pubsub {
         if args.tls_ca.is_some() {
-            return Err("--tls-ca is for --mode echo and sink; pubsub speaks plaintext".into());
+            bail!("--tls-ca is for --mode echo and sink; pubsub speaks plaintext");
         }
         return pubsub::run_cli(&args);
     }
@@ -420,7 +420,9 @@ pub fn run(args: LoadArgs) -> CliResult<ExitCode> {
     }
     if !args.report_progress {
         let ports = sources::port_range();
-        match sources::choose(args.connect, (args.conns + args.idle) as u64, args.bind.as_ref(), ports)? {
+        match sources::choose(args.connect, (args.conns + args.idle) as u64, args.bind.as_ref(), ports)
+            .map_err(anyhow::Error::msg)?
+        {
             sources::Choice::One => {}
             sources::Choice::Chosen(chosen, why) => {
                 println!("iomux load: {why}");
@@ -563,15 +565,14 @@ pub fn execute_with(args: &LoadArgs, show_progress: bool, control: &Control) -> 
         report.merge(&client.report);
     }
     if report.connected == 0 && !report.connect_errors.is_empty() {
-        return Err(format!(
+        bail!(
             "server unreachable at {}: {}",
             args.connect,
             report.first_error.clone().unwrap_or_else(|| "every connect failed".into())
-        )
-        .into());
+        );
     }
     if let Some(e) = &report.interval_error {
-        return Err(format!("recording latency per second (--hdr-log): {e}").into());
+        bail!("recording latency per second (--hdr-log): {e}");
     }
     let log = args.hdr_log.as_ref().map(|_| Log {
         start: report.measure_start.map(|t| clock.unix(t)),

@@ -10,6 +10,7 @@ use super::result::{ChildResult, LoadResult};
 use super::watch::{Display, Snapshot};
 use super::LoadArgs;
 use crate::CliResult;
+use anyhow::{bail, Context as _};
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -70,11 +71,11 @@ pub fn run(args: &LoadArgs) -> CliResult<(LoadResult, Vec<String>)> {
     let mut hooks = Vec::new();
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         let hook = signal_hook::flag::register(signal, interrupted.clone())
-            .map_err(|e| format!("handling signal {signal} while --procs children run: {e}"))?;
+            .with_context(|| format!("handling signal {signal} while --procs children run"))?;
         hooks.push(hook);
     }
     let _unhook = Unhook(hooks);
-    let exe = std::env::current_exe().map_err(|e| format!("finding this program to start --procs children: {e}"))?;
+    let exe = std::env::current_exe().context("finding this program to start --procs children")?;
     let whole = args.share();
     let (mut procs, mut running) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for index in 0..n {
@@ -95,7 +96,7 @@ pub fn run(args: &LoadArgs) -> CliResult<(LoadResult, Vec<String>)> {
             Ok(c) => c,
             Err(e) => {
                 stop_all(&mut running);
-                return Err(format!("starting --procs child {index} ({}): {e}", exe.display()).into());
+                return Err(e).with_context(|| format!("starting --procs child {index} ({})", exe.display()));
             }
         };
         let json = dir.path().join(format!("proc-{index}.json"));
@@ -144,14 +145,14 @@ pub fn run(args: &LoadArgs) -> CliResult<(LoadResult, Vec<String>)> {
             }
             Err(e) => {
                 let tail = p.stderr.lock().unwrap_or_else(|e| e.into_inner()).join("\n  ");
-                let why = if tail.is_empty() { e.to_string() } else { tail };
+                let why = if tail.is_empty() { crate::one_line(e) } else { tail };
                 failed.push(format!("{} exited with {status} and no result:\n  {why}", p.describe()));
                 summaries.push(ChildResult::Failed { process: p.index, failed: why, exit: status });
             }
         }
     }
     if parts.is_empty() {
-        return Err(format!("every --procs child failed:\n{}", failed.join("\n")).into());
+        bail!("every --procs child failed:\n{}", failed.join("\n"));
     }
     let mut merged = merge::merge(&parts, Setup::Span)?;
     merged.procs = summaries;
@@ -161,7 +162,7 @@ pub fn run(args: &LoadArgs) -> CliResult<(LoadResult, Vec<String>)> {
         // up to the JSON.
         for p in merged_children {
             if let Some(child_log) = &p.args.hdr_log {
-                log.absorb(Log::read(child_log).map_err(|e| format!("{}: {e}", p.describe()))?);
+                log.absorb(Log::read(child_log).with_context(|| p.describe())?);
             }
         }
         log.write(path)?;
@@ -177,7 +178,7 @@ fn watch(running: &mut [Running], procs: &[Proc], display: &Display, interrupted
         if interrupted.load(Ordering::Relaxed) {
             display.println("iomux load: interrupted; stopping every process");
             stop_all(running);
-            return Err("interrupted by a signal".into());
+            bail!("interrupted by a signal");
         }
         let mut alive = 0;
         let mut broken = None;
@@ -192,7 +193,7 @@ fn watch(running: &mut [Running], procs: &[Proc], display: &Display, interrupted
                 Ok(None) => alive += 1,
                 Err(e) => {
                     stop_all(running);
-                    return Err(format!("waiting for --procs child {i}: {e}").into());
+                    return Err(e).with_context(|| format!("waiting for --procs child {i}"));
                 }
             }
         }

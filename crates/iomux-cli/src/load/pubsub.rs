@@ -10,6 +10,7 @@
 
 use super::LoadArgs;
 use crate::CliResult;
+use anyhow::{anyhow, bail, Context as _};
 use iomux::runtime::{CloseReason, Config, ConnId, Control, Handler, Io, Runtime};
 use iomux::Backend;
 use std::net::SocketAddr;
@@ -391,20 +392,20 @@ pub fn run_cli(args: &LoadArgs) -> CliResult<ExitCode> {
         ("--hdr-log", args.hdr_log.is_some()),
     ];
     if let Some((flag, _)) = refused.iter().find(|(_, set)| *set) {
-        return Err(format!("{flag} is not for --mode pubsub (it publishes for --duration)").into());
+        bail!("{flag} is not for --mode pubsub (it publishes for --duration)");
     }
     if args.subscribers + args.slow_subscribers == 0 || args.publishers == 0 {
-        return Err("--mode pubsub needs at least one subscriber and one publisher".into());
+        bail!("--mode pubsub needs at least one subscriber and one publisher");
     }
     if let Some(path) = &args.json {
         crate::stats::check_writable(path)?;
     }
     let duration = args.duration.unwrap_or(10.0);
     if !(0.001..=86400.0).contains(&duration) {
-        return Err("--duration must be between 0.001 and 86400 seconds".into());
+        bail!("--duration must be between 0.001 and 86400 seconds");
     }
     if let Some(cpu) = args.cpu {
-        crate::os::pin_to_cpu(cpu).map_err(|e| format!("pinning to CPU {cpu}: {e}"))?;
+        crate::os::pin_to_cpu(cpu).with_context(|| format!("pinning to CPU {cpu}"))?;
     }
     let plan = Plan {
         addr: args.connect,
@@ -419,7 +420,7 @@ pub fn run_cli(args: &LoadArgs) -> CliResult<ExitCode> {
         duration: Duration::from_secs_f64(duration),
         timeout: Duration::from_secs_f64(args.timeout),
     };
-    let r = run(plan).map_err(|e| format!("iomux load --mode pubsub: {e}"))?;
+    let r = run(plan).map_err(|e| anyhow!("iomux load --mode pubsub: {e}"))?;
     println!(
         "iomux load: pubsub: {} published, {} of {} delivered to {} subscribers in {:.3} s: {:.0} messages/s \
          delivered; {} errors; {} of {} slow subscribers closed by the server; {} readers lost",
@@ -435,7 +436,7 @@ pub fn run_cli(args: &LoadArgs) -> CliResult<ExitCode> {
         r.lost_subscribers
     );
     if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_vec_pretty(&r)?).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        std::fs::write(path, serde_json::to_vec_pretty(&r)?).with_context(|| format!("writing {}", path.display()))?;
     }
     let clean = r.errors == 0 && r.delivered == r.expected && r.lost_subscribers == 0;
     Ok(if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE })

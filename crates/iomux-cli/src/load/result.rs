@@ -6,6 +6,7 @@
 use super::hdrlog::UnixClock;
 use super::{hist, LoadArgs, LoadMode, Report};
 use crate::CliResult;
+use anyhow::{bail, Context as _};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -284,21 +285,20 @@ impl LoadResult {
 
     /// Reads a result file; the error names the file and what is wrong.
     pub fn read(path: &Path) -> CliResult<LoadResult> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-        let value: Value = serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let value: Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
         if value.get("kind").and_then(Value::as_str) != Some(KIND) {
-            return Err(format!(
+            bail!(
                 "{} is not an `iomux load --json` result (no \"kind\": \"{KIND}\"; results of older versions \
                  lack the histogram and cannot be merged exactly)",
                 path.display()
-            )
-            .into());
+            );
         }
-        let result: LoadResult = serde_json::from_value(value)
-            .map_err(|e| format!("{}: not a complete load result: {e}", path.display()))?;
+        let result: LoadResult =
+            serde_json::from_value(value).with_context(|| format!("{}: not a complete load result", path.display()))?;
         // Only the parts a merged result lists go without one.
         if result.latency_hdr.is_empty() {
-            return Err(format!("{}: not a complete load result: no latency_hdr", path.display()).into());
+            bail!("{}: not a complete load result: no latency_hdr", path.display());
         }
         Ok(result)
     }

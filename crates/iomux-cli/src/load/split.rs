@@ -2,6 +2,7 @@
 //! in a process) whose shares add up exactly, and the `--shard` forms.
 
 use crate::CliResult;
+use anyhow::{bail, Context as _};
 
 /// Splits `n` over `parts` as evenly as possible: part `i`'s share.
 pub fn share(n: usize, parts: usize, i: usize) -> usize {
@@ -58,20 +59,16 @@ impl Share {
     pub fn check_split(&self, parts: usize, what: &str) -> CliResult<()> {
         let all = self.conns + self.idle;
         if parts > all {
-            return Err(format!(
-                "{what} {parts} exceeds the {all} connections (--conns + --idle): each part needs at least one"
-            )
-            .into());
+            bail!("{what} {parts} exceeds the {all} connections (--conns + --idle): each part needs at least one");
         }
         if let Some(r) = self.requests {
             // A run of its own needs --requests >= 1 and someone to send them.
             if self.conns < parts || (r as usize) < parts {
-                return Err(format!(
+                bail!(
                     "--requests {r} over {} active connections cannot be split into {parts} parts ({what}) \
                      that each send: give at least {parts} of both, or use --per-conn or --duration",
                     self.conns
-                )
-                .into());
+                );
             }
         }
         Ok(())
@@ -106,11 +103,11 @@ pub const INDEX_ENV: &str = "JOB_COMPLETION_INDEX";
 
 /// `--shard-count N`: the index from [`INDEX_ENV`].
 pub fn shard_from_env(count: u32, index: Option<&str>) -> CliResult<Shard> {
-    let index = index.ok_or_else(|| {
+    let index = index.with_context(|| {
         format!("--shard-count {count} takes the shard's index from ${INDEX_ENV}, which is not set (or use --shard I/{count})")
     })?;
-    let i = index.trim().parse::<u32>().map_err(|e| format!("${INDEX_ENV} is '{index}', not a shard index: {e}"))?;
-    Ok(shard(i, count)?)
+    let i = index.trim().parse::<u32>().with_context(|| format!("${INDEX_ENV} is '{index}', not a shard index"))?;
+    shard(i, count).map_err(anyhow::Error::msg)
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 use super::LoadArgs;
 use crate::CliResult;
+use anyhow::Context as _;
 use iomux::runtime::{ConnId, Io};
 use iomux_tls::rustls::client::Resumption;
 use iomux_tls::rustls::pki_types::ServerName;
@@ -21,13 +22,13 @@ pub struct TlsClient {
 /// file or a name that is not usable is refused by name.
 pub fn client(args: &LoadArgs) -> CliResult<Option<Arc<TlsClient>>> {
     let Some(ca) = &args.tls_ca else { return Ok(None) };
-    let roots = iomux_tls::certs::roots(ca)?;
+    let roots = iomux_tls::certs::roots(ca).map_err(anyhow::Error::msg)?;
     let mut config = ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
     if args.tls_full_handshakes {
         config.resumption = Resumption::disabled();
     }
     let name = ServerName::try_from(args.tls_name.clone())
-        .map_err(|e| format!("--tls-name {:?} is not a DNS name or an IP address: {e}", args.tls_name))?;
+        .with_context(|| format!("--tls-name {:?} is not a DNS name or an IP address", args.tls_name))?;
     Ok(Some(Arc::new(TlsClient { config: Arc::new(config), name })))
 }
 

@@ -10,6 +10,7 @@ use crate::apps::{Proto, Server};
 use crate::flags::Flags;
 use crate::stats::{server_stats, summary, write_json};
 use crate::CliResult;
+use anyhow::{bail, Context as _};
 use iomux::runtime::{Config, ConfigBuilder, Control, Keepalive, Runtime};
 use iomux::Backend;
 use iomux_http::Limits;
@@ -351,12 +352,13 @@ pub fn run(mut args: ServeArgs) -> CliResult<ExitCode> {
 /// worker does); returns the backend and the loops' configuration.
 fn check(args: &ServeArgs) -> CliResult<(Backend, Config)> {
     if args.worker.is_some() && args.procs > 1 {
-        return Err("a worker runs as one process (--procs 1)".into());
+        bail!("a worker runs as one process (--procs 1)");
     }
     if args.proto == Proto::Resp && args.procs > 1 {
-        return Err("--proto resp keeps one keyspace in one process; --procs would split it into several \
+        bail!(
+            "--proto resp keeps one keyspace in one process; --procs would split it into several \
                     (a SET in one unseen by a GET in another): use --threads for more loops"
-            .into());
+        );
     }
     // The figures are written when the server stops: refuse a path they
     // could not go to now, before serving.
@@ -368,43 +370,42 @@ fn check(args: &ServeArgs) -> CliResult<(Backend, Config)> {
         None => Backend::from_env()?,
     };
     if !(0.0..=3600.0).contains(&args.drain_timeout) {
-        return Err("--drain-timeout must be between 0 and 3600 seconds".into());
+        bail!("--drain-timeout must be between 0 and 3600 seconds");
     }
     for (flag, seconds) in
         [("--http-header-timeout", args.http_header_timeout), ("--http-idle-timeout", args.http_idle_timeout)]
     {
         if !(0.001..=86400.0).contains(&seconds) {
-            return Err(format!("{flag} must be between 0.001 and 86400 seconds").into());
+            bail!("{flag} must be between 0.001 and 86400 seconds");
         }
     }
     if let Some(seconds) = args.idle_timeout {
         if !(0.001..=86400.0).contains(&seconds) {
-            return Err("--idle-timeout must be between 0.001 and 86400 seconds".into());
+            bail!("--idle-timeout must be between 0.001 and 86400 seconds");
         }
         if !matches!(args.proto, Proto::Echo | Proto::Sink | Proto::Proxy) {
-            return Err(format!(
+            bail!(
                 "--idle-timeout is for echo, sink and proxy (http has --http-idle-timeout; resp has none), not {}",
                 args.proto.name()
-            )
-            .into());
+            );
         }
     }
     match (args.proto, &args.upstream) {
-        (Proto::Proxy, None) => return Err("--proto proxy needs --upstream host:port or unix:PATH".into()),
+        (Proto::Proxy, None) => bail!("--proto proxy needs --upstream host:port or unix:PATH"),
         (Proto::Proxy, Some(_)) => {}
-        (other, Some(_)) => return Err(format!("--upstream is for --proto proxy, not {}", other.name()).into()),
+        (other, Some(_)) => bail!("--upstream is for --proto proxy, not {}", other.name()),
         (_, None) => {}
     }
     if !(0.001..=3600.0).contains(&args.connect_timeout) {
-        return Err("--connect-timeout must be between 0.001 and 3600 seconds".into());
+        bail!("--connect-timeout must be between 0.001 and 3600 seconds");
     }
     if args.proto == Proto::Proxy && args.proxy_buffer as usize + PROXY_READ >= args.max_output {
         // The loop's own bound would pause the receiving side first.
-        return Err(format!(
+        bail!(
             "--proxy-buffer ({}) plus one read ({PROXY_READ}) must stay below --max-output ({})",
-            args.proxy_buffer, args.max_output
-        )
-        .into());
+            args.proxy_buffer,
+            args.max_output
+        );
     }
     let http = args.http_settings();
     let mut config = Config::builder()
@@ -458,9 +459,9 @@ fn check(args: &ServeArgs) -> CliResult<(Backend, Config)> {
 /// One process serving: the whole server, or one worker of a --procs parent.
 fn serve(args: ServeArgs, backend: Backend, config: Config, tls: Option<&tls::TlsSetup>) -> CliResult<ExitCode> {
     match args.nofile {
-        Some(n) => crate::os::set_nofile_soft(n).map_err(|e| format!("setting RLIMIT_NOFILE to {n}: {e}"))?,
+        Some(n) => crate::os::set_nofile_soft(n).with_context(|| format!("setting RLIMIT_NOFILE to {n}"))?,
         None => {
-            crate::os::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))?;
+            crate::os::raise_nofile_limit().context("raising RLIMIT_NOFILE")?;
         }
     }
     let threads = usize::from(args.threads);
@@ -472,7 +473,7 @@ fn serve(args: ServeArgs, backend: Backend, config: Config, tls: Option<&tls::Tl
     if args.worker.is_some() {
         stop_when_orphaned(runtime.control())?;
     }
-    let addr = runtime.local_addr().ok_or("no listening address")?;
+    let addr = runtime.local_addr().context("no listening address")?;
     let banner = format!(
         "iomux serve: listening on {addr} (pid {}, backend {backend}, proto {}, {threads} thread{}{})",
         std::process::id(),
@@ -563,7 +564,7 @@ fn stop_when_orphaned(control: Control) -> CliResult<()> {
             while let Ok(1..) = std::io::stdin().read(&mut buf) {}
             control.stop();
         })
-        .map_err(|e| format!("cannot start the thread that watches the parent: {e}"))?;
+        .context("cannot start the thread that watches the parent")?;
     Ok(())
 }
 

@@ -12,6 +12,7 @@
 use super::ServeArgs;
 use crate::stats::{summary, write_json, ServerStats};
 use crate::CliResult;
+use anyhow::{anyhow, Context as _};
 use iomux::Backend;
 use serde_json::{json, Value};
 use signal_hook::consts::{SIGCHLD, SIGINT, SIGTERM};
@@ -102,16 +103,16 @@ struct Supervisor<'a> {
 }
 
 pub(super) fn run(args: &ServeArgs, backend: Backend) -> CliResult<ExitCode> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the iomux executable to start workers: {e}"))?;
+    let exe = std::env::current_exe().context("cannot find the iomux executable to start workers")?;
     // Three pipes per worker: 256 workers need more than the usual 1,024
     // descriptors. Best effort: with fewer, starting a worker fails clearly.
     let _ = crate::os::raise_nofile_limit();
     let (reservation, addr) = reserve(args.listen)?;
-    let dir = crate::os::PrivateDir::new("iomux-serve", "the workers' stats").map_err(|e| e.to_string())?;
+    let dir = crate::os::PrivateDir::new("iomux-serve", "the workers' stats")?;
     let (events, rx) = mpsc::channel();
     // Before any worker exists, so that no SIGCHLD is missed.
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGCHLD])
-        .map_err(|e| format!("cannot handle SIGINT/SIGTERM/SIGCHLD: {e}"))?;
+        .context("cannot handle SIGINT/SIGTERM/SIGCHLD")?;
     let signal_handle = signals.handle();
     let to_main = events.clone();
     let signal_thread = spawn_thread("serve-signals", move || {
@@ -140,7 +141,7 @@ pub(super) fn run(args: &ServeArgs, backend: Backend) -> CliResult<ExitCode> {
     };
     for n in 0..args.procs {
         if let Err(e) = sup.start(n) {
-            sup.fail(e.to_string());
+            sup.fail(crate::one_line(e));
             break;
         }
     }
@@ -198,20 +199,20 @@ impl Supervisor<'_> {
             // the worker at once instead of letting it drain).
             .process_group(0)
             .spawn()
-            .map_err(|e| format!("cannot start worker {n} ({}): {e}", self.exe.display()))?;
+            .with_context(|| format!("cannot start worker {n} ({})", self.exe.display()))?;
         let pid = child.id();
         let pipes = match (child.stdin.take(), child.stdout.take(), child.stderr.take()) {
             (Some(stdin), Some(stdout), Some(stderr)) => {
-                copy_pipes(n, pid, stdout, stderr, &self.events).map(|pipes| (stdin, pipes)).map_err(|e| e.to_string())
+                copy_pipes(n, pid, stdout, stderr, &self.events).map(|pipes| (stdin, pipes)).map_err(Into::into)
             }
-            _ => Err("its pipes are missing".to_string()),
+            _ => Err(anyhow!("its pipes are missing")),
         };
         let (stdin, pipes) = match pipes {
             Ok(p) => p,
             Err(e) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("cannot watch worker {n} (pid {pid}): {e}").into());
+                return Err(e.context(format!("cannot watch worker {n} (pid {pid})")));
             }
         };
         self.runs.push(Incarnation { worker: n, pid, stats_file, exit: None });
@@ -331,7 +332,7 @@ impl Supervisor<'_> {
         let n = worker.n;
         match self.start(n) {
             Ok(()) => self.restarts += 1,
-            Err(e) => self.fail(e.to_string()),
+            Err(e) => self.fail(crate::one_line(e)),
         }
     }
 
@@ -340,7 +341,9 @@ impl Supervisor<'_> {
     fn finish(self) -> CliResult<ExitCode> {
         if !self.announced {
             // Never served: there are no figures to speak of.
-            return Err(self.failed.unwrap_or_else(|| "stopped before every worker listened".into()).into());
+            return Err(anyhow::Error::msg(
+                self.failed.unwrap_or_else(|| "stopped before every worker listened".into()),
+            ));
         }
         let mut workers = Vec::new();
         let mut lost = Vec::new();
@@ -382,7 +385,7 @@ impl Supervisor<'_> {
             return Ok(ExitCode::from(WORKER_DIED));
         }
         match failed {
-            Some(why) => Err(why.into()),
+            Some(why) => Err(anyhow::Error::msg(why)),
             None => Ok(ExitCode::SUCCESS),
         }
     }
@@ -445,16 +448,16 @@ fn reserve(addr: SocketAddr) -> CliResult<(OwnedFd, SocketAddr)> {
     use rustix::net::{bind, getsockname, socket_with, sockopt, AddressFamily, SocketFlags, SocketType};
     let family = if addr.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
     let fd = socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None)
-        .map_err(|e| format!("cannot reserve {addr}: socket: {e}"))?;
+        .with_context(|| format!("cannot reserve {addr}: socket"))?;
     // As the workers' listeners have them: the kernel lets sockets share
     // a port only if they all set SO_REUSEPORT.
-    sockopt::set_socket_reuseaddr(&fd, true).map_err(|e| format!("cannot reserve {addr}: SO_REUSEADDR: {e}"))?;
-    sockopt::set_socket_reuseport(&fd, true).map_err(|e| format!("cannot reserve {addr}: SO_REUSEPORT: {e}"))?;
+    sockopt::set_socket_reuseaddr(&fd, true).with_context(|| format!("cannot reserve {addr}: SO_REUSEADDR"))?;
+    sockopt::set_socket_reuseport(&fd, true).with_context(|| format!("cannot reserve {addr}: SO_REUSEPORT"))?;
     bind(&fd, &addr).map_err(|e| iomux::Error::Bind { addr, source: e.into() })?;
     let local = getsockname(&fd)
         .ok()
         .and_then(|a| SocketAddr::try_from(a).ok())
-        .ok_or_else(|| format!("cannot read back the address {addr} was bound to"))?;
+        .with_context(|| format!("cannot read back the address {addr} was bound to"))?;
     // SO_REUSEPORT would let this server join another one that listens
     // with it (same user) and silently share its connections: refuse that.
     if let Some(other) = listener_on(local) {

@@ -4,6 +4,7 @@
 
 use crate::stats::{ServerStats, TlsCounts};
 use crate::CliResult;
+use anyhow::{bail, Context as _};
 use iomux::runtime::{Finished, Handler, Runtime};
 use iomux_tls::rustls::ServerConfig;
 use iomux_tls::{certs, Tls};
@@ -74,36 +75,38 @@ impl TlsArgs {
         };
         if self.tls_cert.len() != self.tls_key.len() {
             let (c, k) = (self.tls_cert.len(), self.tls_key.len());
-            return Err(format!("{c} --tls-cert and {k} --tls-key: each certificate needs its key").into());
+            bail!("{c} --tls-cert and {k} --tls-key: each certificate needs its key");
         }
         if !self.tls_cert.is_empty() {
             let pairs = self.tls_cert.iter().zip(&self.tls_key);
-            let identities = pairs.map(|(cert, key)| certs::load(cert, key)).collect::<Result<Vec<_>, _>>()?;
-            let config = certs::server_config_offering(&identities, &offer)?;
+            let identities = pairs
+                .map(|(cert, key)| certs::load(cert, key))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(anyhow::Error::msg)?;
+            let config = certs::server_config_offering(&identities, &offer).map_err(anyhow::Error::msg)?;
             let (certs, keys) = (self.tls_cert.clone(), self.tls_key.clone());
             return Ok(Some(TlsSetup { config, certs, keys, made: false, _dir: None }));
         }
         let Some(dir) = &self.tls_self_signed else {
             let chosen = !self.tls_suites.is_empty() || !self.tls_groups.is_empty() || self.tls_no_resumption;
             if chosen {
-                return Err(
-                    "--tls-suites, --tls-groups and --tls-no-resumption need --tls-cert or --tls-self-signed".into()
-                );
+                bail!("--tls-suites, --tls-groups and --tls-no-resumption need --tls-cert or --tls-self-signed");
             }
             return Ok(None);
         };
-        let identity = certs::self_signed(&SELF_SIGNED_NAMES)?;
+        let identity = certs::self_signed(&SELF_SIGNED_NAMES).map_err(anyhow::Error::msg)?;
         let (dir, private) = if dir.as_os_str().is_empty() {
             let private = crate::os::PrivateDir::new("iomux-tls", "the made certificate")?;
             (private.path().to_path_buf(), Some(private))
         } else {
-            std::fs::create_dir_all(dir).map_err(|e| format!("--tls-self-signed: creating {}: {e}", dir.display()))?;
+            std::fs::create_dir_all(dir).with_context(|| format!("--tls-self-signed: creating {}", dir.display()))?;
             (dir.clone(), None)
         };
         let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
         write_private(&cert, &identity.chain_pem, 0o644)?;
         write_private(&key, &identity.key_pem, 0o600)?;
-        let config = certs::server_config_offering(std::slice::from_ref(&identity), &offer)?;
+        let config =
+            certs::server_config_offering(std::slice::from_ref(&identity), &offer).map_err(anyhow::Error::msg)?;
         Ok(Some(TlsSetup { config, certs: vec![cert], keys: vec![key], made: true, _dir: private }))
     }
 }
@@ -117,11 +120,11 @@ fn write_private(path: &Path, text: &str, mode: u32) -> CliResult<()> {
         .truncate(true)
         .mode(mode)
         .open(path)
-        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        .with_context(|| format!("writing {}", path.display()))?;
     // A file that was there keeps its mode otherwise: a key must not.
     let mode = std::fs::Permissions::from_mode(mode);
-    file.set_permissions(mode).map_err(|e| format!("setting the mode of {}: {e}", path.display()))?;
-    file.write_all(text.as_bytes()).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    file.set_permissions(mode).with_context(|| format!("setting the mode of {}", path.display()))?;
+    file.write_all(text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
 

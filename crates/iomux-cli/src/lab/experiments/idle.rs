@@ -17,6 +17,7 @@ use crate::lab::rig::lan;
 use crate::lab::rig::netns::Net;
 use crate::lab::Settings;
 use crate::CliResult;
+use anyhow::bail;
 use iomux::Backend;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -363,11 +364,11 @@ fn lan_cell(net: &Net, backend: Backend) -> CliResult<Sample> {
     (args.conns, args.idle, args.requests) = (ACTIVE, LAN_Z, Some(ROUND_TRIPS));
     let mut load = lan::load(net, &args)?;
     if load.wait(Duration::from_secs(300), |_| {})?.is_none() {
-        return Err(format!("E2 {backend} on the LAN: the load did not end within 300 s").into());
+        bail!("E2 {backend} on the LAN: the load did not end within 300 s");
     }
-    let result = load.result()?;
+    let result = load.result().map_err(anyhow::Error::msg)?;
     if result.errors.total > 0 {
-        return Err(format!("E2 {backend} on the LAN: the load counted errors: {:?}", result.errors).into());
+        bail!("E2 {backend} on the LAN: the load counted errors: {:?}", result.errors);
     }
     let s = server.stop()?.typed;
     let latency = |f: fn(&crate::load::result::Latency) -> f64| result.latency.as_ref().map_or(f64::NAN, f);

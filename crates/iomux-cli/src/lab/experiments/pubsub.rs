@@ -31,6 +31,7 @@ use crate::lab::rig::quota::{CpuQuota, BOUND_SHARE};
 use crate::lab::Settings;
 use crate::load::pubsub::{Plan, PubsubResult};
 use crate::CliResult;
+use anyhow::bail;
 use iomux::Backend;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -133,17 +134,17 @@ fn cell(p: &Params, arm: &Arm) -> Result<Run, String> {
     let quota = CpuQuota::new(BOUND_SHARE)?;
     let (addr, pid, stop): (_, _, Box<dyn FnOnce() -> Result<(), String>>) = match arm.server {
         Server::Iomux(b) => {
-            let child = ServerChild::start_with(b, "resp", server_cpu, None, 1, &[]).map_err(|e| e.to_string())?;
-            (child.addr, child.pid, Box::new(move || child.stop().map(drop).map_err(|e| e.to_string())))
+            let child = ServerChild::start_with(b, "resp", server_cpu, None, 1, &[]).map_err(crate::one_line)?;
+            (child.addr, child.pid, Box::new(move || child.stop().map(drop).map_err(crate::one_line)))
         }
         Server::Floor => {
-            let child = ServerChild::start_peer("c-pubsub-floor", server_cpu).map_err(|e| e.to_string())?;
-            (child.addr, child.pid, Box::new(move || child.stop().map(drop).map_err(|e| e.to_string())))
+            let child = ServerChild::start_peer("c-pubsub-floor", server_cpu).map_err(crate::one_line)?;
+            (child.addr, child.pid, Box::new(move || child.stop().map(drop).map_err(crate::one_line)))
         }
         Server::Redis => {
             let program = p.redis.as_ref().ok_or("redis-server not found")?;
-            let server = RedisServer::start(program, server_cpu).map_err(|e| e.to_string())?;
-            (server.addr, server.pid(), Box::new(move || server.stop().map_err(|e| e.to_string())))
+            let server = RedisServer::start(program, server_cpu).map_err(crate::one_line)?;
+            (server.addr, server.pid(), Box::new(move || server.stop().map_err(crate::one_line)))
         }
     };
     let measured = quota.add(pid).and_then(|()| {
@@ -254,7 +255,7 @@ impl Experiment for Pubsub {
         no_repeats("--loads", &loads)?;
         let seconds = args.seconds.unwrap_or(SECONDS.pick(settings));
         if !(0.1..=600.0).contains(&seconds) {
-            return Err("--seconds must be between 0.1 and 600".into());
+            bail!("--seconds must be between 0.1 and 600");
         }
         let mut missing = Vec::new();
         let redis = Tool::RedisServer.find().map_err(|why| missing.push(why)).ok();

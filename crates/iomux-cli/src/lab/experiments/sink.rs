@@ -18,6 +18,7 @@ use crate::lab::rig::netns::{Net, Side};
 use crate::lab::Settings;
 use crate::load::LoadMode;
 use crate::CliResult;
+use anyhow::bail;
 use iomux::Backend;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -185,7 +186,7 @@ fn lan_cell(net: &Net, backend: Backend) -> CliResult<Sample> {
     while server.fd_count() < before + SENDERS {
         if Instant::now() > deadline {
             let connected = server.fd_count().saturating_sub(before);
-            return Err(format!("E3 on the LAN: {connected} of {SENDERS} senders connected within 5 s").into());
+            bail!("E3 on the LAN: {connected} of {SENDERS} senders connected within 5 s");
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -197,15 +198,15 @@ fn lan_cell(net: &Net, backend: Backend) -> CliResult<Sample> {
     at(LAN_SECONDS - 0.5);
     let (to, bytes_to) = (Instant::now(), net.rx_bytes(Side::Server)?);
     if to.duration_since(from) < Duration::from_secs(1) {
-        return Err(format!("E3 on the LAN: the link was read over {:?}, not the 3 s planned", to - from).into());
+        bail!("E3 on the LAN: the link was read over {:?}, not the 3 s planned", to - from);
     }
     let link_mbit_s = bytes_to.saturating_sub(bytes_from) as f64 * 8.0 / to.duration_since(from).as_secs_f64() / 1e6;
     if load.wait(Duration::from_secs(120), |_| {})?.is_none() {
-        return Err("E3 on the LAN: the senders did not end within 120 s".into());
+        bail!("E3 on the LAN: the senders did not end within 120 s");
     }
-    let result = load.result()?;
+    let result = load.result().map_err(anyhow::Error::msg)?;
     if result.errors.total > 0 {
-        return Err(format!("E3 on the LAN: the senders counted errors: {:?}", result.errors).into());
+        bail!("E3 on the LAN: the senders counted errors: {:?}", result.errors);
     }
     let stats = server.stop()?.typed;
     Ok(sample_of(&stats, result.seconds, Some(link_mbit_s)))

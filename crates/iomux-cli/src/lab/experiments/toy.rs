@@ -10,6 +10,7 @@ use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::view::{Shown, TableView, View};
 use crate::lab::Settings;
 use crate::CliResult;
+use anyhow::anyhow;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
@@ -55,7 +56,7 @@ impl Experiment for Toy {
 
     fn plan(args: &Args, _: &Settings) -> CliResult<Params> {
         match args.len.unwrap_or(100_000) {
-            0 => Err("--len must be at least 1".into()),
+            0 => Err(anyhow!("--len must be at least 1")),
             len => Ok(Params { len }),
         }
     }

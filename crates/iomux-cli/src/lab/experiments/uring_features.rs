@@ -23,6 +23,7 @@ use crate::lab::rig::measure::calls_per_sec;
 use crate::lab::Settings;
 use crate::stats::FeatureState;
 use crate::CliResult;
+use anyhow::{bail, Context as _};
 use iomux::lab::PollRing;
 use iomux::Backend;
 use serde::{Deserialize, Serialize};
@@ -210,7 +211,7 @@ impl Experiment for UringFeatures {
     fn plan(args: &Args, settings: &Settings) -> CliResult<Params> {
         let seconds = args.seconds.unwrap_or(if settings.full { 5.0 } else { 0.5 });
         if !(seconds.is_finite() && seconds > 0.0) {
-            return Err(format!("--seconds must be positive, not {seconds}").into());
+            bail!("--seconds must be positive, not {seconds}");
         }
         let conns = args.conns.unwrap_or(1000).max(1);
         // Which features the default asks for: its own stats say.
@@ -282,9 +283,9 @@ impl Experiment for UringFeatures {
 
     fn rig<'a>(p: &'a Params, _: &mut Trial<Arm, Sample>, _: &'a Settings) -> CliResult<Measure<'a, Arm, Sample>> {
         let ring = |registered: bool| -> CliResult<PollRing> {
-            let mut r = PollRing::new::<OwnedFd>(&[]).map_err(|e| format!("io_uring: {e}"))?;
+            let mut r = PollRing::new::<OwnedFd>(&[]).context("io_uring")?;
             if registered {
-                r.register_ring_fd().map_err(|e| format!("IORING_REGISTER_RING_FDS: {e}"))?;
+                r.register_ring_fd().context("IORING_REGISTER_RING_FDS")?;
             }
             Ok(r)
         };

@@ -7,6 +7,7 @@ use crate::lab::harness::facts::{Machine, Noise, CPUS};
 use crate::lab::harness::stats::{Estimate, Needed};
 use crate::lab::harness::trial::{Take, MAX_RETAKES, SAMPLE_THRESHOLD};
 use crate::CliResult;
+use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -330,7 +331,7 @@ pub fn write<P: Serialize, K: Serialize, S: Serialize>(
 ) -> CliResult<std::path::PathBuf> {
     let path = dir.join(format!("{}.json", env.experiment));
     std::fs::write(&path, serde_json::to_string_pretty(env)?)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(path)
 }
 

@@ -12,17 +12,18 @@ pub mod stats;
 pub mod trial;
 
 use crate::CliResult;
+use anyhow::bail;
 use iomux::Backend;
 use serde::{Deserialize, Serialize};
 
 /// Refuses a list flag with no value, or with a value named twice.
 pub fn no_repeats<T: PartialEq + std::fmt::Display>(flag: &str, values: &[T]) -> CliResult<()> {
     if values.is_empty() {
-        return Err(format!("{flag} needs at least one value").into());
+        bail!("{flag} needs at least one value");
     }
     for (i, v) in values.iter().enumerate() {
         if values[..i].contains(v) {
-            return Err(format!("{flag} names {v} twice").into());
+            bail!("{flag} names {v} twice");
         }
     }
     Ok(())
@@ -105,7 +106,7 @@ impl Rounds {
     ) -> CliResult<Rounds> {
         let first_rounds = reps.unwrap_or(if settings.full { full } else { quick });
         if first_rounds == 0 {
-            return Err("--reps must be at least 1".into());
+            bail!("--reps must be at least 1");
         }
         Ok(Rounds { first_rounds, budget_s: budget.unwrap_or_else(|| default_budget(budget_full_s, settings)) })
     }

@@ -5,6 +5,7 @@ use crate::lab::harness::claim::{Claim, Source, Verdict};
 use crate::lab::harness::experiment::Entry;
 use crate::lab::report::results::{Folder, Result as Found};
 use crate::CliResult;
+use anyhow::{anyhow, Context as _};
 use minijinja::Environment;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -18,7 +19,7 @@ fn environment() -> CliResult<Environment<'static>> {
         ("report.html", include_str!("templates/report.html")),
         ("compare.html", include_str!("templates/compare.html")),
     ] {
-        env.add_template(name, text).map_err(|e| format!("template {name}: {e}"))?;
+        env.add_template(name, text).with_context(|| format!("template {name}"))?;
     }
     Ok(env)
 }
@@ -26,9 +27,9 @@ fn environment() -> CliResult<Environment<'static>> {
 /// Fills template `name` with `context` (plus the shared style).
 pub fn render(name: &str, context: impl Serialize) -> CliResult<String> {
     let env = environment()?;
-    let template = env.get_template(name).map_err(|e| format!("template {name}: {e}"))?;
+    let template = env.get_template(name).with_context(|| format!("template {name}"))?;
     let ctx = minijinja::context! { style => STYLE, ..minijinja::Value::from_serialize(&context) };
-    template.render(ctx).map_err(|e| format!("rendering {name}: {e:#}").into())
+    template.render(ctx).map_err(|e| anyhow!("rendering {name}: {e:#}"))
 }
 
 /// (class, symbol) of a verdict: shape as well as colour, so it reads
@@ -260,7 +261,7 @@ pub fn write_report(folder: &Folder) -> CliResult<PathBuf> {
         },
     )?;
     let path = folder.dir.join("report.html");
-    std::fs::write(&path, html).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    std::fs::write(&path, html).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(path)
 }
 

@@ -10,6 +10,7 @@ pub mod terminal;
 pub mod view;
 
 use crate::CliResult;
+use anyhow::Context as _;
 use std::path::{Path, PathBuf};
 
 /// Writes `<name>.md` and, when there is a plot, `<name>.svg`.
@@ -17,7 +18,7 @@ pub fn write_page(dir: &Path, name: &str, markdown: &str, svg: Option<&str>) -> 
     let mut written = Vec::new();
     let mut put = |file: String, body: &str| -> CliResult<()> {
         let path = dir.join(file);
-        std::fs::write(&path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::write(&path, body).with_context(|| format!("cannot write {}", path.display()))?;
         written.push(path);
         Ok(())
     };

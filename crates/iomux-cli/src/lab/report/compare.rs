@@ -13,6 +13,7 @@ use crate::lab::render::view::TableView;
 use crate::lab::report::drift::{Drift, RoundEffects};
 use crate::lab::report::results::Folder;
 use crate::CliResult;
+use anyhow::{bail, Context as _};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -313,14 +314,13 @@ pub fn write(a: &Path, b: &Path, out: Option<&Path>) -> CliResult<Written> {
     let names = |f: &Folder| f.results.iter().map(|r| r.entry.name).collect::<Vec<_>>();
     let both: Vec<&str> = names(&fa).into_iter().filter(|n| fb.get(n).is_some()).collect();
     if both.is_empty() {
-        return Err(format!(
+        bail!(
             "no experiment in common: {} holds {}; {} holds {}",
             a.display(),
             names(&fa).join(", "),
             b.display(),
             names(&fb).join(", ")
-        )
-        .into());
+        );
     }
     let path = match out {
         Some(p) => p.to_path_buf(),
@@ -402,7 +402,7 @@ pub fn write(a: &Path, b: &Path, out: Option<&Path>) -> CliResult<Written> {
             changes => sections,
         },
     )?;
-    std::fs::write(&path, html).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    std::fs::write(&path, html).with_context(|| format!("cannot write {}", path.display()))?;
 
     let mut summary = format!("A: {}\nB: {}\n", a.display(), b.display());
     let mut t = Table::new(["claim", "A", "A measured", "B", "B measured"]);

@@ -8,6 +8,7 @@ use crate::lab::harness::experiment::Entry;
 use crate::lab::registry;
 use crate::lab::render::view::View;
 use crate::CliResult;
+use anyhow::{bail, Context as _};
 use std::path::{Path, PathBuf};
 
 /// One experiment's results.
@@ -59,18 +60,17 @@ pub fn unfinished<'n>(names: &[&'n str], dir: &Path, full: bool) -> CliResult<(V
                 left.push(name);
                 continue;
             }
-            Err(e) => return Err(format!("--resume: cannot read {}: {e}", path.display()).into()),
+            Err(e) => return Err(e).with_context(|| format!("--resume: cannot read {}", path.display())),
         };
         let measured: Measured =
-            serde_json::from_str(&text).map_err(|e| format!("--resume: {} is not results: {e}", path.display()))?;
+            serde_json::from_str(&text).with_context(|| format!("--resume: {} is not results", path.display()))?;
         if measured.full != full {
-            return Err(format!(
+            bail!(
                 "--resume: {} was measured with {} settings and this run has {}: resume a run with its own settings",
                 path.display(),
                 settings(measured.full),
                 settings(full)
-            )
-            .into());
+            );
         }
         kept.push(path);
     }
@@ -81,7 +81,7 @@ impl Folder {
     /// Reads `dir`. A folder that cannot be read, or holds no experiment's
     /// JSON, is an error; so is a JSON file that does not parse.
     pub fn read(dir: &Path) -> CliResult<Folder> {
-        std::fs::read_dir(dir).map_err(|e| format!("cannot read the results folder {}: {e}", dir.display()))?;
+        std::fs::read_dir(dir).with_context(|| format!("cannot read the results folder {}", dir.display()))?;
         let mut results = Vec::new();
         let mut failed = Vec::new();
         for entry in registry::ENTRIES {
@@ -92,20 +92,18 @@ impl Folder {
             let text = match std::fs::read_to_string(&path) {
                 Ok(t) => t,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(format!("cannot read {}: {e}", path.display()).into()),
+                Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
             };
-            let mut header = Header::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            let mut header = Header::parse(&text).with_context(|| path.display().to_string())?;
             if header.experiment != entry.name {
-                return Err(
-                    format!("{} holds results of {:?}, not {}", path.display(), header.experiment, entry.name).into()
-                );
+                bail!("{} holds results of {:?}, not {}", path.display(), header.experiment, entry.name);
             }
             let older = header.schema < 2;
             let view = if older {
                 let svg = std::fs::read_to_string(dir.join(format!("{}.svg", entry.name))).ok();
                 Some(View { svg, ..View::default() })
             } else {
-                let read = registry::read_json(entry.name, &text).map_err(|e| format!("{}: {e}", path.display()))?;
+                let read = registry::read_json(entry.name, &text).with_context(|| path.display().to_string())?;
                 read.map(|(view, figures)| {
                     header.figures = figures;
                     view
@@ -114,7 +112,7 @@ impl Folder {
             results.push(Result { entry, header, view, older });
         }
         if results.is_empty() && failed.is_empty() {
-            return Err(format!("{} holds no experiment results (*.json from iomux bench)", dir.display()).into());
+            bail!("{} holds no experiment results (*.json from iomux bench)", dir.display());
         }
         Ok(Folder { dir: dir.to_path_buf(), results, failed })
     }
@@ -227,7 +225,7 @@ mod tests {
         let mixed = unfinished(&["idle", "sink"], dir.path(), true).unwrap_err().to_string();
         assert!(mixed.contains("sink.json was measured with quick settings and this run has --full"), "{mixed}");
         std::fs::write(dir.path().join("echo.json"), "not json").unwrap();
-        let broken = unfinished(&["echo"], dir.path(), false).unwrap_err().to_string();
+        let broken = format!("{:#}", unfinished(&["echo"], dir.path(), false).unwrap_err());
         assert!(broken.contains("echo.json is not results"), "{broken}");
     }
 }

@@ -4,6 +4,7 @@
 use crate::lab::rig::child::{ServerChild, ServerResult, Tracer};
 use crate::load::{self, LoadArgs};
 use crate::CliResult;
+use anyhow::{anyhow, bail};
 use iomux::runtime::Control;
 use iomux::Backend;
 use std::time::{Duration, Instant};
@@ -58,7 +59,7 @@ impl Cell {
     pub fn require_no_errors(&self, what: &str) -> CliResult<()> {
         match self.result.errors.total {
             0 => Ok(()),
-            n => Err(format!("{what}: the load reported {n} errors: {:?}", self.result.errors).into()),
+            n => Err(anyhow!("{what}: the load reported {n} errors: {:?}", self.result.errors)),
         }
     }
 }
@@ -125,16 +126,16 @@ fn run_cell(
             while server.fd_count() < base + idle {
                 if Instant::now() > deadline || held.is_finished() {
                     holder.stop();
-                    return Err(format!("{backend}: the server did not accept {idle} idle connections").into());
+                    bail!("{backend}: the server did not accept {idle} idle connections");
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
             let measured = load::execute(&args, false);
             holder.stop();
-            let held = held.join().map_err(|_| "the idle-connection load panicked")??;
+            let held = held.join().map_err(|_| anyhow!("the idle-connection load panicked"))??;
             let errors = held.report.errors();
             if errors > 0 {
-                return Err(format!("{backend}: {errors} errors on the idle connections").into());
+                bail!("{backend}: {errors} errors on the idle connections");
             }
             measured
         })?

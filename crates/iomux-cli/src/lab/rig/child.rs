@@ -7,6 +7,7 @@
 use crate::lab::rig::netns::{self, Net};
 use crate::load::LoadArgs;
 use crate::CliResult;
+use anyhow::{anyhow, bail, Context as _};
 use iomux::Backend;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -155,7 +156,7 @@ impl ServerChild {
         tracer: Option<Tracer>,
         net: Option<&Net>,
     ) -> CliResult<ServerChild> {
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find the iomux executable: {e}"))?;
+        let exe = std::env::current_exe().context("cannot find the iomux executable")?;
         let trace = tracer.map(|t| (t, temp("trace.txt")));
         let mut cmd = match (&trace, net) {
             (None, Some(net)) => net.command(netns::Side::Server, exe.as_os_str()),
@@ -174,13 +175,13 @@ impl ServerChild {
         // A file, not a pipe nobody reads; kept until the server stops, for
         // the message of a server that fails to start or fails mid-run.
         let said = temp("stderr.txt");
-        let stderr = std::fs::File::create(&said).map_err(|e| format!("creating {}: {e}", said.display()))?;
+        let stderr = std::fs::File::create(&said).with_context(|| format!("creating {}", said.display()))?;
         let spawned = cmd.args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(stderr).spawn();
         let child = match spawned {
             Ok(child) => child,
             Err(e) => {
                 let _ = std::fs::remove_file(&said);
-                return Err(format!("cannot start {what}: {e}").into());
+                return Err(e).with_context(|| format!("cannot start {what}"));
             }
         };
         // Owned from here on: an early return drops it, which kills and
@@ -194,9 +195,9 @@ impl ServerChild {
             trace,
             said,
         };
-        let stdout = server.child.stdout.take().ok_or_else(|| format!("no stdout from {what}"))?;
+        let stdout = server.child.stdout.take().with_context(|| format!("no stdout from {what}"))?;
         let mut banner = String::new();
-        BufReader::new(stdout).read_line(&mut banner).map_err(|e| format!("reading the banner of {what}: {e}"))?;
+        BufReader::new(stdout).read_line(&mut banner).with_context(|| format!("reading the banner of {what}"))?;
         let addr = banner.split_whitespace().find_map(|w| w.parse::<SocketAddr>().ok());
         let pid = banner
             .split("pid ")
@@ -213,7 +214,7 @@ impl ServerChild {
                 server.kill();
                 let error = std::fs::read_to_string(&server.said).unwrap_or_default();
                 let error = error.lines().find(|l| !l.trim().is_empty()).unwrap_or("nothing on stderr");
-                Err(format!("{what} did not start (it printed {banner:?}; {error})").into())
+                Err(anyhow!("{what} did not start (it printed {banner:?}; {error})"))
             }
         }
     }
@@ -269,30 +270,30 @@ impl ServerChild {
         if let Err(e) = crate::os::terminate(self.pid) {
             // Gone already (under a tracer, reaped by it): its status says why.
             if !matches!(self.child.try_wait(), Ok(Some(_))) {
-                return Err(format!("SIGTERM to {what}: {e}").into());
+                return Err(e).with_context(|| format!("SIGTERM to {what}"));
             }
         }
         let within = crate::os::wait_within(&mut self.child, Duration::from_secs(STOP_WITHIN_S));
-        let Some(status) = within.map_err(|e| format!("waiting for {what}: {e}"))? else {
+        let Some(status) = within.with_context(|| format!("waiting for {what}"))? else {
             self.kill();
-            return Err(format!("{what} did not stop within {STOP_WITHIN_S} s of SIGTERM").into());
+            bail!("{what} did not stop within {STOP_WITHIN_S} s of SIGTERM");
         };
         let Some(stats_path) = self.stats_path.take() else {
             // A peer has no handler: SIGTERM's default action ends it.
             use std::os::unix::process::ExitStatusExt;
             if !(status.success() || status.signal() == Some(libc::SIGTERM)) {
-                return Err(format!("{what} exited with {status}: {}", self.last_said()).into());
+                bail!("{what} exited with {status}: {}", self.last_said());
             }
             return Ok(ServerResult { typed: Default::default(), traced: self.traced() });
         };
         if !status.success() {
             let _ = std::fs::remove_file(&stats_path);
-            return Err(format!("{what} exited with {status}: {}", self.last_said()).into());
+            bail!("{what} exited with {status}: {}", self.last_said());
         }
         let text = std::fs::read_to_string(&stats_path)
-            .map_err(|e| format!("reading server stats {}: {e}", stats_path.display()))?;
+            .with_context(|| format!("reading server stats {}", stats_path.display()))?;
         let _ = std::fs::remove_file(&stats_path);
-        let typed = serde_json::from_str(&text).map_err(|e| format!("server stats {}: {e}", stats_path.display()))?;
+        let typed = serde_json::from_str(&text).with_context(|| format!("server stats {}", stats_path.display()))?;
         Ok(ServerResult { typed, traced: self.traced() })
     }
 

@@ -6,6 +6,7 @@ use crate::load::result::LoadResult;
 use crate::load::LoadArgs;
 use crate::os::PrivateDir;
 use crate::CliResult;
+use anyhow::Context as _;
 use std::ffi::OsStr;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
@@ -38,13 +39,13 @@ impl LoadChild {
         place: &str,
         shown: Stderr,
     ) -> CliResult<LoadChild> {
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find the iomux executable: {e}"))?;
+        let exe = std::env::current_exe().context("cannot find the iomux executable")?;
         let dir = PrivateDir::new("iomux-lab-load", "the load's result")?;
         let said = dir.path().join("load.stderr");
         let stderr = match shown {
             Stderr::Shown => Stdio::inherit(),
             Stderr::Kept => {
-                std::fs::File::create(&said).map_err(|e| format!("creating {}: {e}", said.display()))?.into()
+                std::fs::File::create(&said).with_context(|| format!("creating {}", said.display()))?.into()
             }
         };
         let mut args = args.clone();
@@ -56,7 +57,7 @@ impl LoadChild {
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
-            .map_err(|e| format!("cannot start iomux load{place}: {e}"))?;
+            .with_context(|| format!("cannot start iomux load{place}"))?;
         Ok(LoadChild { child, stderr: shown, dir, place: place.to_string() })
     }
 
@@ -72,7 +73,7 @@ impl LoadChild {
         match crate::os::exited_within(&self.child, limit) {
             Ok(true) => {
                 exited(self.pid());
-                Ok(Some(self.child.wait().map_err(|e| format!("reaping iomux load{}: {e}", self.place))?))
+                Ok(Some(self.child.wait().with_context(|| format!("reaping iomux load{}", self.place))?))
             }
             Ok(false) => {
                 self.kill();
@@ -80,7 +81,7 @@ impl LoadChild {
             }
             Err(e) => {
                 self.kill();
-                Err(format!("waiting for iomux load{}: {e}", self.place).into())
+                Err(e).with_context(|| format!("waiting for iomux load{}", self.place))
             }
         }
     }

@@ -8,6 +8,7 @@
 //! the next run, which removes those whose process is gone.
 
 use crate::CliResult;
+use anyhow::{anyhow, bail, Context as _};
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -51,16 +52,14 @@ fn run(cmd: &mut Command, stdin: Option<&str>) -> CliResult<()> {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("{shown}: {e}"))?;
+        .with_context(|| shown.clone())?;
     if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        pipe.write_all(text.as_bytes()).map_err(|e| format!("{shown}: writing its input: {e}"))?;
+        pipe.write_all(text.as_bytes()).with_context(|| format!("{shown}: writing its input"))?;
     }
-    let out = child.wait_with_output().map_err(|e| format!("{shown}: {e}"))?;
+    let out = child.wait_with_output().with_context(|| shown.clone())?;
     match out.status.success() {
         true => Ok(()),
-        false => {
-            Err(format!("{shown} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()).into())
-        }
+        false => Err(anyhow!("{shown} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim())),
     }
 }
 
@@ -139,7 +138,7 @@ pub fn probe() -> Result<Emulators, String> {
     let name = format!("{PREFIX}{}-probe", std::process::id());
     if let Err(e) = run(Command::new("ip").args(["netns", "add", &name]), None) {
         remove(&name);
-        return Err(format!("cannot make a network namespace here: {e}"));
+        return Err(format!("cannot make a network namespace here: {e:#}"));
     }
     let works = |program: &str, args: &[&str]| {
         run(Command::new("ip").args(["netns", "exec", &name, program]).args(args), None).is_ok()
@@ -168,9 +167,9 @@ impl Net {
             delay_lines: Mutex::new(Vec::new()),
         };
         for name in [&net.server, &net.client] {
-            let mut live = LIVE.lock().map_err(|_| "namespace list poisoned")?;
+            let mut live = LIVE.lock().map_err(|_| anyhow!("namespace list poisoned"))?;
             if STOPPING.load(std::sync::atomic::Ordering::SeqCst) {
-                return Err("stopping".into());
+                bail!("stopping");
             }
             run(Command::new("ip").args(["netns", "add", name]), None)?;
             live.push(name.clone());
@@ -264,7 +263,7 @@ impl Net {
     /// (iptables' NFQUEUE target: this kernel's nftables has no `queue`).
     fn start_delay_line(&self, side: Side, delay: &Delay) -> CliResult<()> {
         use std::io::BufRead;
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find the iomux executable: {e}"))?;
+        let exe = std::env::current_exe().context("cannot find the iomux executable")?;
         let mut child = self
             .command(side, exe.as_os_str())
             .arg("netq")
@@ -274,19 +273,15 @@ impl Net {
             // Its one line on failure goes to the bench's own stderr.
             .stderr(Stdio::inherit())
             .spawn()
-            .map_err(|e| format!("starting iomux netq in {}: {e}", self.name(side)))?;
+            .with_context(|| format!("starting iomux netq in {}", self.name(side)))?;
         let mut said = String::new();
         if let Some(out) = child.stdout.take() {
             let _ = std::io::BufReader::new(out).read_line(&mut said);
         }
         if !said.starts_with("netq: bound queue") {
             let _ = child.kill();
-            let status = child.wait().map_err(|e| format!("iomux netq in {}: {e}", self.name(side)))?;
-            return Err(format!(
-                "iomux netq in {} did not bind its queue ({status}; its error above)",
-                self.name(side)
-            )
-            .into());
+            let status = child.wait().with_context(|| format!("iomux netq in {}", self.name(side)))?;
+            bail!("iomux netq in {} did not bind its queue ({status}; its error above)", self.name(side));
         }
         self.delay_lines.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((side, child));
         // Without --queue-bypass: a delay line that died drops the packets,
@@ -315,9 +310,9 @@ impl Net {
         let out = Command::new("ip")
             .args(["netns", "exec", self.name(side), "cat", "/proc/net/snmp"])
             .output()
-            .map_err(|e| format!("reading /proc/net/snmp in {}: {e}", self.name(side)))?;
+            .with_context(|| format!("reading /proc/net/snmp in {}", self.name(side)))?;
         crate::os::counter(&String::from_utf8_lossy(&out.stdout), "Tcp:", "RetransSegs")
-            .ok_or_else(|| format!("no Tcp RetransSegs in /proc/net/snmp of {}", self.name(side)).into())
+            .ok_or_else(|| anyhow!("no Tcp RetransSegs in /proc/net/snmp of {}", self.name(side)))
     }
 }
 
@@ -327,9 +322,7 @@ impl Net {
     pub fn check_delay_lines(&self) -> CliResult<()> {
         for (side, child) in self.delay_lines.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter_mut() {
             if let Ok(Some(status)) = child.try_wait() {
-                return Err(
-                    format!("iomux netq in {} died mid-cell ({status}; its error above)", self.name(*side)).into()
-                );
+                bail!("iomux netq in {} died mid-cell ({status}; its error above)", self.name(*side));
             }
         }
         Ok(())
@@ -344,7 +337,7 @@ impl Net {
         for (side, child) in self.delay_lines.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter() {
             let path = format!("/proc/{}/net/netfilter/nfnetlink_queue", child.id());
             let text = std::fs::read_to_string(&path)
-                .map_err(|e| format!("reading nfnetlink_queue in {} ({path}): {e}", self.name(*side)))?;
+                .with_context(|| format!("reading nfnetlink_queue in {} ({path})", self.name(*side)))?;
             // queue, portid, waiting, copy mode, copy range, queue_dropped, user_dropped, ...
             for row in text.lines() {
                 let fields: Vec<u64> = row.split_whitespace().filter_map(|f| f.parse().ok()).collect();
@@ -367,9 +360,9 @@ impl Net {
         let out = Command::new("ip")
             .args(["netns", "exec", self.name(side), "cat", &path])
             .output()
-            .map_err(|e| format!("reading {path} in {}: {e}", self.name(side)))?;
+            .with_context(|| format!("reading {path} in {}", self.name(side)))?;
         let text = String::from_utf8_lossy(&out.stdout);
-        text.trim().parse().map_err(|_| format!("{path} in {}: not a number: {text:?}", self.name(side)).into())
+        text.trim().parse().map_err(|_| anyhow!("{path} in {}: not a number: {text:?}", self.name(side)))
     }
 }
 

@@ -12,6 +12,7 @@
 //! so the socket to wait on is found by its inode (`netq_socket`).
 
 use crate::CliResult;
+use anyhow::{anyhow, Context as _};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -145,29 +146,28 @@ fn netq_socket() -> CliResult<std::os::fd::RawFd> {
             }
         }
     }
-    Err("netq: cannot find the NFQUEUE socket among this process's descriptors".into())
+    Err(anyhow!("netq: cannot find the NFQUEUE socket among this process's descriptors"))
 }
 
 /// Binds the queue, says `netq: bound queue N` on stdout, then holds
 /// packets until killed.
 pub fn run(args: NetqArgs) -> CliResult<std::process::ExitCode> {
     let q = args.queue;
-    let mut queue = nfq::Queue::open().map_err(|e| format!("netq: opening a netfilter queue socket: {e}"))?;
+    let mut queue = nfq::Queue::open().context("netq: opening a netfilter queue socket")?;
     let fd = netq_socket()?;
     // SAFETY: `fd` is the socket `queue` owns and keeps open for as long
     // as `queue` lives, which is longer than every borrow of it here.
     let socket = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     rustix::net::sockopt::set_socket_recv_buffer_size_force(socket, RECV_BUFFER)
-        .map_err(|e| format!("netq: receive buffer of the queue's socket: {e}"))?;
-    queue.bind(q).map_err(|e| format!("netq: binding NFQUEUE {q} (another process bound it?): {e}"))?;
+        .context("netq: receive buffer of the queue's socket")?;
+    queue.bind(q).with_context(|| format!("netq: binding NFQUEUE {q} (another process bound it?)"))?;
     // Metadata only: the verdict needs the packet's id, not its bytes.
-    queue.set_copy_range(q, 0).map_err(|e| format!("netq: queue {q}: copy range: {e}"))?;
-    queue.set_queue_max_len(q, QUEUE_MAX_LEN).map_err(|e| format!("netq: queue {q}: max length: {e}"))?;
+    queue.set_copy_range(q, 0).with_context(|| format!("netq: queue {q}: copy range"))?;
+    queue.set_queue_max_len(q, QUEUE_MAX_LEN).with_context(|| format!("netq: queue {q}: max length"))?;
     queue.set_nonblocking(true);
     // A packet's time is a timer's: the default 50 us of slack would add
     // to every delay.
-    rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1))
-        .map_err(|e| format!("netq: setting the timer slack: {e}"))?;
+    rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1)).context("netq: setting the timer slack")?;
     let mut line = DelayLine::new(&args);
     // Held packets by the time they go, then arrival order.
     let mut held: BTreeMap<(Instant, u64), nfq::Message> = BTreeMap::new();
@@ -180,7 +180,7 @@ pub fn run(args: NetqArgs) -> CliResult<std::process::ExitCode> {
             if entry.key().0 > now {
                 break;
             }
-            queue.verdict(entry.remove()).map_err(|e| format!("netq: queue {q}: verdict: {e}"))?;
+            queue.verdict(entry.remove()).with_context(|| format!("netq: queue {q}: verdict"))?;
         }
         let wait = held.first_key_value().map(|(k, _)| k.0.saturating_duration_since(now));
         let mut fds = [rustix::event::PollFd::new(&socket, rustix::event::PollFlags::IN)];
@@ -188,7 +188,7 @@ pub fn run(args: NetqArgs) -> CliResult<std::process::ExitCode> {
             wait.map(|w| rustix::event::Timespec { tv_sec: w.as_secs() as i64, tv_nsec: i64::from(w.subsec_nanos()) });
         match rustix::event::poll(&mut fds, timeout.as_ref()) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(format!("netq: poll on queue {q}: {e}").into()),
+            Err(e) => return Err(e).with_context(|| format!("netq: poll on queue {q}")),
         }
         loop {
             match queue.recv() {
@@ -202,7 +202,7 @@ pub fn run(args: NetqArgs) -> CliResult<std::process::ExitCode> {
                 // of already (the queue flushed), or a signal: the packets
                 // still held are unaffected.
                 Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINTR)) => {}
-                Err(e) => return Err(format!("netq: receiving from queue {q}: {e}").into()),
+                Err(e) => return Err(e).with_context(|| format!("netq: receiving from queue {q}")),
             }
         }
     }

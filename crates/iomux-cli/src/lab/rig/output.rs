@@ -2,6 +2,7 @@
 //! run's folder.
 
 use crate::CliResult;
+use anyhow::Context as _;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -42,13 +43,13 @@ impl OutDir {
     pub fn prepare(path: PathBuf) -> CliResult<OutDir> {
         let made: Vec<PathBuf> =
             path.ancestors().take_while(|p| !p.as_os_str().is_empty() && !p.exists()).map(PathBuf::from).collect();
-        let fail = |path: &Path, e: std::io::Error| format!("cannot use {} as the output folder: {e}", path.display());
-        std::fs::create_dir_all(&path).map_err(|e| fail(&path, e))?;
+        let fail = |path: &Path| format!("cannot use {} as the output folder", path.display());
+        std::fs::create_dir_all(&path).with_context(|| fail(&path))?;
         let out = OutDir { path, made };
         let probe = out.path.join(".iomux-probe");
         if let Err(e) = std::fs::File::create(&probe).and_then(|_| std::fs::remove_file(&probe)) {
             out.discard_if_empty();
-            return Err(fail(&out.path, e).into());
+            return Err(e).with_context(|| fail(&out.path));
         }
         Ok(out)
     }

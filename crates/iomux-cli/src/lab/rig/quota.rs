@@ -4,6 +4,7 @@
 //! dropped. With every server in the same quota, and the client on a CPU
 //! of its own, the client has headroom and requests/s measure the server.
 
+use anyhow::bail;
 use std::path::{Path, PathBuf};
 
 /// How a server is given CPU in a cell.
@@ -76,7 +77,7 @@ pub fn runnable(
     if scenarios.contains(&Scenario::Bound) {
         if let Err(why) = available() {
             if asked {
-                return Err(format!("--scenarios bound: {why}").into());
+                bail!("--scenarios bound: {why}");
             }
             missing.push(format!("the server-bound scenario is not run: {why}"));
             scenarios.retain(|s| *s != Scenario::Bound);

@@ -5,6 +5,7 @@
 
 use crate::lab::rig::sampler::{unix_now, Timeline};
 use crate::CliResult;
+use anyhow::{bail, Context as _};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -51,8 +52,8 @@ impl SyscallCounter {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("cannot start perf stat: {e}"))?;
-        let stderr = child.stderr.take().ok_or("no stderr from perf stat")?;
+            .context("cannot start perf stat")?;
+        let stderr = child.stderr.take().context("no stderr from perf stat")?;
         let (tx, lines) = mpsc::channel();
         let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -80,14 +81,12 @@ impl SyscallCounter {
                 Ok(Err(line)) => said = line,
                 Err(RecvTimeoutError::Timeout) => {
                     let within = ATTACH_WITHIN.as_secs();
-                    return Err(
-                        format!("perf stat -p {pid} printed no count within {within} s (it said: {said})").into()
-                    );
+                    bail!("perf stat -p {pid} printed no count within {within} s (it said: {said})");
                 }
                 // perf has exited (its stderr closed): its last words say why.
                 Err(RecvTimeoutError::Disconnected) => {
                     let status = counter.child.wait().map_or_else(|e| e.to_string(), |s| s.to_string());
-                    return Err(format!("perf stat -p {pid} exited ({status}): {said}").into());
+                    bail!("perf stat -p {pid} exited ({status}): {said}");
                 }
             }
         }
@@ -97,14 +96,14 @@ impl SyscallCounter {
     /// the syscalls counted since it attached, on the Unix clock.
     pub fn finish(mut self) -> CliResult<Timeline> {
         self.interrupt();
-        let status = self.child.wait().map_err(|e| format!("waiting for perf stat: {e}"))?;
+        let status = self.child.wait().context("waiting for perf stat")?;
         if let Some(r) = self.reader.take() {
             let _ = r.join();
         }
         let mut all = std::mem::take(&mut self.first);
         all.extend(self.lines.try_iter().filter_map(Result::ok));
         if all.is_empty() {
-            return Err(format!("perf stat counted nothing ({status})").into());
+            bail!("perf stat counted nothing ({status})");
         }
         Ok(timeline(&all))
     }

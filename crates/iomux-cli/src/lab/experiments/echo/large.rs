@@ -11,6 +11,7 @@ use crate::lab::rig::child::{ServerChild, Tracer};
 use crate::lab::rig::load_child::{LoadChild, Stderr};
 use crate::limits::{self, Need};
 use crate::CliResult;
+use anyhow::{anyhow, bail};
 use iomux::Backend;
 use std::process::Command;
 use std::time::Duration;
@@ -57,7 +58,7 @@ pub fn run(backend: Backend, conns: usize, messages: u64, procs: usize, tracer: 
     let server = ServerChild::start_procs(backend, "echo", server_cpu, tracer, procs)?;
     let server_rss_start = server.workers_rss();
     let mut args = server.load_args(LOAD_BACKEND, load_cpu);
-    args.procs = u16::try_from(procs).map_err(|_| format!("E4: {procs} load processes are too many"))?;
+    args.procs = u16::try_from(procs).map_err(|_| anyhow!("E4: {procs} load processes are too many"))?;
     (args.conns, args.per_conn, args.timeout) = (conns, Some(messages), 300.0);
     let sampler = Sampler::start();
     // Its progress shows as it goes: a full-size run takes most of an hour.
@@ -66,31 +67,28 @@ pub fn run(backend: Backend, conns: usize, messages: u64, procs: usize, tracer: 
     // experiments/echo.md); its --timeout ends a stall mid-echo, and this
     // cap one anywhere else (a connect that hangs, a child that never ends).
     let cap = Duration::from_secs(4 * 3600);
-    let status = load.as_mut().map_err(|e| e.to_string()).and_then(|l| {
-        let status = l.wait(cap, |_| {}).map_err(|e| e.to_string())?;
+    let status = load.as_mut().map_err(crate::one_line).and_then(|l| {
+        let status = l.wait(cap, |_| {}).map_err(crate::one_line)?;
         status.ok_or_else(|| format!("still running after {} h; killed", cap.as_secs() / 3600))
     });
     let (before, peak) = (sampler.before, sampler.finish());
     let result = server.stop()?;
-    let (load, status) = (load?, status.map_err(|e| format!("E4 {backend}: iomux load --procs {procs}: {e}"))?);
+    let (load, status) = (load?, status.map_err(|e| anyhow!("E4 {backend}: iomux load --procs {procs}: {e}"))?);
     let load = match load.result() {
         Ok(l) if status.success() => l,
         Ok(l) => {
-            return Err(format!(
-                "E4 {backend}: iomux load --procs {procs} exited with {status}; errors: {:?}",
-                l.errors
-            )
-            .into())
+            bail!("E4 {backend}: iomux load --procs {procs} exited with {status}; errors: {:?}", l.errors);
         }
-        Err(why) => return Err(format!("E4 {backend}: --procs {procs}, exit {status}: {why}").into()),
+        Err(why) => bail!("E4 {backend}: --procs {procs}, exit {status}: {why}"),
     };
     let expected = conns as u64 * messages;
     if load.errors.total > 0 || load.echoes != expected {
-        return Err(format!(
+        bail!(
             "E4 {backend} at {conns} connections: {} of {expected} echoes, {} errors: {:?}",
-            load.echoes, load.errors.total, load.errors
-        )
-        .into());
+            load.echoes,
+            load.errors.total,
+            load.errors
+        );
     }
     let per_conn = |bytes: u64| bytes as f64 / conns.max(1) as f64;
     let server_rss = per_conn(result.typed.peak_rss_bytes.saturating_sub(server_rss_start));

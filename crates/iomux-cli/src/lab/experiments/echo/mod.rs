@@ -19,6 +19,7 @@ use crate::lab::render::view::{Shown, TableView, View};
 use crate::lab::rig::cell;
 use crate::lab::Settings;
 use crate::CliResult;
+use anyhow::bail;
 use iomux::Backend;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -238,13 +239,13 @@ impl Experiment for Echo {
         // One server process holds every connection plus a few fds of its own.
         let server_max = (nofile_hard as usize).saturating_sub(crate::limits::FDS_OVERHEAD as usize);
         let conns = match args.conns {
-            Some(0) => return Err("--conns must be at least 1".into()),
+            Some(0) => bail!("--conns must be at least 1"),
             Some(c) => c,
             None if settings.full => FULL_CONNS,
             None => 2000.min(server_max),
         };
         let messages = match args.messages {
-            Some(0) => return Err("--messages must be at least 1".into()),
+            Some(0) => bail!("--messages must be at least 1"),
             Some(m) => m,
             None => 100,
         };
@@ -255,7 +256,7 @@ impl Experiment for Echo {
         let backends = args.backends.chosen(large || settings.full)?;
         if large {
             if let Some(b) = backends.iter().find(|b| **b == Backend::Select) {
-                return Err(format!("{b} cannot hold {conns} connections (FD_SETSIZE is 1024)").into());
+                bail!("{b} cannot hold {conns} connections (FD_SETSIZE is 1024)");
             }
             large::require(conns, args.procs)?;
         } else {

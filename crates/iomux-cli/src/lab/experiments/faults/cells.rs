@@ -4,6 +4,7 @@
 use super::*;
 use crate::lab::rig::lan;
 use crate::lab::rig::load_child::LoadChild;
+use anyhow::bail;
 
 /// Waits up to `limit` for the load to end, then reads its result; None
 /// when it had to be killed (its own --timeout ends a stalled run: this
@@ -13,7 +14,7 @@ fn finish(mut load: LoadChild, limit: Duration) -> CliResult<Option<LoadResult>>
         eprintln!("faults: iomux load did not end within {} s: killed, counted as hung", limit.as_secs());
         return Ok(None);
     }
-    Ok(Some(load.result()?))
+    Ok(Some(load.result().map_err(anyhow::Error::msg)?))
 }
 
 /// Sockets process `pid` and its children (`--procs`' workers) hold now.
@@ -167,12 +168,11 @@ pub(super) fn hold(
     while sockets(server.pid) < own + p.vanishing {
         if Instant::now() > deadline || !std::path::Path::new(&format!("/proc/{}", server.pid)).exists() {
             drop(load);
-            return Err(format!(
+            bail!(
                 "the server accepted only {} of {} connections in 120 s (or died)",
                 sockets(server.pid).saturating_sub(own),
                 p.vanishing
-            )
-            .into());
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }

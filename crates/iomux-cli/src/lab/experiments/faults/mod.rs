@@ -16,6 +16,7 @@
 mod cells;
 mod profiles;
 mod view;
+use anyhow::bail;
 use cells::*;
 use profiles::*;
 
@@ -255,7 +256,7 @@ impl Experiment for Faults {
         let per_conn = args.per_conn.unwrap_or(PER_CONN);
         let vanishing = args.vanishing.unwrap_or(VANISHING);
         if conns == 0 || per_conn == 0 || vanishing == 0 {
-            return Err("--conns, --per-conn and --vanishing must be at least 1".into());
+            bail!("--conns, --per-conn and --vanishing must be at least 1");
         }
         let keepalive_s = args.keepalive.unwrap_or(KEEPALIVE_S);
         cell::require_loopback("E8", conns.max(vanishing))?;

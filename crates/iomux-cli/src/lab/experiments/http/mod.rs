@@ -28,6 +28,7 @@ use crate::lab::rig::anchors::nginx::Handshakes;
 use crate::lab::rig::quota::{self, CpuQuota, Scenario, BOUND_SHARE};
 use crate::lab::Settings;
 use crate::CliResult;
+use anyhow::{bail, Context as _};
 use running::{check_handshakes, Running, Stopped};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -171,7 +172,7 @@ fn run_cell(
             args.splice(args.len() - 1..args.len() - 1, ["-H".to_string(), "Connection: close".to_string()]);
         }
         let before = cpu_of(&pids);
-        let (report, used) = clients::run(client, program, &args, client_cpu, seconds).map_err(|e| e.to_string())?;
+        let (report, used) = clients::run(client, program, &args, client_cpu, seconds).map_err(crate::one_line)?;
         Ok((report, cpu_of(&pids).saturating_sub(before), used))
     };
     let measured = measure();
@@ -402,9 +403,10 @@ impl Experiment for Http {
         no_repeats("--workloads", &workloads)?;
         let bound_tls = workloads.iter().any(|w| w.is_tls() && *w != Workload::HttpsIdle);
         if bound_tls && args.workloads.is_some() && !scenarios.contains(&Scenario::Bound) {
-            return Err("--workloads https, https-full and https-resumed run in the bound scenario, which \
+            bail!(
+                "--workloads https, https-full and https-resumed run in the bound scenario, which \
                         this run does not have (--scenarios bound; it needs root and a cgroup CPU controller)"
-                .into());
+            );
         }
         let mut clients = Vec::new();
         for client in CLIENTS {
@@ -504,7 +506,7 @@ impl Experiment for Http {
             eprintln!("http: {missing}. The cells that need them are not run.");
         }
         let scratch = crate::os::PrivateDir::new("iomux-lab-http", "the wrk script")
-            .map_err(|e| format!("creating a folder for the wrk script: {e}"))?;
+            .context("creating a folder for the wrk script")?;
         let nginx = Tool::Nginx.find().ok();
         let lab = match p.workloads.iter().any(|w| w.is_tls()) {
             true => Some(LabTls::new()?),
@@ -515,7 +517,7 @@ impl Experiment for Http {
                 if nginx.is_none() && a.server == Server::Nginx {
                     return Ok(Err(missing.clone()));
                 }
-                let lab = lab.as_ref().ok_or("no certificate was made for the https cells")?;
+                let lab = lab.as_ref().context("no certificate was made for the https cells")?;
                 return Ok(tls::idle_cell(a, lab, p.tls_idle));
             }
             let program = p.clients.iter().find(|(c, _)| *c == a.client).map(|(_, path)| path);
@@ -525,7 +527,7 @@ impl Experiment for Http {
             let lua = scratch.path().join(format!("pipeline-{}.lua", a.depth));
             if a.depth > 1 && !lua.exists() {
                 std::fs::write(&lua, clients::wrk_pipeline_script(a.depth))
-                    .map_err(|e| format!("writing {}: {e}", lua.display()))?;
+                    .with_context(|| format!("writing {}", lua.display()))?;
             }
             Ok(run_cell(a, program, p.seconds, &lua, lab.as_ref()))
         }))

@@ -40,14 +40,13 @@ impl Running {
         match server {
             Server::Iomux(backend) => {
                 let flags = lab.map(|l| l.serve_flags(workload)).unwrap_or_default();
-                let child =
-                    ServerChild::start_with(backend, "http", cpu, None, 1, &flags).map_err(|e| e.to_string())?;
+                let child = ServerChild::start_with(backend, "http", cpu, None, 1, &flags).map_err(crate::one_line)?;
                 Ok(Running::Iomux(child))
             }
             Server::Nginx => {
                 let program = Tool::Nginx.find()?;
                 let tls = lab.map(|l| l.nginx(workload, conns));
-                let nginx = Nginx::start(&program, cpu, tls.as_ref()).map_err(|e| e.to_string())?;
+                let nginx = Nginx::start(&program, cpu, tls.as_ref()).map_err(crate::one_line)?;
                 Ok(Running::Nginx(nginx))
             }
         }
@@ -71,7 +70,7 @@ impl Running {
     pub fn stop(self, workload: Workload) -> Result<Stopped, String> {
         match self {
             Running::Iomux(child) => {
-                let stats = child.stop().map_err(|e| e.to_string())?.typed;
+                let stats = child.stop().map_err(crate::one_line)?.typed;
                 let handshakes =
                     stats.tls.map(|t| Handshakes { full: t.full_handshakes, resumed: t.resumed_handshakes });
                 Ok(Stopped { stats: Some(stats), handshakes })
@@ -81,7 +80,7 @@ impl Running {
                     false => nginx.stop().map(|()| None),
                     true => nginx.stop_counting().map(Some),
                 };
-                Ok(Stopped { stats: None, handshakes: handshakes.map_err(|e| e.to_string())? })
+                Ok(Stopped { stats: None, handshakes: handshakes.map_err(crate::one_line)? })
             }
         }
     }

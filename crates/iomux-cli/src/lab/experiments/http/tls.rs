@@ -12,6 +12,7 @@ use crate::lab::rig::load_child::{LoadChild, Stderr};
 use crate::lab::rig::sampler::{Readings, Sampler};
 use crate::os::PrivateDir;
 use crate::CliResult;
+use anyhow::Context as _;
 use iomux_tls::rustls::{self, pki_types::ServerName, ClientConfig, ClientConnection, StreamOwned};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -42,11 +43,13 @@ pub struct LabTls {
 impl LabTls {
     pub fn new() -> CliResult<LabTls> {
         let dir = PrivateDir::new("iomux-lab-tls", "the lab's certificate")?;
-        let identity = iomux_tls::certs::self_signed(&[NAME])?;
+        let identity = iomux_tls::certs::self_signed(&[NAME]).map_err(anyhow::Error::msg)?;
         let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-        std::fs::write(&cert, &identity.chain_pem).map_err(|e| format!("writing {}: {e}", cert.display()))?;
-        std::fs::write(&key, &identity.key_pem).map_err(|e| format!("writing {}: {e}", key.display()))?;
-        let config = ClientConfig::builder().with_root_certificates(identity.roots()?).with_no_client_auth();
+        std::fs::write(&cert, &identity.chain_pem).with_context(|| format!("writing {}", cert.display()))?;
+        std::fs::write(&key, &identity.key_pem).with_context(|| format!("writing {}", key.display()))?;
+        let config = ClientConfig::builder()
+            .with_root_certificates(identity.roots().map_err(anyhow::Error::msg)?)
+            .with_no_client_auth();
         Ok(LabTls { _dir: dir, cert, key, client: Arc::new(config) })
     }
 
@@ -155,8 +158,8 @@ fn hold_idle(addr: SocketAddr, pids: &[u32], lab: &LabTls, conns: u32, cpu: Opti
     let mut args = load_args_to(addr, iomux::Backend::Epoll, cpu);
     (args.conns, args.idle, args.duration) = (0, conns as usize, Some(IDLE_HOLD_S));
     args.tls_ca = Some(lab.cert.clone());
-    let mut load = LoadChild::start(&args, |exe| Command::new(exe), "", Stderr::Kept).map_err(|e| e.to_string())?;
-    let status = load.wait(Duration::from_secs(120), |_| {}).map_err(|e| e.to_string())?;
+    let mut load = LoadChild::start(&args, |exe| Command::new(exe), "", Stderr::Kept).map_err(crate::one_line)?;
+    let status = load.wait(Duration::from_secs(120), |_| {}).map_err(crate::one_line)?;
     let readings = sampler.finish();
     match status {
         Some(s) if s.success() => {}

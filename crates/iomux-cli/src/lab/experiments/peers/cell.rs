@@ -24,6 +24,7 @@ use crate::lab::rig::sampler::{Readings, Sampler, Timeline};
 use crate::lab::rig::syscount::SyscallCounter;
 use crate::load::result::LoadResult;
 use crate::CliResult;
+use anyhow::{anyhow, bail, Context as _};
 use iomux::Backend;
 use iomux_peers::Peer;
 use serde::{Deserialize, Serialize};
@@ -135,7 +136,7 @@ impl std::fmt::Display for Failure {
 /// Runs one cell.
 pub fn run(server: &Server, load: Load, count: Syscalls) -> Result<Run, Failure> {
     let (server_cpu, load_cpu) = cpus();
-    let child = server.start(server_cpu).map_err(|e| Failure::NoServer(e.to_string()))?;
+    let child = server.start(server_cpu).map_err(|e| Failure::NoServer(crate::one_line(e)))?;
     // Started after the server, which keeps the mask it had.
     let _pinned = PinnedHere::to(load_cpu);
     let sampler = Sampler::start(load_cpu);
@@ -143,11 +144,11 @@ pub fn run(server: &Server, load: Load, count: Syscalls) -> Result<Run, Failure>
     let counter = match count {
         Syscalls::Perf => {
             let bound = Duration::from_secs_f64(load.seconds) + LOAD_SLACK + Duration::from_secs(10);
-            Some(SyscallCounter::attach(child.pid, bound).map_err(|e| Failure::NoPerf(e.to_string()))?)
+            Some(SyscallCounter::attach(child.pid, bound).map_err(|e| Failure::NoPerf(crate::one_line(e)))?)
         }
         Syscalls::Not => None,
     };
-    measure(child, sampler, counter, load).map_err(|e| Failure::Failed(e.to_string()))
+    measure(child, sampler, counter, load).map_err(|e| Failure::Failed(crate::one_line(e)))
 }
 
 /// The lab's calling thread pinned to one CPU while this lives, its former
@@ -194,18 +195,17 @@ fn measure(child: ServerChild, sampler: Sampler, counter: Option<SyscallCounter>
     let readings = sampler.finish();
     let traced = counter.map(SyscallCounter::finish).transpose();
     let stopped = child.stop();
-    let status = exited?.ok_or_else(|| format!("iomux load did not finish within {} s; killed", limit.as_secs()))?;
+    let status = exited?.with_context(|| format!("iomux load did not finish within {} s; killed", limit.as_secs()))?;
     // A server that failed mid-run is why the load failed: say so first.
-    let server_failed = stopped.as_ref().err().map_or(String::new(), |e| format!("{e}; "));
-    let report = load_child.result().map_err(|why| format!("{server_failed}iomux load exited with {status}: {why}"))?;
+    let server_failed = stopped.as_ref().err().map_or(String::new(), |e| format!("{e:#}; "));
+    let report = load_child.result().map_err(|why| anyhow!("{server_failed}iomux load exited with {status}: {why}"))?;
     let (errors, connected) = (report.errors.total, report.connected);
     if errors > 0 || connected != load.conns as u64 || !status.success() {
         let first = report.errors.first.as_deref().unwrap_or("");
-        return Err(format!(
+        bail!(
             "{server_failed}the load connected {connected} of {}, counted {errors} errors (exit {status}); first: {first}",
             load.conns
-        )
-        .into());
+        );
     }
     stopped?;
     let syscall_timeline = traced?;
@@ -219,19 +219,19 @@ fn figures(
     (server, load): (Option<&Readings>, Option<&Readings>),
     perf: Option<&Timeline>,
 ) -> CliResult<Run> {
-    let start = report.measure_window.ok_or("the load reported no measure window")?.0;
-    let end = report.drained_at.ok_or("the load reported no drained_at")?;
+    let start = report.measure_window.context("the load reported no measure window")?.0;
+    let end = report.drained_at.context("the load reported no drained_at")?;
     let window = (start, end);
     let window_s = end - start;
     let echoes = report.echoes;
     if echoes == 0 || window_s <= 0.0 {
-        return Err(format!("no echoes in the window ({echoes} in {window_s:.3} s)").into());
+        bail!("no echoes in the window ({echoes} in {window_s:.3} s)");
     }
     let per_echo_us = |s: f64| s * 1e6 / echoes as f64;
     let latency = |f: fn(&crate::load::result::Latency) -> f64| report.latency.as_ref().map_or(f64::NAN, f);
     let cut = |r: Option<&Readings>, who: &str| {
         r.and_then(|r| r.cpu_s.over(window))
-            .ok_or_else(|| format!("the {who}'s CPU time was not sampled on both sides of the window"))
+            .with_context(|| format!("the {who}'s CPU time was not sampled on both sides of the window"))
     };
     let server_cpu_s = cut(server, "server")?;
     // The load's own figure, where its JSON has one: its loops' CPU over
@@ -242,7 +242,7 @@ fn figures(
     };
     let (syscalls_per_echo, syscalls_source) = match perf {
         Some(t) => {
-            let n = t.over(window).ok_or("perf's counts do not cover the window")?;
+            let n = t.over(window).context("perf's counts do not cover the window")?;
             (Some(n / echoes as f64), Some(PERF_SOURCE.to_string()))
         }
         None => (None, None),

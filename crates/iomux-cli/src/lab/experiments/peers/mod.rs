@@ -4,6 +4,7 @@
 //! echoes/s, server CPU per echo, latency, syscalls, memory.
 
 mod cases;
+use anyhow::bail;
 use cases::*;
 
 mod view;
@@ -202,19 +203,19 @@ impl Experiment for Peers {
             (scenarios.iter().map(Scenario::name).collect(), "--scenarios"),
         ] {
             if let Some(twice) = list.iter().enumerate().find(|(i, n)| list[..*i].contains(n)).map(|(_, n)| n) {
-                return Err(format!("{what} names {twice} twice").into());
+                bail!("{what} names {twice} twice");
             }
             if list.is_empty() {
-                return Err(format!("{what} is empty").into());
+                bail!("{what} is empty");
             }
         }
         let seconds = args.seconds.unwrap_or(SECONDS.pick(settings));
         if !(seconds.is_finite() && seconds > 0.0 && seconds <= 3600.0) {
-            return Err(format!("--seconds must be more than 0 and at most 3600, not {seconds}").into());
+            bail!("--seconds must be more than 0 and at most 3600, not {seconds}");
         }
         let most = scenarios.iter().map(|s| s.conns).max().unwrap_or(0);
         if servers.contains(&Server::Iomux(Backend::Select)) && most > 1000 {
-            return Err(format!("iomux-select cannot hold {most} connections (FD_SETSIZE is 1024)").into());
+            bail!("iomux-select cannot hold {most} connections (FD_SETSIZE is 1024)");
         }
         crate::lab::rig::cell::require_loopback("E5", most)?;
         let perf = settings.tracer == Some(Tracer::Perf);

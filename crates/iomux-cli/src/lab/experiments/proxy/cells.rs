@@ -2,6 +2,7 @@
 //! the requests, bulk and many loads through it.
 
 use super::*;
+use anyhow::Context as _;
 
 /// A proxy running for one cell.
 pub(super) enum Running {
@@ -21,7 +22,7 @@ impl Running {
             Proxy::Floor => Running::Child(ServerChild::start_peer_with("c-relay-floor", cpu, &flags)?),
             Proxy::UringFloor => Running::Child(ServerChild::start_peer_with("uring-relay-floor", cpu, &flags)?),
             Proxy::Haproxy => {
-                let program = p.haproxy.as_ref().ok_or("haproxy not found")?;
+                let program = p.haproxy.as_ref().context("haproxy not found")?;
                 // Idle connections splice nothing, and the pipes would take
                 // descriptors the many cell needs.
                 let splice = arm.load != Load::Many;
@@ -63,9 +64,9 @@ pub(super) fn with_proxy<T>(
 ) -> Result<T, String> {
     let (server_cpu, _) = crate::lab::rig::cell::cpus();
     let quota = CpuQuota::new(BOUND_SHARE)?;
-    let proxy = Running::start(p, arm, upstream, maxconn, server_cpu).map_err(|e| e.to_string())?;
+    let proxy = Running::start(p, arm, upstream, maxconn, server_cpu).map_err(crate::one_line)?;
     let result = quota.add(proxy.pid()).and_then(|()| f(&proxy, &quota));
-    let stopped = proxy.stop().map_err(|e| e.to_string());
+    let stopped = proxy.stop().map_err(crate::one_line);
     let value = result?;
     stopped?;
     Ok(value)
@@ -74,15 +75,13 @@ pub(super) fn with_proxy<T>(
 pub(super) fn requests(p: &Params, arm: &Arm) -> Result<Run, String> {
     let (server_cpu, client_cpu) = crate::lab::rig::cell::cpus();
     let wrk = p.wrk.as_ref().ok_or("wrk not found")?;
-    let nginx =
-        Nginx::start(p.nginx.as_ref().ok_or("nginx not found")?, server_cpu, None).map_err(|e| e.to_string())?;
+    let nginx = Nginx::start(p.nginx.as_ref().ok_or("nginx not found")?, server_cpu, None).map_err(crate::one_line)?;
     let run = with_proxy(p, arm, nginx.addr, 4096, |proxy, quota| {
         answers_plaintext(proxy.addr()).map_err(|e| format!("{}: through the proxy: {e}", arm.proxy))?;
         let url = format!("http://{}/plaintext", proxy.addr());
         let args = clients::args(Client::Wrk, &url, p.conns, 1, p.seconds, None);
         let before = cpu_of(proxy.pid());
-        let (report, client) =
-            clients::run(Client::Wrk, wrk, &args, client_cpu, p.seconds).map_err(|e| e.to_string())?;
+        let (report, client) = clients::run(Client::Wrk, wrk, &args, client_cpu, p.seconds).map_err(crate::one_line)?;
         let used = cpu_of(proxy.pid()).saturating_sub(before);
         Ok(Run {
             rate: Some(report.requests_per_sec),
@@ -93,13 +92,13 @@ pub(super) fn requests(p: &Params, arm: &Arm) -> Result<Run, String> {
             report: Some(report),
         })
     });
-    nginx.stop().map_err(|e| e.to_string())?;
+    nginx.stop().map_err(crate::one_line)?;
     run
 }
 
 pub(super) fn bulk(p: &Params, arm: &Arm) -> Result<Run, String> {
     let (_, client_cpu) = crate::lab::rig::cell::cpus();
-    let sink = ServerChild::start_with(Backend::Epoll, "sink", client_cpu, None, 1, &[]).map_err(|e| e.to_string())?;
+    let sink = ServerChild::start_with(Backend::Epoll, "sink", client_cpu, None, 1, &[]).map_err(crate::one_line)?;
     let bytes = u64::from(p.bulk_mib) << 20;
     let run = with_proxy(p, arm, sink.addr, 4096, |proxy, quota| {
         let addr = proxy.addr();
@@ -134,7 +133,7 @@ pub(super) fn bulk(p: &Params, arm: &Arm) -> Result<Run, String> {
             throttled_periods: quota.throttled_periods(),
         })
     });
-    let stats = sink.stop().map_err(|e| e.to_string())?.typed;
+    let stats = sink.stop().map_err(crate::one_line)?.typed;
     let run = run?;
     if stats.bytes_in != bytes {
         return Err(format!("the sink got {} bytes of {bytes}", stats.bytes_in));
@@ -144,7 +143,7 @@ pub(super) fn bulk(p: &Params, arm: &Arm) -> Result<Run, String> {
 
 pub(super) fn many(p: &Params, arm: &Arm) -> Result<Run, String> {
     let (_, client_cpu) = crate::lab::rig::cell::cpus();
-    let echo = ServerChild::start_with(Backend::Epoll, "echo", client_cpu, None, 1, &[]).map_err(|e| e.to_string())?;
+    let echo = ServerChild::start_with(Backend::Epoll, "echo", client_cpu, None, 1, &[]).map_err(crate::one_line)?;
     let run = with_proxy(p, arm, echo.addr, p.many + 64, |proxy, quota| {
         let rss = || status_kib(proxy.pid(), "VmRSS:") * 1024;
         let before = rss();
@@ -169,6 +168,6 @@ pub(super) fn many(p: &Params, arm: &Arm) -> Result<Run, String> {
             throttled_periods: quota.throttled_periods(),
         })
     });
-    echo.stop().map_err(|e| e.to_string())?;
+    echo.stop().map_err(crate::one_line)?;
     run
 }

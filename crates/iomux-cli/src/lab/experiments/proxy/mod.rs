@@ -12,6 +12,7 @@
 
 mod cells;
 mod view;
+use anyhow::{bail, Context as _};
 use cells::*;
 
 use crate::lab::harness::envelope::Envelope;
@@ -250,7 +251,7 @@ impl Experiment for ProxyBench {
         }
         // Each proxied connection is two descriptors in the proxy's one
         // process; this process holds the clients' ends.
-        crate::os::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE: {e}"))?;
+        crate::os::raise_nofile_limit().context("raising RLIMIT_NOFILE")?;
         let (soft, _) = crate::os::nofile_limit();
         let fits = (soft.saturating_sub(SPARE_FDS) / 2) as usize;
         let wanted = args.many.map_or(MANY, |n| n as usize);
@@ -263,7 +264,7 @@ impl Experiment for ProxyBench {
             )
         });
         if many == 0 {
-            return Err(format!("the open-files limit ({soft}) leaves no room for proxied connections").into());
+            bail!("the open-files limit ({soft}) leaves no room for proxied connections");
         }
         let mut proxies: Vec<Proxy> = backends.iter().copied().map(Proxy::Iomux).collect();
         proxies.extend(backends.iter().copied().map(Proxy::Copying));

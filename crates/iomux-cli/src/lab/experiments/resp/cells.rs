@@ -21,33 +21,32 @@ pub(super) fn run_cell(p: &Params, arm: &Arm) -> Result<Run, String> {
         let before = crate::os::process_cpu(pid).map_err(|e| format!("the server's CPU time: {e}"))?;
         // Bounded: even at 1,000 requests/s the run ends well within it.
         let limit = Duration::from_secs(requests / 1000 + 30);
-        let (report, used) = redis::run(benchmark, &args, client_cpu, limit).map_err(|e| e.to_string())?;
+        let (report, used) = redis::run(benchmark, &args, client_cpu, limit).map_err(crate::one_line)?;
         let after = crate::os::process_cpu(pid).map_err(|e| format!("the server's CPU time: {e}"))?;
         Ok((report, after.saturating_sub(before), used))
     };
     let (report, server_used, client_used, syscalls, errors) = match arm.server {
         Server::Iomux(backend) => {
-            let child =
-                ServerChild::start_with(backend, "resp", server_cpu, None, 1, &[]).map_err(|e| e.to_string())?;
+            let child = ServerChild::start_with(backend, "resp", server_cpu, None, 1, &[]).map_err(crate::one_line)?;
             let measured = measure(child.addr, child.pid);
-            let stats = child.stop().map_err(|e| e.to_string())?.typed;
+            let stats = child.stop().map_err(crate::one_line)?.typed;
             let (report, s, c) = measured?;
             let replies = stats.resp_replies.map_or(f64::NAN, |n| n as f64);
             let syscalls = stats.syscalls_total as f64 / replies;
             (report, s, c, syscalls.is_finite().then_some(syscalls), stats.resp_errors.unwrap_or(0))
         }
         Server::Floor => {
-            let child = ServerChild::start_peer("c-resp-floor", server_cpu).map_err(|e| e.to_string())?;
+            let child = ServerChild::start_peer("c-resp-floor", server_cpu).map_err(crate::one_line)?;
             let measured = measure(child.addr, child.pid);
-            child.stop().map_err(|e| e.to_string())?;
+            child.stop().map_err(crate::one_line)?;
             let (report, s, c) = measured?;
             (report, s, c, None, 0)
         }
         Server::Redis => {
-            let server = RedisServer::start(redis_server, server_cpu).map_err(|e| e.to_string())?;
+            let server = RedisServer::start(redis_server, server_cpu).map_err(crate::one_line)?;
             let measured = measure(server.addr, server.pid());
             let errors = redis::error_replies(server.addr);
-            server.stop().map_err(|e| e.to_string())?;
+            server.stop().map_err(crate::one_line)?;
             let (report, s, c) = measured?;
             (report, s, c, None, errors?)
         }

@@ -7,6 +7,7 @@
 
 mod setup;
 mod view;
+use anyhow::{bail, Context as _};
 use setup::*;
 
 mod raw;
@@ -163,7 +164,7 @@ fn plan(args: &Args, max_fds: usize, hard_limit: u64, full: bool) -> CliResult<P
     let wanted: Vec<usize> = match &args.fds {
         Some(list) => {
             if let Some(bad) = list.iter().find(|&&n| n == 0) {
-                return Err(format!("--fds: {bad} is not a number of fds (each must be at least 1)").into());
+                bail!("--fds: {bad} is not a number of fds (each must be at least 1)");
             }
             list.clone()
         }
@@ -232,8 +233,7 @@ impl Experiment for SyscallRate {
 
     fn plan(args: &Args, settings: &Settings) -> CliResult<Params> {
         let (_, hard) = crate::os::nofile_limit();
-        let limit =
-            crate::os::raise_nofile_limit().map_err(|e| format!("raising RLIMIT_NOFILE to its hard limit: {e}"))?;
+        let limit = crate::os::raise_nofile_limit().context("raising RLIMIT_NOFILE to its hard limit")?;
         // Every setup opens a handful of fds of its own besides the N
         // copies: the pipe's write end and one epoll/io_uring fd (or three,
         // for polling) per subject.
@@ -328,7 +328,7 @@ impl Experiment for SyscallRate {
                 current = None;
                 current = Some((a.fds, Setup::new(a.fds)?));
             }
-            let Some((_, setup)) = current.as_mut() else { return Err("no setup".into()) };
+            let Some((_, setup)) = current.as_mut() else { bail!("no setup") };
             Ok(setup.measure(a.subject, duration).map(|(calls_per_sec, calls, syscalls)| Sample {
                 calls_per_sec,
                 calls,

@@ -2,6 +2,7 @@
 //! and the timed loops of library and raw calls.
 
 use super::*;
+use anyhow::Context as _;
 
 /// Everything registered for one N. Field order is drop order: every
 /// poller goes before the fds it watches.
@@ -38,14 +39,12 @@ pub(super) fn register_all(p: &mut dyn Poller, fds: &[OwnedFd]) -> iomux::Result
 
 impl Setup {
     pub(super) fn new(n: usize) -> CliResult<Setup> {
-        let (reader, writer) = std::io::pipe().map_err(|e| format!("pipe: {e}"))?;
+        let (reader, writer) = std::io::pipe().context("pipe")?;
         let reader = OwnedFd::from(reader);
         let mut fds = Vec::with_capacity(n);
         for _ in 0..n {
             fds.push(
-                reader
-                    .try_clone()
-                    .map_err(|e| format!("dup of the pipe's read end ({} of {n}): {e}", fds.len() + 1))?,
+                reader.try_clone().with_context(|| format!("dup of the pipe's read end ({} of {n})", fds.len() + 1))?,
             );
         }
         drop(reader);
@@ -58,12 +57,12 @@ impl Setup {
         register_all(&mut epoll, &fds)?;
         let uring =
             UringPoller::new().and_then(|mut p| register_all(&mut p, &fds).map(|()| p)).map_err(|e| e.to_string());
-        let mio = MioPeer::new(&fds).map_err(|e| format!("mio: {e}"))?;
-        let polling = PollingPeer::new(&fds).map_err(|e| format!("polling: {e}"))?;
+        let mio = MioPeer::new(&fds).context("mio")?;
+        let polling = PollingPeer::new(&fds).context("polling")?;
 
         let raw_pollfds =
             fds.iter().map(|fd| libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
-        let raw_epoll = raw::epoll_with(&fds).map_err(|e| format!("raw epoll: {e}"))?;
+        let raw_epoll = raw::epoll_with(&fds).context("raw epoll")?;
         let raw_ring = PollRing::new(&fds).map_err(|e| format!("io_uring: {e}"));
         Ok(Setup {
             select,

@@ -2,6 +2,7 @@
 //! run once per cell on its own CPU, their reports parsed.
 
 use crate::CliResult;
+use anyhow::{anyhow, bail, Context as _};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -152,7 +153,7 @@ pub fn run(
         Client::Wrk => parse_wrk(&stdout),
         Client::H2load => parse_h2load(&stdout),
     }
-    .map_err(|e| format!("{}'s report: {e}\n{stdout}", client.name()))?;
+    .map_err(|e| anyhow!("{}'s report: {e}\n{stdout}", client.name()))?;
     Ok((report, used))
 }
 
@@ -176,13 +177,12 @@ pub fn run_pinned(
             cmd.pre_exec(move || crate::os::pin_to_cpu(cpu));
         }
     }
-    let before = crate::os::children_cpu().map_err(|e| format!("getrusage(RUSAGE_CHILDREN): {e}"))?;
-    let child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", program.display()))?;
-    let out = crate::os::wait_output_within(child, limit).map_err(|e| format!("{name} {}: {e}", args.join(" ")))?;
-    let used =
-        crate::os::children_cpu().map_err(|e| format!("getrusage(RUSAGE_CHILDREN): {e}"))?.saturating_sub(before);
+    let before = crate::os::children_cpu().context("getrusage(RUSAGE_CHILDREN)")?;
+    let child = cmd.spawn().with_context(|| format!("cannot start {}", program.display()))?;
+    let out = crate::os::wait_output_within(child, limit).with_context(|| format!("{name} {}", args.join(" ")))?;
+    let used = crate::os::children_cpu().context("getrusage(RUSAGE_CHILDREN)")?.saturating_sub(before);
     if !out.status.success() {
-        return Err(format!("{name} exited with {}: {}", out.status, first_said(&out)).into());
+        bail!("{name} exited with {}: {}", out.status, first_said(&out));
     }
     Ok((out, used))
 }

@@ -3,6 +3,7 @@
 //! and reaped whatever happens (a value owns it; dropping it kills it).
 
 use crate::CliResult;
+use anyhow::{anyhow, bail, Context as _};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -53,15 +54,15 @@ impl Haproxy {
         cpu: Option<usize>,
     ) -> CliResult<Haproxy> {
         use std::os::unix::process::CommandExt;
-        let dir = crate::os::PrivateDir::new("iomux-haproxy", "haproxy's configuration")
-            .map_err(|e| format!("a folder for haproxy: {e}"))?;
+        let dir =
+            crate::os::PrivateDir::new("iomux-haproxy", "haproxy's configuration").context("a folder for haproxy")?;
         let addr = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
-            .map_err(|e| format!("finding a free port for haproxy: {e}"))?;
+            .context("finding a free port for haproxy")?;
         let conf = dir.path().join("haproxy.cfg");
         std::fs::write(&conf, config(addr, upstream, maxconn, splice))
-            .map_err(|e| format!("writing {}: {e}", conf.display()))?;
-        let log = std::fs::File::create(dir.path().join("haproxy.log")).map_err(|e| format!("haproxy's log: {e}"))?;
+            .with_context(|| format!("writing {}", conf.display()))?;
+        let log = std::fs::File::create(dir.path().join("haproxy.log")).context("haproxy's log")?;
         let mut cmd = Command::new(program);
         // -db: foreground, no daemon; -f: this configuration only.
         cmd.arg("-db").arg("-f").arg(&conf).stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
@@ -72,18 +73,18 @@ impl Haproxy {
                 cmd.pre_exec(move || crate::os::pin_to_cpu(cpu));
             }
         }
-        let child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", program.display()))?;
+        let child = cmd.spawn().with_context(|| format!("cannot start {}", program.display()))?;
         let mut haproxy = Haproxy { child, addr, dir };
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Ok(Some(status)) = haproxy.child.try_wait() {
-                return Err(format!("haproxy exited at start with {status}: {}", haproxy.said()).into());
+                bail!("haproxy exited at start with {status}: {}", haproxy.said());
             }
             if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
                 return Ok(haproxy);
             }
             if Instant::now() > deadline {
-                return Err(format!("haproxy does not accept on {addr} within 10 s: {}", haproxy.said()).into());
+                bail!("haproxy does not accept on {addr} within 10 s: {}", haproxy.said());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -104,7 +105,7 @@ impl Haproxy {
         if crate::os::signal_and_wait(&mut self.child, rustix::process::Signal::TERM, Duration::from_secs(5)) {
             return Ok(());
         }
-        Err(format!("haproxy did not stop within 5 s of SIGTERM; killed. {}", self.said()).into())
+        Err(anyhow!("haproxy did not stop within 5 s of SIGTERM; killed. {}", self.said()))
     }
 }
 

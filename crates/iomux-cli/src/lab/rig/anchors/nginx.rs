@@ -3,6 +3,7 @@
 //! whatever happens (a value owns it; dropping it kills it).
 
 use crate::CliResult;
+use anyhow::{anyhow, bail, Context as _};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -118,9 +119,9 @@ impl Nginx {
         // takes ports in between).
         let addr = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
-            .map_err(|e| format!("finding a free port for nginx: {e}"))?;
+            .context("finding a free port for nginx")?;
         let conf = prefix.join("nginx.conf");
-        std::fs::write(&conf, config(&prefix, addr, tls)).map_err(|e| format!("writing {}: {e}", conf.display()))?;
+        std::fs::write(&conf, config(&prefix, addr, tls)).with_context(|| format!("writing {}", conf.display()))?;
         let mut cmd = Command::new(program);
         cmd.arg("-c")
             .arg(&conf)
@@ -140,14 +141,14 @@ impl Nginx {
             Ok(child) => child,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&prefix);
-                return Err(format!("cannot start {}: {e}", program.display()).into());
+                return Err(e).with_context(|| format!("cannot start {}", program.display()));
             }
         };
         let mut nginx = Nginx { child, addr, prefix };
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Ok(Some(status)) = nginx.child.try_wait() {
-                return Err(format!("nginx exited at start with {status}: {}", nginx.error_log()).into());
+                bail!("nginx exited at start with {status}: {}", nginx.error_log());
             }
             let ready = match tls {
                 None => answers_plaintext(addr),
@@ -164,9 +165,7 @@ impl Nginx {
             match ready {
                 Ok(()) => return Ok(nginx),
                 Err(e) if Instant::now() > deadline => {
-                    return Err(
-                        format!("nginx does not answer on {addr} within 10 s: {e}; {}", nginx.error_log()).into()
-                    )
+                    bail!("nginx does not answer on {addr} within 10 s: {e}; {}", nginx.error_log())
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(20)),
             }
@@ -195,7 +194,7 @@ impl Nginx {
         if crate::os::signal_and_wait(&mut self.child, rustix::process::Signal::QUIT, Duration::from_secs(5)) {
             return Ok(());
         }
-        Err(format!("nginx did not stop within 5 s of SIGQUIT; killed. {}", self.error_log()).into())
+        Err(anyhow!("nginx did not stop within 5 s of SIGQUIT; killed. {}", self.error_log()))
     }
 
     /// Stops nginx (its log is flushed at a graceful stop) and counts the
@@ -203,7 +202,7 @@ impl Nginx {
     pub fn stop_counting(mut self) -> CliResult<Handshakes> {
         self.quit()?;
         let log = self.prefix.join("reuse.log");
-        let text = std::fs::read_to_string(&log).map_err(|e| format!("reading nginx's log {}: {e}", log.display()))?;
+        let text = std::fs::read_to_string(&log).with_context(|| format!("reading nginx's log {}", log.display()))?;
         Ok(count_reused(&text))
     }
 }
@@ -231,7 +230,7 @@ fn fresh_dir() -> CliResult<PathBuf> {
     static N: AtomicU64 = AtomicU64::new(0);
     let dir =
         std::env::temp_dir().join(format!("iomux-nginx-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
-    std::fs::create_dir(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
 }
 

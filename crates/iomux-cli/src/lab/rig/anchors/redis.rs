@@ -4,6 +4,7 @@
 
 use crate::lab::rig::anchors::clients::Tool;
 use crate::CliResult;
+use anyhow::{anyhow, bail, Context as _};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -95,7 +96,7 @@ impl RedisServer {
         // A free port now; redis binds it a moment later.
         let addr = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
-            .map_err(|e| format!("finding a free port for redis-server: {e}"))?;
+            .context("finding a free port for redis-server")?;
         let mut cmd = Command::new(program);
         cmd.args(Self::args(addr)).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
         // Its working directory: where it would write a dump (it writes none).
@@ -107,7 +108,7 @@ impl RedisServer {
                 cmd.pre_exec(move || crate::os::pin_to_cpu(cpu));
             }
         }
-        let child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", program.display()))?;
+        let child = cmd.spawn().with_context(|| format!("cannot start {}", program.display()))?;
         let mut redis = RedisServer { child, addr };
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -116,13 +117,13 @@ impl RedisServer {
                 if let Some(mut e) = redis.child.stderr.take() {
                     let _ = e.read_to_string(&mut said);
                 }
-                return Err(format!("redis-server exited at start with {status}: {}", said.trim()).into());
+                bail!("redis-server exited at start with {status}: {}", said.trim());
             }
             match ask(addr, &["PING"]) {
                 Ok(pong) if pong == "PONG" => return Ok(redis),
-                Ok(other) => return Err(format!("redis-server answered PING with {other:?}").into()),
+                Ok(other) => bail!("redis-server answered PING with {other:?}"),
                 Err(e) if Instant::now() > deadline => {
-                    return Err(format!("redis-server does not answer on {addr} within 10 s: {e}").into())
+                    bail!("redis-server does not answer on {addr} within 10 s: {e}")
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(20)),
             }
@@ -138,7 +139,7 @@ impl RedisServer {
         if crate::os::signal_and_wait(&mut self.child, rustix::process::Signal::TERM, Duration::from_secs(5)) {
             return Ok(());
         }
-        Err("redis-server did not stop within 5 s of SIGTERM; killed".into())
+        Err(anyhow!("redis-server did not stop within 5 s of SIGTERM; killed"))
     }
 }
 
@@ -192,9 +193,9 @@ pub fn run(program: &Path, args: &[String], cpu: Option<usize>, limit: Duration)
     let stdout = String::from_utf8_lossy(&out.stdout);
     // It exits 0 even when a request failed; it says "Error" then.
     if String::from_utf8_lossy(&out.stderr).contains("Error") || stdout.contains("Error") {
-        return Err(format!("redis-benchmark: {}", crate::lab::rig::anchors::clients::first_said(&out)).into());
+        bail!("redis-benchmark: {}", crate::lab::rig::anchors::clients::first_said(&out));
     }
-    let report = parse_csv(&stdout).map_err(|e| format!("redis-benchmark's report: {e}\n{stdout}"))?;
+    let report = parse_csv(&stdout).map_err(|e| anyhow!("redis-benchmark's report: {e}\n{stdout}"))?;
     Ok((report, used))
 }
 
