@@ -221,8 +221,14 @@ pub fn report(dir: &std::path::Path) -> CliResult<(PathBuf, String)> {
 fn resumed(experiments: Vec<registry::Which>, settings: &Settings) -> CliResult<Vec<registry::Which>> {
     let names: Vec<&str> = experiments.iter().map(|e| e.entry().name).collect();
     let (left, kept) = results::unfinished(&names, &settings.out_dir, settings.full)?;
-    for path in &kept {
-        eprintln!("iomux bench: --resume: kept {}", path.display());
+    let this = env!("IOMUX_COMMIT");
+    for (path, commit) in &kept {
+        let measured = match commit.as_str() {
+            c if c == this => String::new(),
+            "" => format!(" (its commit not recorded; this build is {this})"),
+            c => format!(" (measured at commit {c}; this build is {this})"),
+        };
+        eprintln!("iomux bench: --resume: kept {}{measured}", path.display());
     }
     Ok(experiments.into_iter().filter(|e| left.contains(&e.entry().name)).collect())
 }

@@ -81,6 +81,7 @@ pub fn execute<E: Shown>(args: &E::Args, settings: &Settings) -> CliResult<Outco
         experiment: E::ENTRY.name.into(),
         schema: SCHEMA,
         full: settings.full,
+        commit: env!("IOMUX_COMMIT").into(),
         machine: settings.machine.clone(),
         params,
         published: E::PUBLISHED.into(),

@@ -444,6 +444,7 @@ pub fn fixture(seconds: &[(Backend, usize, f64)], rounds: usize) -> Envelope<Par
         experiment: "idle".into(),
         schema: SCHEMA,
         full: false,
+        commit: String::new(),
         machine: crate::lab::rig::machine::Machine::default(),
         params,
         published: Idle::PUBLISHED.into(),

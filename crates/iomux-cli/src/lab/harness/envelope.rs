@@ -176,6 +176,10 @@ pub struct Envelope<P, K, S> {
     /// only with the settings it was measured with.
     #[serde(default)]
     pub full: bool,
+    /// The commit of the binary that measured it ("unknown" outside a git
+    /// checkout; empty in results written before it was recorded).
+    #[serde(default)]
+    pub commit: String,
     pub machine: Machine,
     pub params: P,
     /// The documents' published finding, in words.
@@ -393,6 +397,7 @@ mod tests {
             experiment: "x".into(),
             schema: SCHEMA,
             full: false,
+            commit: String::new(),
             machine: Machine::describe(),
             params: (),
             published: String::new(),

@@ -41,14 +41,16 @@ pub fn error_file(dir: &Path, name: &str) -> PathBuf {
 }
 
 /// For `bench --resume`: of `names`, which `dir` holds no results of yet,
-/// and the results files it holds of the others. A result measured with
-/// other settings (quick against `--full`) is refused, since one report
-/// would mix them.
-pub fn unfinished<'n>(names: &[&'n str], dir: &Path, full: bool) -> CliResult<(Vec<&'n str>, Vec<PathBuf>)> {
+/// and the results files it holds of the others, each with the commit that
+/// measured it. A result measured with other settings (quick against
+/// `--full`) is refused, since one report would mix them.
+pub fn unfinished<'n>(names: &[&'n str], dir: &Path, full: bool) -> CliResult<(Vec<&'n str>, Vec<(PathBuf, String)>)> {
     #[derive(serde::Deserialize)]
     struct Measured {
         #[serde(default)]
         full: bool,
+        #[serde(default)]
+        commit: String,
     }
     let settings = |full: bool| if full { "--full" } else { "quick" };
     let (mut left, mut kept) = (Vec::new(), Vec::new());
@@ -72,7 +74,7 @@ pub fn unfinished<'n>(names: &[&'n str], dir: &Path, full: bool) -> CliResult<(V
                 settings(full)
             );
         }
-        kept.push(path);
+        kept.push((path, measured.commit));
     }
     Ok((left, kept))
 }
@@ -217,11 +219,12 @@ mod tests {
     #[test]
     fn a_resumed_run_keeps_results_of_its_own_settings_and_refuses_others() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("idle.json"), r#"{"experiment": "idle", "full": true}"#).unwrap();
+        std::fs::write(dir.path().join("idle.json"), r#"{"experiment": "idle", "full": true, "commit": "abc"}"#)
+            .unwrap();
         // Written before settings were recorded: quick.
         std::fs::write(dir.path().join("sink.json"), r#"{"experiment": "sink"}"#).unwrap();
         let (left, kept) = unfinished(&["syscall-rate", "idle"], dir.path(), true).unwrap();
-        assert_eq!((left, kept), (vec!["syscall-rate"], vec![dir.path().join("idle.json")]));
+        assert_eq!((left, kept), (vec!["syscall-rate"], vec![(dir.path().join("idle.json"), "abc".to_string())]));
         let mixed = unfinished(&["idle", "sink"], dir.path(), true).unwrap_err().to_string();
         assert!(mixed.contains("sink.json was measured with quick settings and this run has --full"), "{mixed}");
         std::fs::write(dir.path().join("echo.json"), "not json").unwrap();

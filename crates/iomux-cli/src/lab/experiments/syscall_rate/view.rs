@@ -203,6 +203,7 @@ mod tests {
             experiment: "syscall-rate".into(),
             schema: SCHEMA,
             full: false,
+            commit: String::new(),
             machine: Default::default(),
             params,
             published: String::new(),
