@@ -40,11 +40,20 @@ pub fn error_file(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!("{name}.error.txt"))
 }
 
-/// For `bench --resume`: of `names`, which `dir` holds no results of yet,
-/// and the results files it holds of the others, each with the commit that
-/// measured it. A result measured with other settings (quick against
-/// `--full`) is refused, since one report would mix them.
-pub fn unfinished<'n>(names: &[&'n str], dir: &Path, full: bool) -> CliResult<(Vec<&'n str>, Vec<(PathBuf, String)>)> {
+/// What `bench --resume` finds in its folder.
+#[derive(Debug, PartialEq)]
+pub struct Resumed<'n> {
+    /// The experiments it holds no results of yet.
+    pub left: Vec<&'n str>,
+    /// The results files it holds of the others, each with the commit that
+    /// measured it.
+    pub kept: Vec<(PathBuf, String)>,
+}
+
+/// For `bench --resume`: of `names`, which `dir` holds results of. A result
+/// measured with other settings (quick against `--full`) is refused, since
+/// one report would mix them.
+pub fn unfinished<'n>(names: &[&'n str], dir: &Path, full: bool) -> CliResult<Resumed<'n>> {
     #[derive(serde::Deserialize)]
     struct Measured {
         #[serde(default)]
@@ -76,7 +85,7 @@ pub fn unfinished<'n>(names: &[&'n str], dir: &Path, full: bool) -> CliResult<(V
         }
         kept.push((path, measured.commit));
     }
-    Ok((left, kept))
+    Ok(Resumed { left, kept })
 }
 
 impl Folder {
@@ -223,8 +232,9 @@ mod tests {
             .unwrap();
         // Written before settings were recorded: quick.
         std::fs::write(dir.path().join("sink.json"), r#"{"experiment": "sink"}"#).unwrap();
-        let (left, kept) = unfinished(&["syscall-rate", "idle"], dir.path(), true).unwrap();
-        assert_eq!((left, kept), (vec!["syscall-rate"], vec![(dir.path().join("idle.json"), "abc".to_string())]));
+        let found = unfinished(&["syscall-rate", "idle"], dir.path(), true).unwrap();
+        let kept = vec![(dir.path().join("idle.json"), "abc".to_string())];
+        assert_eq!(found, Resumed { left: vec!["syscall-rate"], kept });
         let mixed = unfinished(&["idle", "sink"], dir.path(), true).unwrap_err().to_string();
         assert!(mixed.contains("sink.json was measured with quick settings and this run has --full"), "{mixed}");
         std::fs::write(dir.path().join("echo.json"), "not json").unwrap();
