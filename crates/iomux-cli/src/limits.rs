@@ -77,8 +77,6 @@ impl Kernel {
                 read_u64("/proc/sys/net/netfilter/nf_conntrack_count").unwrap_or(0),
             )
         });
-        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-        let mem_total_kib = crate::os::kib_field(&meminfo, "MemTotal:").unwrap_or(0);
         Kernel {
             file_max: read_u64("/proc/sys/fs/file-max").unwrap_or(0),
             nr_open: read_u64("/proc/sys/fs/nr_open").unwrap_or(0),
@@ -88,7 +86,7 @@ impl Kernel {
             conntrack,
             tcp_mem: tcp_mem.map(|m| [0, 1, 2].map(|i| m.get(i).copied().unwrap_or(0))),
             nofile_hard: crate::os::nofile_limit().1,
-            mem_total_bytes: mem_total_kib * 1024,
+            mem_total_bytes: crate::os::meminfo().map_or(0, |m| m.mem_total),
         }
     }
 

@@ -227,8 +227,15 @@ pub fn wait_output_within(mut child: std::process::Child, limit: Duration) -> io
     Ok(std::process::Output { status, stdout: joined(stdout), stderr: joined(stderr) })
 }
 
-/// The value of a `Field:   N kB` line (of /proc/meminfo or
-/// /proc/PID/status), in KiB.
+/// /proc/meminfo, every figure in bytes: its one reader here (the lab's
+/// memory sampler, `iomux limits` and the machine's description). None
+/// where it cannot be read.
+pub fn meminfo() -> Option<procfs::Meminfo> {
+    use procfs::Current;
+    procfs::Meminfo::current().ok()
+}
+
+/// The value of a `Field:   N kB` line of /proc/PID/status, in KiB.
 pub fn kib_field(text: &str, field: &str) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }

@@ -17,14 +17,7 @@ impl Machine {
                 l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, m)| m.trim().to_string())
             })
             .unwrap_or_else(|| "unknown".into());
-        let memory_bytes = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|m| {
-                m.lines()
-                    .find_map(|l| l.strip_prefix("MemTotal:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            })
-            .map_or(0, |kb| kb * 1024);
+        let memory_bytes = crate::os::meminfo().map_or(0, |m| m.mem_total);
         let (nofile, nofile_hard) = crate::os::nofile_limit();
         Machine {
             kernel: read_trim("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into()),

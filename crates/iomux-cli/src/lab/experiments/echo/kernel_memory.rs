@@ -22,11 +22,6 @@ pub struct Reading {
     pub tcp_sockets: u64,
 }
 
-/// A `kB` field of /proc/meminfo, in KiB (0 when absent).
-fn kib(meminfo: &str, field: &str) -> u64 {
-    crate::os::kib_field(meminfo, field).unwrap_or(0)
-}
-
 /// The value after `key` on sockstat's `TCP:` line.
 fn sockstat_tcp(text: &str, key: &str) -> u64 {
     let Some(line) = text.lines().find(|l| l.starts_with("TCP:")) else { return 0 };
@@ -36,13 +31,16 @@ fn sockstat_tcp(text: &str, key: &str) -> u64 {
 
 impl Reading {
     pub fn now() -> Reading {
-        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        // Unreadable: zeros. Without MemAvailable (kernels before 3.14) it
+        // counts as 0, so used is MemTotal.
+        let (slab, total, available) =
+            crate::os::meminfo().map_or((0, 0, 0), |m| (m.slab, m.mem_total, m.mem_available.unwrap_or(0)));
         let sockstat = std::fs::read_to_string("/proc/net/sockstat").unwrap_or_default();
         let page = rustix::param::page_size() as u64;
         Reading {
-            slab: kib(&meminfo, "Slab:") * 1024,
+            slab,
             tcp: sockstat_tcp(&sockstat, "mem") * page,
-            used: kib(&meminfo, "MemTotal:").saturating_sub(kib(&meminfo, "MemAvailable:")) * 1024,
+            used: total.saturating_sub(available),
             tcp_sockets: sockstat_tcp(&sockstat, "inuse"),
         }
     }
@@ -93,12 +91,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sockstat_and_meminfo_parse() {
+    fn sockstat_parses() {
         let sockstat = "sockets: used 11\nTCP: inuse 7 orphan 0 tw 3 alloc 9 mem 273\nUDP: inuse 0 mem 0\n";
         assert_eq!(sockstat_tcp(sockstat, "mem"), 273);
         assert_eq!(sockstat_tcp(sockstat, "inuse"), 7);
-        let meminfo = "MemTotal:       24522368 kB\nSlab:             123456 kB\n";
-        assert_eq!(kib(meminfo, "Slab:"), 123_456);
-        assert_eq!(kib(meminfo, "MemAvailable:"), 0);
+    }
+
+    #[test]
+    fn a_reading_sees_the_machine_memory() {
+        // procfs reads /proc/meminfo in bytes (its kB times 1024).
+        let r = Reading::now();
+        assert!(r.slab > 0 && r.used > 0, "{r:?}");
+        assert!(r.slab.is_multiple_of(1024) && r.used.is_multiple_of(1024), "{r:?}");
     }
 }
