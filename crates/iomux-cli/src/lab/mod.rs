@@ -273,7 +273,8 @@ mod tests {
         let settings = Settings::for_test(out.clone());
         let echo = registry::ENTRIES.iter().find(|e| e.name == "echo").unwrap();
         let runs: Vec<(&'static harness::experiment::Entry, Run<'_>)> = vec![
-            (echo, Box::new(|| Err(anyhow::anyhow!("the server would not start")))),
+            // Its cause must reach the report, not only the outer context.
+            (echo, Box::new(|| Err(anyhow::anyhow!("connection refused").context("the server would not start")))),
             (&Toy::ENTRY, Box::new(|| execute::<Toy>(&toy::Args::default(), &settings))),
         ];
         let (outcomes, failed) = run_each(runs.into_iter(), &out);
@@ -283,12 +284,13 @@ mod tests {
         assert_eq!(folder.failed.len(), 1);
         assert_eq!(
             (folder.failed[0].entry.name, folder.failed[0].error.as_str()),
-            ("echo", "the server would not start")
+            ("echo", "the server would not start: connection refused")
         );
         let report = std::fs::read_to_string(render::html::write_report(&folder).unwrap()).unwrap();
-        assert!(report.contains("E4 echo failed</b>, so its claims are not judged: the server would not start"));
+        let said = "so its claims are not judged: the server would not start: connection refused";
+        assert!(report.contains(&format!("E4 echo failed</b>, {said}")));
         let terminal = render::terminal::verdicts(&folder);
-        assert!(terminal.contains("E4 echo failed, so its claims are not judged: the server would not start"));
+        assert!(terminal.contains(&format!("E4 echo failed, {said}")));
         std::fs::remove_dir_all(&out).ok();
     }
 }

@@ -297,9 +297,10 @@ impl Handler for Client {
 /// Runs the plan: publishers for `duration`, then until every push sent
 /// has arrived (or `timeout`).
 pub fn run(plan: Plan) -> Result<PubsubResult, String> {
-    let config = Config::builder().backend(plan.backend).build().map_err(|e| e.to_string())?;
+    // iomux::Error's own text leaves the kernel's reason to its source.
+    let config = Config::builder().backend(plan.backend).build().map_err(|e| crate::chain(&e))?;
     let control = Control::new();
-    let runtime = Runtime::new(config, plan.threads).map_err(|e| e.to_string())?.controlled_by(control.clone());
+    let runtime = Runtime::new(config, plan.threads).map_err(|e| crate::chain(&e))?.controlled_by(control.clone());
     let (plan, shared) = (Arc::new(plan), Arc::new(Shared::default()));
     let (p, s) = (plan.clone(), shared.clone());
     let loops = std::thread::spawn(move || runtime.run(move |i| Client::new(p.clone(), s.clone(), i)));
@@ -335,7 +336,7 @@ pub fn run(plan: Plan) -> Result<PubsubResult, String> {
     }
     let still_subscribed = numsub(plan.addr, &plan.channel).ok();
     control.stop();
-    loops.join().map_err(|_| "a client loop panicked".to_string())?.map_err(|e| e.to_string())?;
+    loops.join().map_err(|_| "a client loop panicked".to_string())?.map_err(|e| crate::chain(&e))?;
     let published = shared.published.load(Ordering::SeqCst);
     let delivered = shared.delivered.load(Ordering::SeqCst);
     let seconds = last_delivery.1.saturating_duration_since(started).as_secs_f64();

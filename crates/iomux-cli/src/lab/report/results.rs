@@ -239,6 +239,6 @@ mod tests {
         assert!(mixed.contains("sink.json was measured with quick settings and this run has --full"), "{mixed}");
         std::fs::write(dir.path().join("echo.json"), "not json").unwrap();
         let broken = format!("{:#}", unfinished(&["echo"], dir.path(), false).unwrap_err());
-        assert!(broken.contains("echo.json is not results"), "{broken}");
+        assert!(broken.contains("echo.json is not results: expected"), "serde's reason too: {broken}");
     }
 }

@@ -126,7 +126,9 @@ impl<'a> OnDemand<'a> {
             Some(Err(why)) => return Ok(Err(format!("the LAN: {why}"))),
             None => return Ok(Err("the LAN was not planned".into())),
         };
-        let net = self.net.get_or_insert_with(|| up(netem).map_err(|e| format!("the LAN could not be made: {e:#}")));
+        let net = self
+            .net
+            .get_or_insert_with(|| up(netem).map_err(|e| format!("the LAN could not be made: {}", crate::one_line(e))));
         match net {
             Ok(net) => cell(net).map(Ok),
             Err(why) => Ok(Err(why.clone())),

@@ -138,7 +138,7 @@ pub fn probe() -> Result<Emulators, String> {
     let name = format!("{PREFIX}{}-probe", std::process::id());
     if let Err(e) = run(Command::new("ip").args(["netns", "add", &name]), None) {
         remove(&name);
-        return Err(format!("cannot make a network namespace here: {e:#}"));
+        return Err(format!("cannot make a network namespace here: {}", crate::one_line(e)));
     }
     let works = |program: &str, args: &[&str]| {
         run(Command::new("ip").args(["netns", "exec", &name, program]).args(args), None).is_ok()

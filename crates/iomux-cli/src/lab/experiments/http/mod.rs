@@ -505,8 +505,8 @@ impl Experiment for Http {
         if !p.missing.is_empty() {
             eprintln!("http: {missing}. The cells that need them are not run.");
         }
-        let scratch = crate::os::PrivateDir::new("iomux-lab-http", "the wrk script")
-            .context("creating a folder for the wrk script")?;
+        // Its error names the folder's use.
+        let scratch = crate::os::PrivateDir::new("iomux-lab-http", "the wrk script")?;
         let nginx = Tool::Nginx.find().ok();
         let lab = match p.workloads.iter().any(|w| w.is_tls()) {
             true => Some(LabTls::new()?),

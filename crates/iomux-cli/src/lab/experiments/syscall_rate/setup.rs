@@ -50,13 +50,13 @@ impl Setup {
         drop(reader);
 
         let select =
-            SelectPoller::new().and_then(|mut p| register_all(&mut p, &fds).map(|()| p)).map_err(|e| e.to_string());
+            SelectPoller::new().and_then(|mut p| register_all(&mut p, &fds).map(|()| p)).map_err(|e| crate::chain(&e));
         let mut poll = PollPoller::new()?;
         register_all(&mut poll, &fds)?;
         let mut epoll = EpollPoller::new()?;
         register_all(&mut epoll, &fds)?;
         let uring =
-            UringPoller::new().and_then(|mut p| register_all(&mut p, &fds).map(|()| p)).map_err(|e| e.to_string());
+            UringPoller::new().and_then(|mut p| register_all(&mut p, &fds).map(|()| p)).map_err(|e| crate::chain(&e));
         let mio = MioPeer::new(&fds).context("mio")?;
         let polling = PollingPeer::new(&fds).context("polling")?;
 
@@ -159,7 +159,7 @@ pub(super) fn library_loop<P: Poller>(
 ) -> (f64, u64) {
     calls_per_sec(duration, || {
         if let Err(e) = p.wait(black_box(&mut *events), Some(Duration::ZERO)) {
-            *failure = Some(e.to_string());
+            *failure = Some(crate::chain(&e));
         }
     })
 }

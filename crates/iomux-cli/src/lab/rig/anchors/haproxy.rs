@@ -54,8 +54,7 @@ impl Haproxy {
         cpu: Option<usize>,
     ) -> CliResult<Haproxy> {
         use std::os::unix::process::CommandExt;
-        let dir =
-            crate::os::PrivateDir::new("iomux-haproxy", "haproxy's configuration").context("a folder for haproxy")?;
+        let dir = crate::os::PrivateDir::new("iomux-haproxy", "haproxy's configuration")?;
         let addr = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .context("finding a free port for haproxy")?;
