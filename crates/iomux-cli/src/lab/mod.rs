@@ -220,7 +220,8 @@ pub fn report(dir: &std::path::Path) -> CliResult<(PathBuf, String)> {
 /// are named, kept.
 fn resumed(experiments: Vec<registry::Which>, settings: &Settings) -> CliResult<Vec<registry::Which>> {
     let names: Vec<&str> = experiments.iter().map(|e| e.entry().name).collect();
-    let results::Resumed { left, kept } = results::unfinished(&names, &settings.out_dir, settings.full)?;
+    let results::Resumed { left, kept } =
+        results::unfinished(&names, &settings.out_dir, settings.full, &settings.machine)?;
     let this = env!("IOMUX_COMMIT");
     for (path, commit) in &kept {
         let measured = match commit.as_str() {

@@ -5,6 +5,7 @@
 use crate::lab::harness::claim::Undecided;
 use crate::lab::harness::envelope::Header;
 use crate::lab::harness::experiment::Entry;
+use crate::lab::harness::facts::Machine;
 use crate::lab::registry;
 use crate::lab::render::view::View;
 use crate::CliResult;
@@ -51,15 +52,17 @@ pub struct Resumed<'n> {
 }
 
 /// For `bench --resume`: of `names`, which `dir` holds results of. A result
-/// measured with other settings (quick against `--full`) is refused, since
-/// one report would mix them.
-pub fn unfinished<'n>(names: &[&'n str], dir: &Path, full: bool) -> CliResult<Resumed<'n>> {
+/// measured with other settings (quick against `--full`), or on another
+/// machine than `here`, is refused, since one report would mix them.
+pub fn unfinished<'n>(names: &[&'n str], dir: &Path, full: bool, here: &Machine) -> CliResult<Resumed<'n>> {
     #[derive(serde::Deserialize)]
     struct Measured {
         #[serde(default)]
         full: bool,
         #[serde(default)]
         commit: String,
+        #[serde(default)]
+        machine: Machine,
     }
     let settings = |full: bool| if full { "--full" } else { "quick" };
     let (mut left, mut kept) = (Vec::new(), Vec::new());
@@ -81,6 +84,15 @@ pub fn unfinished<'n>(names: &[&'n str], dir: &Path, full: bool) -> CliResult<Re
                 path.display(),
                 settings(measured.full),
                 settings(full)
+            );
+        }
+        let there = &measured.machine;
+        if (there.cpus, &there.cpu_model, &there.kernel) != (here.cpus, &here.cpu_model, &here.kernel) {
+            bail!(
+                "--resume: {} was measured on another machine ({}) than this one ({}): one report is of one machine",
+                path.display(),
+                there.summary(),
+                here.summary()
             );
         }
         kept.push((path, measured.commit));
@@ -226,19 +238,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_resumed_run_keeps_results_of_its_own_settings_and_refuses_others() {
+    fn a_resumed_run_keeps_results_of_its_own_settings_and_machine_and_refuses_others() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("idle.json"), r#"{"experiment": "idle", "full": true, "commit": "abc"}"#)
-            .unwrap();
+        let here = Machine { cpus: 2, cpu_model: "AMD EPYC".into(), kernel: "6.18".into(), ..Machine::default() };
+        let machine = r#""machine": {"cpus": 2, "cpu_model": "AMD EPYC", "kernel": "6.18"}"#;
+        let idle = format!(r#"{{"experiment": "idle", "full": true, "commit": "abc", {machine}}}"#);
+        std::fs::write(dir.path().join("idle.json"), idle).unwrap();
         // Written before settings were recorded: quick.
-        std::fs::write(dir.path().join("sink.json"), r#"{"experiment": "sink"}"#).unwrap();
-        let found = unfinished(&["syscall-rate", "idle"], dir.path(), true).unwrap();
+        std::fs::write(dir.path().join("sink.json"), format!(r#"{{"experiment": "sink", {machine}}}"#)).unwrap();
+        let found = unfinished(&["syscall-rate", "idle"], dir.path(), true, &here).unwrap();
         let kept = vec![(dir.path().join("idle.json"), "abc".to_string())];
         assert_eq!(found, Resumed { left: vec!["syscall-rate"], kept });
-        let mixed = unfinished(&["idle", "sink"], dir.path(), true).unwrap_err().to_string();
+        let mixed = unfinished(&["idle", "sink"], dir.path(), true, &here).unwrap_err().to_string();
         assert!(mixed.contains("sink.json was measured with quick settings and this run has --full"), "{mixed}");
+        let intel = Machine { cpu_model: "Intel Xeon".into(), ..here.clone() };
+        let elsewhere = unfinished(&["idle"], dir.path(), true, &intel).unwrap_err().to_string();
+        assert!(
+            elsewhere.contains("idle.json was measured on another machine (Linux 6.18, 2 x AMD EPYC"),
+            "{elsewhere}"
+        );
         std::fs::write(dir.path().join("echo.json"), "not json").unwrap();
-        let broken = format!("{:#}", unfinished(&["echo"], dir.path(), false).unwrap_err());
+        let broken = format!("{:#}", unfinished(&["echo"], dir.path(), false, &here).unwrap_err());
         assert!(broken.contains("echo.json is not results: expected"), "serde's reason too: {broken}");
     }
 }
