@@ -453,6 +453,14 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
             );
             undecided = Some(claim::Undecided::Noise);
         }
+        // Rounds that would decide it were not added because others kept
+        // the CPUs busy: a quieter machine decides it, not a longer run.
+        if self.swamped() && matches!(undecided, Some(claim::Undecided::TooFewRounds { .. })) {
+            why = format!(
+                "machine noisy: most samples ran while other processes used the CPUs, so no round was added; {why}"
+            );
+            undecided = Some(claim::Undecided::Noise);
+        }
         Claim {
             quantity: spec.quantity.clone(),
             statement: spec.statement.clone(),

@@ -144,6 +144,23 @@ fn an_arm_whose_network_is_its_own_reads_the_network_meter() {
 }
 
 #[test]
+fn a_claim_left_short_of_rounds_by_a_busy_machine_says_noise() {
+    // Two tries of every three are busy: after two rounds (12 takes, 8
+    // busy) the trial is swamped and adds no round.
+    let meter = Scripted { busy: (0..100).filter(|n| n % 3 != 2).collect(), taken: Cell::new(0) };
+    let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
+    let spec = ratio_spec(Needed::AtMost(2.0));
+    let mut measure = |_: &&str| -> Measured<f64> { Ok(Ok(1.0)) };
+    trial.round(&["a", "b"], &mut measure).unwrap();
+    trial.round(&["a", "b"], &mut measure).unwrap();
+    trial.until_decided(std::slice::from_ref(&spec), &mut measure).unwrap();
+    assert!(trial.swamped() && trial.rounds() == 2);
+    let claim = trial.judge(&spec);
+    assert_eq!(claim.undecided, Some(claim::Undecided::Noise), "{}", claim.why);
+    assert!(claim.why.starts_with("machine noisy: most samples ran while"), "{}", claim.why);
+}
+
+#[test]
 fn grouped_arms_run_together() {
     let meter = Scripted { busy: vec![], taken: Cell::new(0) };
     let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
