@@ -2,7 +2,7 @@
 //! 40,000 round trips (the Chinese epoll article's "poll vs epoll" test).
 
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
-use crate::lab::harness::flags::{BackendDefaults, BackendFlags, RoundDefaults, RoundFlags};
+use crate::lab::harness::flags::{BackendDefaults, RoundDefaults, SharedFlags};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
@@ -54,9 +54,7 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     pub idle: Option<Vec<usize>>,
     #[command(flatten)]
-    pub backends: BackendFlags<Defaults>,
-    #[command(flatten)]
-    pub rounds: RoundFlags<Defaults>,
+    pub shared: SharedFlags<Defaults>,
     #[command(flatten)]
     pub network: lan::NetworkFlag,
 }
@@ -153,7 +151,7 @@ impl Experiment for Idle {
             .unwrap_or_else(|| IDLE.iter().copied().filter(|&z| settings.full || z <= QUICK_MOST_IDLE).collect());
         idle.sort_unstable();
         idle.dedup();
-        let backends = args.backends.chosen(settings.full)?;
+        let backends = args.shared.backends.chosen(settings.full)?;
         let net = args.network.plan(settings.full)?;
         if let Some(&most) = idle.last().filter(|_| net.loopback()) {
             cell::require_loopback("E2", most + ACTIVE)?;
@@ -165,7 +163,7 @@ impl Experiment for Idle {
             active: ACTIVE,
             round_trips: ROUND_TRIPS,
             msg_size: 100,
-            rounds: args.rounds.rounds(settings)?,
+            rounds: args.shared.rounds.rounds(settings)?,
             load_backend: cell::LOAD_BACKEND,
         })
     }

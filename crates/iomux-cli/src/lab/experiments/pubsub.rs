@@ -17,14 +17,14 @@
 use crate::lab::experiments::resp::Server;
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
-use crate::lab::harness::flags::{BackendFlags, QuickFull, RoundFlags, Standard};
+use crate::lab::harness::flags::{QuickFull, SharedFlags, Standard};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
-use crate::lab::harness::{by_name, by_names, no_repeats};
+use crate::lab::harness::{by_names, no_repeats, ServerUnder};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::view::{Shown, TableView, View};
-use crate::lab::rig::anchors::clients::{Tool, INSTALL};
+use crate::lab::rig::anchors::clients::{missing_line, missing_told, Tool};
 use crate::lab::rig::anchors::redis::RedisServer;
 use crate::lab::rig::child::{status_kib, ServerChild};
 use crate::lab::rig::quota::{CpuQuota, BOUND_SHARE};
@@ -69,14 +69,12 @@ const OF_FLOOR: f64 = 0.95;
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
     #[command(flatten)]
-    pub backends: BackendFlags<Standard>,
+    pub shared: SharedFlags<Standard>,
     /// Loads, comma-separated: fanout, slow [default: both]
     #[arg(long, value_delimiter = ',')]
     pub loads: Option<Vec<Load>>,
     #[arg(long, help = format!("Seconds the publisher publishes per run {SECONDS}"))]
     pub seconds: Option<f64>,
-    #[command(flatten)]
-    pub rounds: RoundFlags<Standard>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -92,20 +90,11 @@ pub struct Params {
     bound_share: f64,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Arm {
-    #[serde(with = "by_name")]
-    server: Server,
-    load: Load,
-}
+/// One cell: a server under a load.
+pub type Arm = ServerUnder<Server, Load>;
 
-impl std::fmt::Display for Arm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}", self.server, self.load)
-    }
-}
-
-/// One run of one cell.
+/// One run of one cell: what the subscribers received, and what it cost
+/// the server.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Run {
     pub client: PubsubResult,
@@ -250,7 +239,7 @@ impl Experiment for Pubsub {
                                      judged against it.";
 
     fn plan(args: &Args, settings: &Settings) -> CliResult<Params> {
-        let backends = args.backends.chosen(settings.full)?;
+        let backends = args.shared.backends.chosen(settings.full)?;
         let loads = args.loads.clone().unwrap_or_else(|| vec![Load::Fanout, Load::Slow]);
         no_repeats("--loads", &loads)?;
         let seconds = args.seconds.unwrap_or(SECONDS.pick(settings));
@@ -270,7 +259,7 @@ impl Experiment for Pubsub {
             redis,
             missing,
             seconds,
-            rounds: args.rounds.rounds(settings)?,
+            rounds: args.shared.rounds.rounds(settings)?,
             bound_share: BOUND_SHARE,
         })
     }
@@ -357,10 +346,7 @@ impl Experiment for Pubsub {
     }
 
     fn rig<'a>(p: &'a Params, _: &mut Trial<Arm, Run>, _: &'a Settings) -> CliResult<Measure<'a, Arm, Run>> {
-        let missing = format!("{}; install with {INSTALL}", p.missing.join("; "));
-        if !p.missing.is_empty() {
-            eprintln!("pubsub: {missing}. The cells that need them are not run.");
-        }
+        let missing = missing_told("pubsub", &p.missing);
         let quota = crate::lab::rig::quota::available().is_ok();
         Ok(Box::new(move |a: &Arm| -> Measured<Run> {
             if !quota || (a.server == Server::Redis && p.redis.is_none()) {
@@ -393,9 +379,7 @@ impl Shown for Pubsub {
             p.rounds.first_rounds
         );
         let mut view = View { intro: vec![intro], ..View::default() };
-        if !p.missing.is_empty() {
-            view.intro.push(format!("Not run: {}; install with {INSTALL}.", p.missing.join("; ")));
-        }
+        view.intro.extend(missing_line(&p.missing));
         for &load in &p.loads {
             let redis = env.estimate(&Arm { server: Server::Redis, load }, |r| r.client.delivered_per_sec);
             let mut t = TableView {

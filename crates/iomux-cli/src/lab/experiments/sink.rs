@@ -2,7 +2,7 @@
 //! server only reads. What it costs the server per byte (seed 002).
 
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
-use crate::lab::harness::flags::{BackendDefaults, BackendFlags, QuickFull, RoundFlags, Standard};
+use crate::lab::harness::flags::{BackendDefaults, QuickFull, SharedFlags, Standard};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
@@ -46,9 +46,7 @@ pub struct Args {
           help = format!("Seconds of sending per cell {SECONDS}"))]
     pub seconds: Option<f64>,
     #[command(flatten)]
-    pub backends: BackendFlags<Defaults>,
-    #[command(flatten)]
-    pub rounds: RoundFlags<Standard>,
+    pub shared: SharedFlags<Defaults, Standard>,
     #[command(flatten)]
     pub network: lan::NetworkFlag,
 }
@@ -236,12 +234,12 @@ impl Experiment for Sink {
         let net = args.network.plan(settings.full)?;
         Ok(Params {
             net,
-            backends: args.backends.chosen(settings.full)?,
+            backends: args.shared.backends.chosen(settings.full)?,
             senders: SENDERS,
             msg_size: 100,
             seconds: args.seconds.unwrap_or(SECONDS.pick(settings)),
             paced_msgs_per_sec: PUBLISHED_RATE,
-            rounds: args.rounds.rounds(settings)?,
+            rounds: args.shared.rounds.rounds(settings)?,
             load_backend: cell::LOAD_BACKEND,
             published: published_rows(),
         })

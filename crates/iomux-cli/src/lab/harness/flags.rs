@@ -71,6 +71,16 @@ impl RoundDefaults for Standard {
 
 impl BackendDefaults for Standard {}
 
+/// The flags every experiment on iomux's backends takes: `--backends`,
+/// `--reps` and `--budget`, with `B`'s and `R`'s defaults.
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct SharedFlags<B: BackendDefaults, R: RoundDefaults = B> {
+    #[command(flatten)]
+    pub backends: BackendFlags<B>,
+    #[command(flatten)]
+    pub rounds: RoundFlags<R>,
+}
+
 /// `--reps` and `--budget`.
 #[derive(clap::Args, Debug, Default, Clone)]
 pub struct RoundFlags<D: RoundDefaults> {

@@ -86,6 +86,26 @@ pub mod by_names {
     }
 }
 
+/// An arm of two parts: what serves (a server, or a proxy) and the load
+/// put on it, shown as "SERVER LOAD". E9 and pub/sub's cells.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(bound(
+    serialize = "S: std::fmt::Display, L: Serialize",
+    deserialize = "S: std::str::FromStr, S::Err: std::fmt::Display, L: Deserialize<'de>"
+))]
+pub struct ServerUnder<S, L> {
+    /// E9's results of 2026-12-07 and before name it `proxy`.
+    #[serde(with = "by_name", alias = "proxy")]
+    pub server: S,
+    pub load: L,
+}
+
+impl<S: std::fmt::Display, L: std::fmt::Display> std::fmt::Display for ServerUnder<S, L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.server, self.load)
+    }
+}
+
 /// How many rounds every arm gets first, and how long more rounds may
 /// take for claims still undecided: part of an experiment's parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

@@ -7,7 +7,7 @@ mod kernel_memory;
 pub mod large;
 
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
-use crate::lab::harness::flags::{BackendDefaults, BackendFlags, RoundDefaults, RoundFlags};
+use crate::lab::harness::flags::{BackendDefaults, RoundDefaults, SharedFlags};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
@@ -59,9 +59,7 @@ pub struct Args {
     #[arg(long)]
     pub messages: Option<u64>,
     #[command(flatten)]
-    pub backends: BackendFlags<Defaults>,
-    #[command(flatten)]
-    pub rounds: RoundFlags<Defaults>,
+    pub shared: SharedFlags<Defaults>,
 }
 
 /// The article's size.
@@ -253,7 +251,7 @@ impl Experiment for Echo {
         // the run needs several processes and the load's own sources.
         let one_source = crate::limits::ports_per_source(crate::load::sources::port_range()) as usize;
         let large = conns > server_max.min(one_source) || args.procs > 1;
-        let backends = args.backends.chosen(large || settings.full)?;
+        let backends = args.shared.backends.chosen(large || settings.full)?;
         if large {
             if let Some(b) = backends.iter().find(|b| **b == Backend::Select) {
                 bail!("{b} cannot hold {conns} connections (FD_SETSIZE is 1024)");
@@ -272,9 +270,15 @@ impl Experiment for Echo {
             procs,
             rounds: if large {
                 // At full size one run takes minutes: one round, unless asked.
-                Rounds::plan(args.rounds.reps, (1, 1), Some(args.rounds.budget.unwrap_or(0.0)), 0.0, settings)?
+                Rounds::plan(
+                    args.shared.rounds.reps,
+                    (1, 1),
+                    Some(args.shared.rounds.budget.unwrap_or(0.0)),
+                    0.0,
+                    settings,
+                )?
             } else {
-                args.rounds.rounds(settings)?
+                args.shared.rounds.rounds(settings)?
             },
             server_max,
             nofile_hard,

@@ -21,7 +21,7 @@ use cells::*;
 use profiles::*;
 
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
-use crate::lab::harness::flags::{BackendDefaults, BackendFlags, RoundDefaults, RoundFlags};
+use crate::lab::harness::flags::{BackendDefaults, RoundDefaults, SharedFlags};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
@@ -68,9 +68,7 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', value_enum)]
     pub profiles: Option<Vec<Profile>>,
     #[command(flatten)]
-    pub backends: BackendFlags<Defaults>,
-    #[command(flatten)]
-    pub rounds: RoundFlags<Defaults>,
+    pub shared: SharedFlags<Defaults>,
     /// Echoing connections per cell [default: 20]
     #[arg(long)]
     pub conns: Option<usize>,
@@ -251,7 +249,7 @@ impl Experiment for Faults {
             false => QUICK.to_vec(),
         });
         profiles.dedup();
-        let backends = args.backends.chosen(settings.full)?;
+        let backends = args.shared.backends.chosen(settings.full)?;
         let conns = args.conns.unwrap_or(CONNS);
         let per_conn = args.per_conn.unwrap_or(PER_CONN);
         let vanishing = args.vanishing.unwrap_or(VANISHING);
@@ -281,7 +279,7 @@ impl Experiment for Faults {
             netem,
             nfqueue,
             unavailable,
-            rounds: args.rounds.rounds(settings)?,
+            rounds: args.shared.rounds.rounds(settings)?,
         })
     }
 

@@ -16,13 +16,13 @@ mod view;
 use crate::lab::experiments::serving::{self, request_metrics, servers};
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
-use crate::lab::harness::flags::{BackendFlags, QuickFull, RoundFlags, Standard};
+use crate::lab::harness::flags::{QuickFull, SharedFlags, Standard};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
 use crate::lab::harness::{by_name, by_names, no_repeats};
 use crate::lab::render::view::{Shown, TableView, View};
-use crate::lab::rig::anchors::clients::{self, Client, Report, Tool, INSTALL};
+use crate::lab::rig::anchors::clients::{self, missing_line, missing_told, Client, Report, Tool};
 use crate::lab::rig::anchors::nginx::answers_plaintext;
 use crate::lab::rig::anchors::nginx::Handshakes;
 use crate::lab::rig::quota::{self, CpuQuota, Scenario, BOUND_SHARE};
@@ -106,7 +106,7 @@ servers!(Server { Nginx => "nginx" });
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
     #[command(flatten)]
-    pub backends: BackendFlags<Standard>,
+    pub shared: SharedFlags<Standard>,
     /// Pipelining depths, comma-separated: requests a client sends before
     /// reading the answers (1: none) [default: 1,16]
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=256))]
@@ -114,8 +114,6 @@ pub struct Args {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=3600),
           help = format!("Seconds per client run (wrk counts whole seconds) {SECONDS}"))]
     pub seconds: Option<u32>,
-    #[command(flatten)]
-    pub rounds: RoundFlags<Standard>,
     /// Scenarios, comma-separated: open (each server on a CPU of its own)
     /// and bound (every server in the same 50% CPU quota, by wrk; needs
     /// root and a cgroup CPU controller) [default: open,bound]
@@ -385,7 +383,7 @@ impl Experiment for Http {
         // comes from on this kind of machine (edge-triggered epoll ties
         // with level-triggered: 138,483 against 138,644 requests/s by wrk
         // at depth 1); --full: all six.
-        let backends = args.backends.chosen(settings.full)?;
+        let backends = args.shared.backends.chosen(settings.full)?;
         let depths = args.depths.clone().unwrap_or_else(|| DEFAULT_DEPTHS.to_vec());
         no_repeats("--depths", &depths)?;
         let mut missing = Vec::new();
@@ -424,7 +422,7 @@ impl Experiment for Http {
             clients,
             missing,
             conns: CONNS,
-            rounds: args.rounds.rounds(settings)?,
+            rounds: args.shared.rounds.rounds(settings)?,
             seconds: args.seconds.unwrap_or(SECONDS.pick(settings)),
             pinned: crate::lab::rig::cell::pinned(),
             saturated_at: SATURATED,
@@ -501,10 +499,7 @@ impl Experiment for Http {
     }
 
     fn rig<'a>(p: &'a Params, _: &mut Trial<Arm, Run>, _: &'a Settings) -> CliResult<Measure<'a, Arm, Run>> {
-        let missing = format!("{}; install them with {INSTALL}", p.missing.join("; "));
-        if !p.missing.is_empty() {
-            eprintln!("http: {missing}. The cells that need them are not run.");
-        }
+        let missing = missing_told("http", &p.missing);
         // Its error names the folder's use.
         let scratch = crate::os::PrivateDir::new("iomux-lab-http", "the wrk script")?;
         let nginx = Tool::Nginx.find().ok();

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::lab::harness::claim::Claim;
-use crate::lab::harness::trial::Quiet;
+use crate::lab::harness::trial::judged_quiet;
 use iomux::Backend;
 
 fn run(rate: f64, client_util: f64, errors: u64) -> Run {
@@ -39,11 +39,7 @@ fn judged_with(servers: Vec<Server>, workloads: Vec<Workload>, value: impl Fn(&A
         pinned: None,
         saturated_at: SATURATED,
     };
-    let mut trial = Trial::new(&Quiet, "test", Duration::ZERO);
-    for _ in 0..6 {
-        trial.round(&every_cell(&p, |_| true), &mut |a: &Arm| value(a)).unwrap();
-    }
-    Http::claims(&p).iter().map(|s| trial.judge(s)).collect()
+    judged_quiet(&Http::claims(&p), &every_cell(&p, |_| true), value)
 }
 
 #[test]

@@ -10,9 +10,7 @@ impl Shown for Http {
         if !every_cell(p, |a| a.workload.is_tls()).is_empty() {
             view.intro.push(https_intro(p));
         }
-        if !p.missing.is_empty() {
-            view.intro.push(format!("Not run: {}; install with {INSTALL}.", p.missing.join("; ")));
-        }
+        view.intro.extend(missing_line(&p.missing));
         let plain = p.workloads.contains(&Workload::Plain);
         let tables = p.scenarios.iter().filter(|_| plain).flat_map(|&scenario| {
             CLIENTS

@@ -400,7 +400,7 @@ mod tests {
     use super::*;
     use crate::lab::harness::claim::Claim;
     use crate::lab::harness::claim::Verdict;
-    use crate::lab::harness::trial::Quiet;
+    use crate::lab::harness::trial::judged_quiet;
 
     #[test]
     fn flags_parse_and_bad_ones_are_refused() {
@@ -470,12 +470,8 @@ mod tests {
             sustained_at: SUSTAINED,
             pinned: None,
         };
-        let mut trial = Trial::new(&Quiet, "test", std::time::Duration::ZERO);
         let arms: Vec<Arm> = scenarios.iter().flat_map(|&s| cells(servers, s, |_| true)).collect();
-        for _ in 0..6 {
-            trial.round(&arms, &mut |a: &Arm| Ok(Ok(value(a)))).unwrap();
-        }
-        Peers::claims(&params).iter().map(|spec| trial.judge(spec)).collect()
+        judged_quiet(&Peers::claims(&params), &arms, |a: &Arm| Ok(Ok(value(a))))
     }
 
     const EPOLL: Server = Server::Iomux(Backend::Epoll);

@@ -8,9 +8,9 @@ impl Shown for Peers {
         let mut view = View { intro: vec![intro(p)], ..View::default() };
         for &s in &p.scenarios {
             let best = best_cpu(env, p, s);
-            let mut t = TableView {
-                caption: format!("{}: {}", s.name(), s.describe()),
-                header: [
+            let mut t = TableView::new(
+                format!("{}: {}", s.name(), s.describe()),
+                &[
                     "server",
                     "runs",
                     "echoes/s",
@@ -23,11 +23,9 @@ impl Shown for Peers {
                     "RSS KiB",
                     "bottleneck",
                     "iomux best / this, CPU",
-                ]
-                .map(String::from)
-                .to_vec(),
-                rows: Vec::new(),
-            };
+                ],
+                Vec::new(),
+            );
             for &server in &p.servers {
                 let arm = Arm { server, scenario: s, perf: false };
                 let mut name = server.name();

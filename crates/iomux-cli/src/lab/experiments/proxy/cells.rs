@@ -13,7 +13,7 @@ pub(super) enum Running {
 impl Running {
     fn start(p: &Params, arm: &Arm, upstream: SocketAddr, maxconn: usize, cpu: Option<usize>) -> CliResult<Running> {
         let flags = ["--upstream".to_string(), upstream.to_string()];
-        Ok(match arm.proxy {
+        Ok(match arm.server {
             Proxy::Iomux(b) => Running::Child(ServerChild::start_with(b, "proxy", cpu, None, 1, &flags)?),
             Proxy::Copying(b) => {
                 let flags = [&flags[..], &["--splice".to_string(), "off".to_string()]].concat();
@@ -77,7 +77,7 @@ pub(super) fn requests(p: &Params, arm: &Arm) -> Result<Run, String> {
     let wrk = p.wrk.as_ref().ok_or("wrk not found")?;
     let nginx = Nginx::start(p.nginx.as_ref().ok_or("nginx not found")?, server_cpu, None).map_err(crate::one_line)?;
     let run = with_proxy(p, arm, nginx.addr, 4096, |proxy, quota| {
-        answers_plaintext(proxy.addr()).map_err(|e| format!("{}: through the proxy: {e}", arm.proxy))?;
+        answers_plaintext(proxy.addr()).map_err(|e| format!("{}: through the proxy: {e}", arm.server))?;
         let url = format!("http://{}/plaintext", proxy.addr());
         let args = clients::args(Client::Wrk, &url, p.conns, 1, p.seconds, None);
         let before = cpu_of(proxy.pid());

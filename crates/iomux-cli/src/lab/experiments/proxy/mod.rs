@@ -17,15 +17,15 @@ use cells::*;
 
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
-use crate::lab::harness::flags::{BackendFlags, QuickFull, RoundFlags, Standard};
+use crate::lab::harness::flags::{QuickFull, SharedFlags, Standard};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
-use crate::lab::harness::{by_name, by_names, iomux_server, no_repeats};
+use crate::lab::harness::{by_names, iomux_server, no_repeats, ServerUnder};
 use crate::lab::render::markdown::cell as shown;
 use crate::lab::render::plot;
 use crate::lab::render::view::{Shown, TableView, View};
-use crate::lab::rig::anchors::clients::{self, Client, Report, Tool, INSTALL};
+use crate::lab::rig::anchors::clients::{self, missing_line, missing_told, Client, Report, Tool};
 use crate::lab::rig::anchors::haproxy::Haproxy;
 use crate::lab::rig::anchors::nginx::answers_plaintext;
 use crate::lab::rig::anchors::nginx::Nginx;
@@ -120,7 +120,7 @@ crate::lab::harness::display_as_value!(Load);
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
     #[command(flatten)]
-    pub backends: BackendFlags<Standard>,
+    pub shared: SharedFlags<Standard>,
     /// Loads, comma-separated: requests, bulk, many [default: all three]
     #[arg(long, value_delimiter = ',')]
     pub loads: Option<Vec<Load>>,
@@ -134,8 +134,6 @@ pub struct Args {
     /// one process's open-files limit allows at two descriptors each]
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub many: Option<u32>,
-    #[command(flatten)]
-    pub rounds: RoundFlags<Standard>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -162,18 +160,7 @@ pub struct Params {
 }
 
 /// One cell: a proxy under a load.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Arm {
-    #[serde(with = "by_name")]
-    proxy: Proxy,
-    load: Load,
-}
-
-impl std::fmt::Display for Arm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}", self.proxy, self.load)
-    }
-}
+pub type Arm = ServerUnder<Proxy, Load>;
 
 /// One run of one cell.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -209,7 +196,7 @@ fn every_cell(p: &Params) -> Vec<Arm> {
     for &load in &p.loads {
         for &proxy in &p.proxies {
             if runs_under(proxy, load) {
-                arms.push(Arm { proxy, load });
+                arms.push(Arm { server: proxy, load });
             }
         }
     }
@@ -217,7 +204,7 @@ fn every_cell(p: &Params) -> Vec<Arm> {
 }
 
 fn iomux_arms(p: &Params, load: Load) -> Vec<Arm> {
-    p.proxies.iter().filter(|x| matches!(x, Proxy::Iomux(_))).map(|&proxy| Arm { proxy, load }).collect()
+    p.proxies.iter().filter(|x| matches!(x, Proxy::Iomux(_))).map(|&proxy| Arm { server: proxy, load }).collect()
 }
 
 /// The best iomux value of `field` in a round (highest, or lowest for a cost).
@@ -240,7 +227,7 @@ impl Experiment for ProxyBench {
                                      judged against the floors, and for bulk against haproxy's CPU per GB.";
 
     fn plan(args: &Args, settings: &Settings) -> CliResult<Params> {
-        let backends = args.backends.chosen(settings.full)?;
+        let backends = args.shared.backends.chosen(settings.full)?;
         let loads = args.loads.clone().unwrap_or_else(|| vec![Load::Requests, Load::Bulk, Load::Many]);
         no_repeats("--loads", &loads)?;
         let mut missing = Vec::new();
@@ -281,7 +268,7 @@ impl Experiment for ProxyBench {
             bulk_mib: args.bulk_mib.unwrap_or(BULK_MIB.pick(settings)),
             many,
             many_limited,
-            rounds: args.rounds.rounds(settings)?,
+            rounds: args.shared.rounds.rounds(settings)?,
             pinned: crate::lab::rig::cell::pinned(),
             bound_share: BOUND_SHARE,
             saturated_at: SATURATED,
@@ -290,7 +277,7 @@ impl Experiment for ProxyBench {
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Run>> {
         let mut claims = Vec::new();
-        let at = |proxy: Proxy, load: Load| Arm { proxy, load };
+        let at = |proxy: Proxy, load: Load| Arm { server: proxy, load };
         let rate = |r: &Run| r.rate.unwrap_or(f64::NAN);
         let cost = |r: &Run| r.cost;
         let haproxy_vs = |load: Load, name: String, needed: Needed, field: fn(&Run) -> f64, lowest: bool| {
@@ -341,7 +328,7 @@ impl Experiment for ProxyBench {
                 .machine(),
             );
             let uring = at(Proxy::Iomux(Backend::Uring), Load::Requests);
-            if p.proxies.contains(&uring.proxy) {
+            if p.proxies.contains(&uring.server) {
                 claims.push(Spec::iomux(
                     "E9 bound requests: iomux-uring req/s / the io_uring floor's",
                     Needed::AtLeast(GOAL_OF_FLOOR),
@@ -350,7 +337,7 @@ impl Experiment for ProxyBench {
                 ));
             }
             let epoll = at(Proxy::Iomux(Backend::Epoll), Load::Requests);
-            if p.proxies.contains(&epoll.proxy) {
+            if p.proxies.contains(&epoll.server) {
                 claims.push(Spec::iomux(
                     "E9 bound requests: iomux-epoll req/s / the C floor's",
                     Needed::AtLeast(GOAL_OF_FLOOR),
@@ -421,13 +408,10 @@ impl Experiment for ProxyBench {
     }
 
     fn rig<'a>(p: &'a Params, _: &mut Trial<Arm, Run>, _: &'a Settings) -> CliResult<Measure<'a, Arm, Run>> {
-        let missing = format!("{}; install with {INSTALL}", p.missing.join("; "));
-        if !p.missing.is_empty() {
-            eprintln!("proxy: {missing}. The cells that need them are not run.");
-        }
+        let missing = missing_told("proxy", &p.missing);
         let quota = crate::lab::rig::quota::available().is_ok();
         Ok(Box::new(move |a: &Arm| -> Measured<Run> {
-            let needs_haproxy = a.proxy == Proxy::Haproxy && p.haproxy.is_none();
+            let needs_haproxy = a.server == Proxy::Haproxy && p.haproxy.is_none();
             let needs_http = a.load == Load::Requests && (p.wrk.is_none() || p.nginx.is_none());
             if !quota || needs_haproxy || needs_http {
                 return Ok(Err(missing.clone()));
@@ -441,7 +425,7 @@ impl Experiment for ProxyBench {
     }
 
     fn reference(arm: &Arm) -> bool {
-        arm.proxy == Proxy::Haproxy && arm.load == Load::Requests
+        arm.server == Proxy::Haproxy && arm.load == Load::Requests
     }
 
     /// Resident memory per idle connection.
@@ -453,7 +437,7 @@ impl Experiment for ProxyBench {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lab::harness::trial::Quiet;
+    use crate::lab::harness::trial::judged_quiet;
 
     fn params(proxies: Vec<Proxy>) -> Params {
         Params {
@@ -488,6 +472,15 @@ mod tests {
     }
 
     #[test]
+    fn arms_written_before_they_were_server_under_read_back() {
+        let arm = Arm { server: Proxy::Haproxy, load: Load::Requests };
+        let old: Arm = serde_json::from_str(r#"{"proxy": "haproxy", "load": "requests"}"#).unwrap();
+        assert_eq!(old, arm);
+        assert_eq!(serde_json::to_string(&arm).unwrap(), r#"{"server":"haproxy","load":"requests"}"#);
+        assert_eq!(arm.to_string(), "haproxy requests");
+    }
+
+    #[test]
     fn claims_take_the_best_iomux_and_the_floor_apart() {
         let p = params(vec![
             Proxy::Iomux(Backend::Epoll),
@@ -497,24 +490,18 @@ mod tests {
             Proxy::Floor,
             Proxy::UringFloor,
         ]);
-        let mut trial = Trial::new(&Quiet, "test", Duration::ZERO);
-        for _ in 0..6 {
-            trial
-                .round(&every_cell(&p), &mut |a: &Arm| {
-                    Ok(Ok(match (a.proxy, a.load) {
-                        (Proxy::Haproxy, Load::Requests) => run(50_000.0, 10.0),
-                        (Proxy::Floor, _) => run(60_000.0, 8.0),
-                        (Proxy::Iomux(Backend::Epoll), Load::Requests) => run(60_000.0, 8.3),
-                        (_, Load::Requests) => run(70_000.0, 7.0),
-                        (Proxy::Haproxy | Proxy::Copying(_), Load::Bulk) => run(900.0, 0.5),
-                        (_, Load::Bulk) => run(1000.0, 0.4),
-                        (Proxy::Haproxy, _) => run(f64::NAN, 4000.0),
-                        _ => run(f64::NAN, 300.0),
-                    }))
-                })
-                .unwrap();
-        }
-        let claims: Vec<_> = ProxyBench::claims(&p).iter().map(|s| trial.judge(s)).collect();
+        let claims = judged_quiet(&ProxyBench::claims(&p), &every_cell(&p), |a: &Arm| {
+            Ok(Ok(match (a.server, a.load) {
+                (Proxy::Haproxy, Load::Requests) => run(50_000.0, 10.0),
+                (Proxy::Floor, _) => run(60_000.0, 8.0),
+                (Proxy::Iomux(Backend::Epoll), Load::Requests) => run(60_000.0, 8.3),
+                (_, Load::Requests) => run(70_000.0, 7.0),
+                (Proxy::Haproxy | Proxy::Copying(_), Load::Bulk) => run(900.0, 0.5),
+                (_, Load::Bulk) => run(1000.0, 0.4),
+                (Proxy::Haproxy, _) => run(f64::NAN, 4000.0),
+                _ => run(f64::NAN, 300.0),
+            }))
+        });
         let median =
             |q: &str| claims.iter().find(|c| c.quantity.starts_with(q)).and_then(|c| c.estimate).map(|e| e.median);
         assert_eq!(median("E9 bound requests: iomux best req/s"), Some(1.4));
@@ -533,7 +520,7 @@ mod tests {
         for spec in ProxyBench::claims(&p) {
             assert!(spec.arms.iter().all(|a| cells.contains(a)), "{}: {:?}", spec.quantity, spec.arms);
         }
-        assert!(cells.iter().all(|a| runs_under(a.proxy, a.load)));
+        assert!(cells.iter().all(|a| runs_under(a.server, a.load)));
     }
 
     #[test]

@@ -6,15 +6,13 @@ impl Shown for ProxyBench {
     fn view(env: &Envelope<Params, Arm, Run>) -> CliResult<View> {
         let p = &env.params;
         let mut view = View { intro: vec![intro(p)], ..View::default() };
-        if !p.missing.is_empty() {
-            view.intro.push(format!("Not run: {}; install with {INSTALL}.", p.missing.join("; ")));
-        }
+        view.intro.extend(missing_line(&p.missing));
         if let Some(why) = &p.many_limited {
             view.intro.push(format!("many: {why}."));
         }
         for &load in &p.loads {
-            let haproxy = env.estimate(&Arm { proxy: Proxy::Haproxy, load }, |r| r.rate.unwrap_or(f64::NAN));
-            let haproxy_cost = env.estimate(&Arm { proxy: Proxy::Haproxy, load }, |r| r.cost);
+            let haproxy = env.estimate(&Arm { server: Proxy::Haproxy, load }, |r| r.rate.unwrap_or(f64::NAN));
+            let haproxy_cost = env.estimate(&Arm { server: Proxy::Haproxy, load }, |r| r.cost);
             let (caption, rate, cost) = match load {
                 Load::Requests => (
                     "requests: wrk -t1 -c100 GET /plaintext through each proxy to nginx",
@@ -24,9 +22,9 @@ impl Shown for ProxyBench {
                 Load::Bulk => ("bulk: one connection's bytes through each proxy to a sink", "MB/s", "proxy CPU s/GB"),
                 Load::Many => ("many: idle proxied connections", "-", "proxy RSS bytes/conn"),
             };
-            let mut t = TableView {
-                caption: format!("{caption}, every proxy in a {:.0}% CPU quota", p.bound_share * 100.0),
-                header: [
+            let mut t = TableView::new(
+                format!("{caption}, every proxy in a {:.0}% CPU quota", p.bound_share * 100.0),
+                &[
                     "proxy",
                     "runs",
                     rate,
@@ -38,13 +36,11 @@ impl Shown for ProxyBench {
                     "p50 us",
                     "p99 us",
                     "errors",
-                ]
-                .map(String::from)
-                .to_vec(),
-                rows: Vec::new(),
-            };
+                ],
+                Vec::new(),
+            );
             for &proxy in &p.proxies {
-                let arm = Arm { proxy, load };
+                let arm = Arm { server: proxy, load };
                 if !runs_under(proxy, load) {
                     continue;
                 }
@@ -132,7 +128,9 @@ pub(super) fn svg(env: &Envelope<Params, Arm, Run>) -> CliResult<String> {
         .iter()
         .filter(|&&proxy| runs_under(proxy, Load::Requests))
         .map(|&proxy| {
-            plot::BarSeries::of(proxy, env, [Arm { proxy, load: Load::Requests }], |r| r.rate.unwrap_or(f64::NAN))
+            plot::BarSeries::of(proxy, env, [Arm { server: proxy, load: Load::Requests }], |r| {
+                r.rate.unwrap_or(f64::NAN)
+            })
         })
         .collect();
     plot::grouped_bars(

@@ -22,7 +22,7 @@ mod view;
 use crate::lab::experiments::serving::{self, request_metrics, servers};
 use crate::lab::harness::envelope::Envelope;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
-use crate::lab::harness::flags::{BackendFlags, QuickFull, RoundFlags, Standard};
+use crate::lab::harness::flags::{QuickFull, SharedFlags, Standard};
 use crate::lab::harness::stats::Needed;
 use crate::lab::harness::trial::{Measure, Measured, RoundView, Spec, Trial};
 use crate::lab::harness::Rounds;
@@ -81,7 +81,7 @@ servers!(Server {
 #[derive(clap::Args, Debug, Default)]
 pub struct Args {
     #[command(flatten)]
-    pub backends: BackendFlags<Standard>,
+    pub shared: SharedFlags<Standard>,
     /// redis-benchmark tests, comma-separated [default: get,set; --full: set,get,incr]
     #[arg(long, value_delimiter = ',')]
     pub tests: Option<Vec<Test>>,
@@ -98,8 +98,6 @@ pub struct Args {
           help = format!("Requests per run at -P 1 (at -P D, D times as many) \
                           {REQUESTS}"))]
     pub requests: Option<u64>,
-    #[command(flatten)]
-    pub rounds: RoundFlags<Standard>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -235,7 +233,7 @@ impl Experiment for Resp {
                                      the floor's requests/s.";
 
     fn plan(args: &Args, settings: &Settings) -> CliResult<Params> {
-        let backends = args.backends.chosen(settings.full)?;
+        let backends = args.shared.backends.chosen(settings.full)?;
         // Quick settings: what the claims read (GET and SET, server-bound).
         let tests = args.tests.clone().unwrap_or_else(|| {
             if settings.full {
@@ -278,7 +276,7 @@ impl Experiment for Resp {
             notes,
             conns: CONNS,
             requests: args.requests.unwrap_or(REQUESTS.pick(settings)),
-            rounds: args.rounds.rounds(settings)?,
+            rounds: args.shared.rounds.rounds(settings)?,
             pinned: crate::lab::rig::cell::pinned(),
             bound_share: BOUND_SHARE,
             saturated_at: SATURATED,
@@ -375,7 +373,7 @@ mod tests {
 
     use super::*;
     use crate::lab::harness::claim::{Claim, Source, Verdict};
-    use crate::lab::harness::trial::Quiet;
+    use crate::lab::harness::trial::judged_quiet;
 
     fn run(rate: f64, errors: u64) -> Run {
         Run {
@@ -406,11 +404,7 @@ mod tests {
             bound_share: BOUND_SHARE,
             saturated_at: SATURATED,
         };
-        let mut trial = Trial::new(&Quiet, "test", Duration::ZERO);
-        for _ in 0..6 {
-            trial.round(&every_cell(&p, |_| true), &mut |a: &Arm| value(a)).unwrap();
-        }
-        Resp::claims(&p).iter().map(|s| trial.judge(s)).collect()
+        judged_quiet(&Resp::claims(&p), &every_cell(&p, |_| true), value)
     }
 
     #[test]

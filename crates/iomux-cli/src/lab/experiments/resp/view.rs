@@ -35,9 +35,9 @@ pub(super) fn table(env: &Envelope<Params, Arm, Run>, notes: &mut Vec<String>, r
         mark
     };
     let reference = env.estimate(&redis, |r| r.report.requests_per_sec);
-    let mut t = TableView {
-        caption: format!("{} -P {}, {}", redis.test.to_string().to_uppercase(), redis.depth, redis.scenario),
-        header: [
+    let mut t = TableView::new(
+        format!("{} -P {}, {}", redis.test.to_string().to_uppercase(), redis.depth, redis.scenario),
+        &[
             "server",
             "runs",
             "requests/s",
@@ -49,11 +49,9 @@ pub(super) fn table(env: &Envelope<Params, Arm, Run>, notes: &mut Vec<String>, r
             "p99 us",
             "errors",
             "syscalls/req",
-        ]
-        .map(String::from)
-        .to_vec(),
-        rows: Vec::new(),
-    };
+        ],
+        Vec::new(),
+    );
     for &server in &p.servers {
         if server == Server::Floor && redis.depth != FLOOR_DEPTH {
             continue;

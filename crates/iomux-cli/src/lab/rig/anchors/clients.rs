@@ -12,6 +12,21 @@ use std::time::Duration;
 pub const INSTALL: &str =
     "scripts/install-http-tools (Debian's wrk, nghttp2-client, nginx, redis-server, redis-tools and haproxy)";
 
+/// What a cell that needs a missing program answers, said once when
+/// `experiment` starts (when any is missing).
+pub fn missing_told(experiment: &str, missing: &[String]) -> String {
+    let why = format!("{}; install with {INSTALL}", missing.join("; "));
+    if !missing.is_empty() {
+        eprintln!("{experiment}: {why}. The cells that need them are not run.");
+    }
+    why
+}
+
+/// The page's line for the programs missing, if any.
+pub fn missing_line(missing: &[String]) -> Option<String> {
+    (!missing.is_empty()).then(|| format!("Not run: {}; install with {INSTALL}.", missing.join("; ")))
+}
+
 /// A program E6 drives: found on PATH (or in /usr/sbin, where Debian
 /// puts nginx), or at the path in its environment variable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
