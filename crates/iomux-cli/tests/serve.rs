@@ -256,6 +256,27 @@ fn graceful_stop_flushes_output(backend: &str) {
     assert_eq!(stats["bytes_out"], data.len() as u64, "{backend}");
 }
 
+/// A second SIGTERM while the first one's drain waits for a client that
+/// does not read ends the process, as the signal's default would.
+fn second_signal_ends_the_drain(backend: &str) {
+    let server = Serve::start(backend, &["--max-output", &(64u32 << 20).to_string()]);
+    let s = server.connect();
+    // More than the socket buffers hold: the server must wait for us.
+    (&s).write_all(&Rng::new(6).bytes(32 << 20)).unwrap();
+    wait_until_server_read(&s, Duration::from_secs(30));
+    let pid = server.pid().to_string();
+    let term = || assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    term();
+    // The drain waits for us (we read nothing): still running.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(std::fs::metadata(format!("/proc/{pid}")).is_ok(), "{backend}: ended before the second signal");
+    term();
+    let stopped = server.wait_after_signal();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(stopped.status.signal(), Some(libc::SIGTERM), "{backend}: {}", stopped.stderr);
+    drop(s);
+}
+
 /// --idle-timeout: a connection that sends nothing for that long is
 /// closed (EOF, after what it was owed), counted as idle; one that keeps
 /// sending is not.
@@ -296,6 +317,23 @@ on_every_backend! {
     half_close_finishes_output,
     reset_is_survived,
     graceful_stop_flushes_output,
+    second_signal_ends_the_drain,
+}
+
+/// A one-loop server on a readiness backend is a one-thread process
+/// (io_uring's own kernel threads would count as its tasks): the loop
+/// runs on the main thread, and signals need no thread of their own.
+#[test]
+fn one_loop_is_one_thread() {
+    for backend in ["select", "poll", "epoll", "epoll-et"] {
+        let server = Serve::start(backend, &[]);
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", server.pid())).unwrap().count();
+        assert_eq!(tasks, 1, "{backend}: {tasks} threads");
+        let mut s = server.connect();
+        round_trip(&mut s, b"one thread");
+        drop(s);
+        server.stop();
+    }
 }
 
 /// 10,000 idle connections cost the server well under 512 bytes of user

@@ -1326,6 +1326,13 @@ impl<S> Io<S> {
         }
         let Some(c) = self.conns.get_mut(id) else { return };
         let buffered = c.buffered();
+        // The usual case, all sent and nothing waiting on it: no drained
+        // notice, FIN, linger, paused reading (max_output is at least 1)
+        // or splice feeding it to see to; what follows would find none.
+        let waiting_on_output = NOTIFY_DRAINED | PAUSED | WRITE_SHUT | CLOSING;
+        if buffered == 0 && c.flags & waiting_on_output == 0 && self.feeders.is_empty() {
+            return;
+        }
         if c.has(NOTIFY_DRAINED) && buffered <= c.low_water && !c.has(HANDSHAKING) {
             // Next turn, after events and timers: a handler that writes
             // again from on_drained, into a socket with room, would

@@ -1,5 +1,6 @@
-//! [`Runtime`]: N share-nothing loops on N threads, for a server (each
-//! loop with its own listener) or a client (no listener), stopped together.
+//! [`Runtime`]: N share-nothing loops on N threads (one loop: on the
+//! calling thread), for a server (each loop with its own listener) or a
+//! client (no listener), stopped together.
 
 use super::core::Setup;
 use super::messages::{Inbox, Sender};
@@ -323,8 +324,12 @@ impl Runtime {
     /// Runs the loops until they stop: a server until [`Control::stop`]
     /// (or a signal), a client until its handlers have nothing left to do.
     /// `make_handler(i)` builds loop `i`'s handler on that loop's thread
-    /// (so it may pin the thread, for instance). One loop failing stops
-    /// the others; the first error is returned.
+    /// (so it may pin the thread, for instance). One loop runs on the
+    /// calling thread, and signals are handled without a thread, so a
+    /// one-loop server is a one-thread process (the kernel then takes no
+    /// file reference per syscall); more loops run on threads of their
+    /// own. One loop failing stops the others; the first error is
+    /// returned.
     ///
     /// Before the loops start, the process's descriptor table is grown to
     /// hold `max_conns` x threads connections (65,536 without a limit, and
@@ -401,40 +406,53 @@ impl Runtime {
         }
         .into_iter();
         reserve_descriptors(&config, threads);
-        let signal_thread = if signals { Some(SignalThread::start(&control)?) } else { None };
+        let signal_handlers = if signals { Some(SignalHandlers::register(&control)?) } else { None };
         let ready = Ready { remaining: AtomicUsize::new(threads), callback: Mutex::new(on_ready) };
         let mut listeners = listeners.into_iter();
-        let results: Vec<Result<(T, LoopStats)>> = std::thread::scope(|scope| {
-            let mut handles = Vec::with_capacity(threads);
-            for i in 0..threads {
-                let listener = listeners.next();
-                let inbox = inboxes.next().flatten();
-                let (make_handler, config, control, ready) = (&make_handler, &config, &control, &ready);
-                let spawned =
-                    std::thread::Builder::new().name(format!("iomux-loop-{i}")).spawn_scoped(scope, move || {
-                        // A panic here (handler, on_ready) stops the other loops too.
-                        let _stop_on_panic = StopOnPanic(control);
-                        // However the loop ends, later sends fail instead of queueing for nobody.
-                        let _close_inbox = inbox.clone().map(CloseOnDrop);
-                        let mut handler = make_handler(i);
-                        let setup = Setup { cfg: config, listener, unix, control, inbox, ready: &|| ready.one_ready() };
-                        let result = match config.backend {
-                            Backend::Uring | Backend::UringSqpoll => completion::run(setup, &mut handler),
-                            _ => readiness::run(setup, &mut handler),
-                        };
-                        if result.is_err() {
-                            control.stop(); // one loop failing stops the others too
-                        }
-                        result.map(|stats| (keep(handler), stats))
-                    });
-                if spawned.is_err() {
-                    control.stop(); // the loops already running end too
-                }
-                handles.push(spawned.map_err(Error::Spawn));
+        let (make_handler, config, control, ready) = (&make_handler, &config, &control, &ready);
+        let run_loop = |i: usize, listener: Option<Fd>, inbox: Option<Arc<Inbox<H::Message>>>| {
+            // A panic here (handler, on_ready) stops the other loops too.
+            let _stop_on_panic = StopOnPanic(control);
+            // However the loop ends, later sends fail instead of queueing for nobody.
+            let _close_inbox = inbox.clone().map(CloseOnDrop);
+            let mut handler = make_handler(i);
+            let signals = signal_handlers.as_ref().map(|h| &h.target);
+            let setup = Setup { cfg: config, listener, unix, control, inbox, ready: &|| ready.one_ready(), signals };
+            let result = match config.backend {
+                Backend::Uring | Backend::UringSqpoll => completion::run(setup, &mut handler),
+                _ => readiness::run(setup, &mut handler),
+            };
+            if result.is_err() {
+                control.stop(); // one loop failing stops the others too
             }
-            handles.into_iter().map(|h| h?.join().unwrap_or(Err(Error::LoopPanicked))).collect()
-        });
-        drop(signal_thread);
+            result.map(|stats| (keep(handler), stats))
+        };
+        let results: Vec<Result<(T, LoopStats)>> = if threads == 1 {
+            // One loop runs on the calling thread: with signals handled
+            // in their handlers, the process then has one thread, and the
+            // kernel takes no file reference per syscall (fdget's shortcut
+            // for an unshared descriptor table).
+            let (listener, inbox) = (listeners.next(), inboxes.next().flatten());
+            let run = std::panic::AssertUnwindSafe(|| run_loop(0, listener, inbox));
+            vec![std::panic::catch_unwind(run).unwrap_or(Err(Error::LoopPanicked))]
+        } else {
+            std::thread::scope(|scope| {
+                let mut handles = Vec::with_capacity(threads);
+                for i in 0..threads {
+                    let (listener, inbox) = (listeners.next(), inboxes.next().flatten());
+                    let run_loop = &run_loop;
+                    let spawned = std::thread::Builder::new()
+                        .name(format!("iomux-loop-{i}"))
+                        .spawn_scoped(scope, move || run_loop(i, listener, inbox));
+                    if spawned.is_err() {
+                        control.stop(); // the loops already running end too
+                    }
+                    handles.push(spawned.map_err(Error::Spawn));
+                }
+                handles.into_iter().map(|h| h?.join().unwrap_or(Err(Error::LoopPanicked))).collect()
+            })
+        };
+        drop(signal_handlers);
         let mut finished = Finished { handlers: Vec::new(), loops: Vec::new(), stats: LoopStats::default() };
         for result in results {
             let (handler, stats) = result?;
@@ -486,11 +504,13 @@ impl Ready {
     }
 }
 
-/// A thread that turns SIGINT/SIGTERM into [`Control::stop`] (signal-hook
-/// does the async-signal-safe part); closed when the loops end.
-struct SignalThread {
-    handle: signal_hook::iterator::Handle,
-    thread: Option<std::thread::JoinHandle<()>>,
+/// SIGINT/SIGTERM's handlers for one runtime: each sets the runtime's
+/// stop flag and wakes its first loop, which wakes the others
+/// ([`Control::stop`]'s work, done without a lock or a thread);
+/// unregistered when the loops end.
+struct SignalHandlers {
+    target: Arc<sys::SignalTarget>,
+    ids: Vec<signal_hook::SigId>,
 }
 
 /// Whether SIGINT/SIGTERM act as by default (end the process): true while
@@ -511,37 +531,28 @@ fn default_when_unhandled() -> Result<&'static (Arc<AtomicBool>, AtomicUsize)> {
     Ok(STATE.get_or_init(|| (flag, AtomicUsize::new(0))))
 }
 
-impl SignalThread {
-    fn start(control: &Control) -> Result<SignalThread> {
+impl SignalHandlers {
+    fn register(control: &Control) -> Result<SignalHandlers> {
         use signal_hook::consts::{SIGINT, SIGTERM};
         let (unhandled, handling) = default_when_unhandled()?;
         handling.fetch_add(1, Ordering::SeqCst);
         unhandled.store(false, Ordering::SeqCst);
-        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
-            .map_err(|e| Error::sys("signals", Syscall::RtSigaction, None, e))?;
-        let handle = signals.handle();
-        let control = control.clone();
-        let thread = std::thread::Builder::new()
-            .name("iomux-signals".into())
-            .spawn(move || {
-                for signal in signals.forever() {
-                    if control.is_stopped() {
-                        // A second signal: do what it would have done.
-                        let _ = signal_hook::low_level::emulate_default_handler(signal);
-                    }
-                    control.stop();
-                }
-            })
-            .map_err(Error::Spawn)?;
-        Ok(SignalThread { handle, thread: Some(thread) })
+        let target = Arc::new(sys::SignalTarget { stopped: control.stop_flag(), first_waker: OnceLock::new() });
+        // Dropped on failure: what was registered goes, and the count too.
+        let mut handlers = SignalHandlers { target, ids: Vec::with_capacity(2) };
+        for signal in [SIGINT, SIGTERM] {
+            let id = sys::stop_on_signal(signal, handlers.target.clone())
+                .map_err(|e| Error::sys("signals", Syscall::RtSigaction, None, e))?;
+            handlers.ids.push(id);
+        }
+        Ok(handlers)
     }
 }
 
-impl Drop for SignalThread {
+impl Drop for SignalHandlers {
     fn drop(&mut self) {
-        self.handle.close();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        for id in self.ids.drain(..) {
+            signal_hook::low_level::unregister(id);
         }
         if let Ok((unhandled, handling)) = default_when_unhandled() {
             if handling.fetch_sub(1, Ordering::SeqCst) == 1 {

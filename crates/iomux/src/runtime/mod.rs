@@ -225,7 +225,8 @@ pub struct Control {
 
 #[derive(Default)]
 struct ControlInner {
-    stop: AtomicBool,
+    /// Shared with the signal handlers of [`Runtime::stop_on_signals`].
+    stop: Arc<AtomicBool>,
     wakers: Mutex<Vec<Waker>>,
 }
 
@@ -238,6 +239,19 @@ impl Control {
     /// Asks every loop to stop gracefully.
     pub fn stop(&self) {
         self.inner.stop.store(true, Ordering::SeqCst);
+        self.wake_all();
+    }
+
+    /// Asks every loop to stop, after a signal's handler set the flag
+    /// and woke only the loop `own` belongs to, which passes it on.
+    pub(crate) fn wake_others(&self, own: &Waker) {
+        let wakers = self.inner.wakers.lock().map(|w| w.clone()).unwrap_or_default();
+        for w in wakers.iter().filter(|w| !w.is(own)) {
+            let _ = w.wake();
+        }
+    }
+
+    fn wake_all(&self) {
         let wakers = self.inner.wakers.lock().map(|w| w.clone()).unwrap_or_default();
         for w in wakers {
             // A loop that already exited has nothing to wake.
@@ -248,6 +262,11 @@ impl Control {
     /// Whether [`Control::stop`] was called.
     pub fn is_stopped(&self) -> bool {
         self.inner.stop.load(Ordering::SeqCst)
+    }
+
+    /// The flag [`Control::stop`] sets, for a signal's handler to set.
+    pub(crate) fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.inner.stop.clone()
     }
 
     pub(crate) fn register(&self, waker: Waker) {

@@ -24,6 +24,8 @@ pub(crate) use crate::syscalls::{counts, SyscallCounts};
 use rustix::event::{epoll, EventfdFlags, FdSetElement, FdSetIter, PollFd, PollFlags, Timespec};
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// Borrows descriptor number `fd` for one syscall on a number the caller
@@ -266,6 +268,44 @@ pub(crate) fn write(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
 /// Adds 1 to an eventfd (the Waker's wake).
 pub(crate) fn eventfd_signal(fd: RawFd) -> io::Result<()> {
     write(fd, &1u64.to_ne_bytes()).map(drop)
+}
+
+/// What a stop signal touches: a runtime's stop flag, and the eventfd of
+/// its first loop, which passes the stop on to the others. Both are safe
+/// to use inside a signal handler (an atomic, a `OnceLock` read).
+#[derive(Debug)]
+pub(crate) struct SignalTarget {
+    pub(crate) stopped: Arc<AtomicBool>,
+    pub(crate) first_waker: OnceLock<Arc<OwnedFd>>,
+}
+
+/// Makes `signal` set `flag.stopped` and wake its first waker, from the
+/// signal handler itself, so no thread has to wait for signals (a
+/// process whose one loop runs on its one thread stays single-threaded:
+/// the kernel then takes no file reference per syscall). A signal that
+/// finds the flag set acts as by default: a second Ctrl-C ends the
+/// process.
+pub(crate) fn stop_on_signal(signal: i32, flag: Arc<SignalTarget>) -> io::Result<signal_hook::SigId> {
+    let action = move || {
+        if flag.stopped.swap(true, Ordering::SeqCst) {
+            let _ = signal_hook::low_level::emulate_default_handler(signal);
+            return;
+        }
+        // Either this sees the first waker, or the loop that sets it then
+        // sees the stop (Core::wake_with fences the same way).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if let Some(fd) = flag.first_waker.get() {
+            // Not `write`: its syscall count is a thread-local, which may
+            // allocate on a thread's first use.
+            let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+        }
+    };
+    // SAFETY: the action is async-signal-safe: an atomic swap, a
+    // `OnceLock::get` (an atomic load), one write(2) to an eventfd the
+    // flag keeps open, and `emulate_default_handler` (async-signal-safe
+    // by its documentation). It allocates nothing, takes no lock and
+    // does not panic.
+    unsafe { signal_hook::low_level::register(signal, action) }
 }
 
 /// Resets an eventfd to zero; EAGAIN (already zero) is not an error.
