@@ -259,7 +259,8 @@ fn graceful_stop_flushes_output(backend: &str) {
 /// A second SIGTERM while the first one's drain waits for a client that
 /// does not read ends the process, as the signal's default would.
 fn second_signal_ends_the_drain(backend: &str) {
-    let server = Serve::start(backend, &["--max-output", &(64u32 << 20).to_string()]);
+    // A drain that waits for us longer than the test takes.
+    let mut server = Serve::start(backend, &["--max-output", &(64u32 << 20).to_string(), "--drain-timeout", "60"]);
     let s = server.connect();
     // More than the socket buffers hold: the server must wait for us.
     (&s).write_all(&Rng::new(6).bytes(32 << 20)).unwrap();
@@ -269,12 +270,23 @@ fn second_signal_ends_the_drain(backend: &str) {
     term();
     // The drain waits for us (we read nothing): still running.
     std::thread::sleep(Duration::from_millis(200));
-    assert!(std::fs::metadata(format!("/proc/{pid}")).is_ok(), "{backend}: ended before the second signal");
+    let early = server.child.try_wait().unwrap();
+    assert!(early.is_none(), "{backend}: ended before the second signal ({early:?})");
     term();
     let stopped = server.wait_after_signal();
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(stopped.status.signal(), Some(libc::SIGTERM), "{backend}: {}", stopped.stderr);
     drop(s);
+}
+
+/// SIGTERM reaches every loop, idle ones included: four loops with no
+/// connection all stop, at once.
+fn signal_stops_every_loop(backend: &str) {
+    let server = Serve::start(backend, &["--threads", "4"]);
+    let started = Instant::now();
+    let (stats, _) = server.stop();
+    assert_eq!(stats["loops"], 4, "{backend}: {stats}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{backend}: took {:?}", started.elapsed());
 }
 
 /// --idle-timeout: a connection that sends nothing for that long is
@@ -318,6 +330,7 @@ on_every_backend! {
     reset_is_survived,
     graceful_stop_flushes_output,
     second_signal_ends_the_drain,
+    signal_stops_every_loop,
 }
 
 /// A one-loop server on a readiness backend is a one-thread process

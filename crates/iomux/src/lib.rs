@@ -109,8 +109,8 @@
 //!
 //! # State across loops
 //!
-//! Each loop runs on its own thread with its own handler, so state lives
-//! in one of two places:
+//! Each loop runs on its own thread (a lone loop on the calling thread)
+//! with its own handler, so state lives in one of two places:
 //!
 //! - **Shared behind a lock** (an `Arc<Mutex<_>>` the handlers clone):
 //!   right when every loop needs the same data and each use is short, as

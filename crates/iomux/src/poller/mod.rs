@@ -243,11 +243,6 @@ impl Waker {
         Ok((Waker { eventfd: Arc::new(fd) }, raw))
     }
 
-    /// Whether both wake the same poller.
-    pub(crate) fn is(&self, other: &Waker) -> bool {
-        Arc::ptr_eq(&self.eventfd, &other.eventfd)
-    }
-
     /// Its eventfd, for a signal's handler to write to (which must not
     /// allocate, as [`Waker::wake`]'s errors would).
     pub(crate) fn eventfd(&self) -> Arc<OwnedFd> {

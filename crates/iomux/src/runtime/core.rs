@@ -16,9 +16,10 @@ use crate::poller::Waker;
 use crate::sys::{
     self,
     net::{AnyAddr, Fd},
-    SignalTarget, SyscallCounts,
+    SyscallCounts,
 };
-use std::sync::Arc;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// What a driver does on the core's behalf.
@@ -47,35 +48,29 @@ pub(crate) struct Setup<'a, M> {
     pub(crate) inbox: Option<Arc<Inbox<M>>>,
     /// Called once the driver is set up, before its first wait.
     pub(crate) ready: &'a dyn Fn(),
-    /// What SIGINT/SIGTERM's handlers wake, when the runtime stops on them.
-    pub(crate) signals: Option<&'a Arc<SignalTarget>>,
+    /// Where SIGINT/SIGTERM's handlers find this loop's eventfd, when the
+    /// runtime stops on them.
+    pub(crate) signal_slot: Option<&'a OnceLock<Arc<OwnedFd>>>,
 }
 
 pub(crate) struct Core<'h, H: Handler> {
     pub(crate) io: Io<H::Conn>,
     handler: &'h mut H,
     control: Control,
-    /// This loop's waker, once set up.
-    waker: Option<Waker>,
-    /// This loop woke the others for a stop it saw (a signal's handler
-    /// wakes only the first loop).
-    stop_passed_on: bool,
-    signals: Option<Arc<SignalTarget>>,
+    signal_slot: Option<&'h OnceLock<Arc<OwnedFd>>>,
     inbox: Option<Arc<Inbox<H::Message>>>,
     start: Instant,
     counts_before: SyscallCounts,
 }
 
 impl<'h, H: Handler> Core<'h, H> {
-    pub(crate) fn new(setup: &Setup<'_, H::Message>, handler: &'h mut H) -> Self {
+    pub(crate) fn new(setup: &Setup<'h, H::Message>, handler: &'h mut H) -> Self {
         let start = Instant::now();
         Core {
             io: Io::new(setup.cfg, setup.listener.is_some(), start).accepting_unix(setup.unix),
             handler,
             control: setup.control.clone(),
-            waker: None,
-            stop_passed_on: false,
-            signals: setup.signals.cloned(),
+            signal_slot: setup.signal_slot,
             inbox: setup.inbox.clone(),
             start,
             counts_before: sys::counts(),
@@ -84,15 +79,13 @@ impl<'h, H: Handler> Core<'h, H> {
 
     /// The loop's waker is set up: stops and messages wake it from now on.
     pub(crate) fn wake_with(&mut self, waker: &Waker) {
-        if let Some(target) = &self.signals {
-            // The first loop's waker is the one a signal's handler wakes;
-            // one that ran before it was set finds the stop at the check
-            // in `register` (fenced as the handler is).
-            let _ = target.first_waker.set(waker.eventfd());
+        if let Some(slot) = self.signal_slot {
+            // A signal's handler that ran before this was set finds the
+            // stop at the check in `register` (fenced as the handler is).
+            let _ = slot.set(waker.eventfd());
             std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         }
         self.control.register(waker.clone());
-        self.waker = Some(waker.clone());
         self.io.room = Some(RoomSignal::new(waker.clone()));
         if let Some(inbox) = &self.inbox {
             inbox.set_waker(waker.clone());
@@ -162,10 +155,6 @@ impl<'h, H: Handler> Core<'h, H> {
     pub(crate) fn woken(&mut self) {
         if self.control.is_stopped() {
             self.io.stop_requested = true;
-            if let Some(own) = self.waker.as_ref().filter(|_| !self.stop_passed_on) {
-                self.control.wake_others(own);
-                self.stop_passed_on = true;
-            }
         }
         self.deliver_messages();
         let room = self.io.room.as_ref().map(|signal| signal.take()).unwrap_or_default();

@@ -43,8 +43,9 @@ fn reserve_descriptors(config: &Config, threads: usize) {
     let _ = sys::reserve_fd_table(wanted.min(limit));
 }
 
-/// Runs loops: `threads` of them, each on its own thread with its own
-/// handler, its own poller or ring and (for a server) its own listener.
+/// Runs loops: `threads` of them, each on its own thread (a lone loop on
+/// the calling thread) with its own handler, its own poller or ring and
+/// (for a server) its own listener.
 ///
 /// ```no_run
 /// use iomux::runtime::{Config, ConnId, Handler, Io, Runtime};
@@ -326,10 +327,14 @@ impl Runtime {
     /// `make_handler(i)` builds loop `i`'s handler on that loop's thread
     /// (so it may pin the thread, for instance). One loop runs on the
     /// calling thread, and signals are handled without a thread, so a
-    /// one-loop server is a one-thread process (the kernel then takes no
-    /// file reference per syscall); more loops run on threads of their
-    /// own. One loop failing stops the others; the first error is
-    /// returned.
+    /// one-loop server on a readiness backend is a one-thread process
+    /// (the kernel then takes no file reference per syscall; io_uring
+    /// adds kernel threads of its own). So with one loop, a pin made in
+    /// `make_handler` stays on the caller's thread after `run` returns,
+    /// and the loop's syscalls count in that thread's
+    /// [`crate::syscalls`] counters. More loops run on threads of their
+    /// own, named `iomux-loop-N`. One loop failing stops the others; the
+    /// first error is returned.
     ///
     /// Before the loops start, the process's descriptor table is grown to
     /// hold `max_conns` x threads connections (65,536 without a limit, and
@@ -406,7 +411,7 @@ impl Runtime {
         }
         .into_iter();
         reserve_descriptors(&config, threads);
-        let signal_handlers = if signals { Some(SignalHandlers::register(&control)?) } else { None };
+        let signal_handlers = if signals { Some(SignalHandlers::register(&control, threads)?) } else { None };
         let ready = Ready { remaining: AtomicUsize::new(threads), callback: Mutex::new(on_ready) };
         let mut listeners = listeners.into_iter();
         let (make_handler, config, control, ready) = (&make_handler, &config, &control, &ready);
@@ -416,8 +421,9 @@ impl Runtime {
             // However the loop ends, later sends fail instead of queueing for nobody.
             let _close_inbox = inbox.clone().map(CloseOnDrop);
             let mut handler = make_handler(i);
-            let signals = signal_handlers.as_ref().map(|h| &h.target);
-            let setup = Setup { cfg: config, listener, unix, control, inbox, ready: &|| ready.one_ready(), signals };
+            let signal_slot = signal_handlers.as_ref().map(|h| &h.target.wakers[i]);
+            let setup =
+                Setup { cfg: config, listener, unix, control, inbox, ready: &|| ready.one_ready(), signal_slot };
             let result = match config.backend {
                 Backend::Uring | Backend::UringSqpoll => completion::run(setup, &mut handler),
                 _ => readiness::run(setup, &mut handler),
@@ -505,9 +511,8 @@ impl Ready {
 }
 
 /// SIGINT/SIGTERM's handlers for one runtime: each sets the runtime's
-/// stop flag and wakes its first loop, which wakes the others
-/// ([`Control::stop`]'s work, done without a lock or a thread);
-/// unregistered when the loops end.
+/// stop flag and wakes its loops ([`Control::stop`]'s work, done without
+/// a lock or a thread); unregistered when the loops end.
 struct SignalHandlers {
     target: Arc<sys::SignalTarget>,
     ids: Vec<signal_hook::SigId>,
@@ -532,12 +537,12 @@ fn default_when_unhandled() -> Result<&'static (Arc<AtomicBool>, AtomicUsize)> {
 }
 
 impl SignalHandlers {
-    fn register(control: &Control) -> Result<SignalHandlers> {
+    fn register(control: &Control, loops: usize) -> Result<SignalHandlers> {
         use signal_hook::consts::{SIGINT, SIGTERM};
         let (unhandled, handling) = default_when_unhandled()?;
         handling.fetch_add(1, Ordering::SeqCst);
         unhandled.store(false, Ordering::SeqCst);
-        let target = Arc::new(sys::SignalTarget { stopped: control.stop_flag(), first_waker: OnceLock::new() });
+        let target = Arc::new(sys::SignalTarget::new(control.stop_flag(), loops));
         // Dropped on failure: what was registered goes, and the count too.
         let mut handlers = SignalHandlers { target, ids: Vec::with_capacity(2) };
         for signal in [SIGINT, SIGTERM] {

@@ -239,19 +239,6 @@ impl Control {
     /// Asks every loop to stop gracefully.
     pub fn stop(&self) {
         self.inner.stop.store(true, Ordering::SeqCst);
-        self.wake_all();
-    }
-
-    /// Asks every loop to stop, after a signal's handler set the flag
-    /// and woke only the loop `own` belongs to, which passes it on.
-    pub(crate) fn wake_others(&self, own: &Waker) {
-        let wakers = self.inner.wakers.lock().map(|w| w.clone()).unwrap_or_default();
-        for w in wakers.iter().filter(|w| !w.is(own)) {
-            let _ = w.wake();
-        }
-    }
-
-    fn wake_all(&self) {
         let wakers = self.inner.wakers.lock().map(|w| w.clone()).unwrap_or_default();
         for w in wakers {
             // A loop that already exited has nothing to wake.

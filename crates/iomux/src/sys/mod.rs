@@ -270,41 +270,55 @@ pub(crate) fn eventfd_signal(fd: RawFd) -> io::Result<()> {
     write(fd, &1u64.to_ne_bytes()).map(drop)
 }
 
-/// What a stop signal touches: a runtime's stop flag, and the eventfd of
-/// its first loop, which passes the stop on to the others. Both are safe
-/// to use inside a signal handler (an atomic, a `OnceLock` read).
+/// What a runtime's stop signals touch: whether one came already, the
+/// runtime's stop flag, and each loop's eventfd (set once the loop has
+/// its waker). All are safe to use inside a signal handler (atomics,
+/// `OnceLock` reads).
 #[derive(Debug)]
 pub(crate) struct SignalTarget {
-    pub(crate) stopped: Arc<AtomicBool>,
-    pub(crate) first_waker: OnceLock<Arc<OwnedFd>>,
+    signalled: AtomicBool,
+    stopped: Arc<AtomicBool>,
+    pub(crate) wakers: Box<[OnceLock<Arc<OwnedFd>>]>,
 }
 
-/// Makes `signal` set `flag.stopped` and wake its first waker, from the
-/// signal handler itself, so no thread has to wait for signals (a
-/// process whose one loop runs on its one thread stays single-threaded:
-/// the kernel then takes no file reference per syscall). A signal that
-/// finds the flag set acts as by default: a second Ctrl-C ends the
-/// process.
-pub(crate) fn stop_on_signal(signal: i32, flag: Arc<SignalTarget>) -> io::Result<signal_hook::SigId> {
+impl SignalTarget {
+    /// For `loops` loops, stopping by `stopped` (their Control's flag).
+    pub(crate) fn new(stopped: Arc<AtomicBool>, loops: usize) -> SignalTarget {
+        SignalTarget {
+            signalled: AtomicBool::new(false),
+            stopped,
+            wakers: (0..loops).map(|_| OnceLock::new()).collect(),
+        }
+    }
+}
+
+/// Makes `signal` set `target`'s stop flag and wake each of its loops,
+/// from the signal handler itself, so no thread has to wait for signals
+/// (a process whose one loop runs on its one thread stays
+/// single-threaded: the kernel then takes no file reference per syscall).
+/// The second signal to reach this target acts as by default: a second
+/// Ctrl-C ends the process.
+pub(crate) fn stop_on_signal(signal: i32, target: Arc<SignalTarget>) -> io::Result<signal_hook::SigId> {
     let action = move || {
-        if flag.stopped.swap(true, Ordering::SeqCst) {
+        if target.signalled.swap(true, Ordering::SeqCst) {
             let _ = signal_hook::low_level::emulate_default_handler(signal);
             return;
         }
-        // Either this sees the first waker, or the loop that sets it then
+        target.stopped.store(true, Ordering::SeqCst);
+        // Either this sees a loop's waker, or that loop, setting it, then
         // sees the stop (Core::wake_with fences the same way).
         std::sync::atomic::fence(Ordering::SeqCst);
-        if let Some(fd) = flag.first_waker.get() {
-            // Not `write`: its syscall count is a thread-local, which may
-            // allocate on a thread's first use.
+        for fd in target.wakers.iter().filter_map(OnceLock::get) {
+            // Not `write`: its syscall count is a plain thread-local
+            // update, which this handler may have interrupted.
             let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
         }
     };
-    // SAFETY: the action is async-signal-safe: an atomic swap, a
-    // `OnceLock::get` (an atomic load), one write(2) to an eventfd the
-    // flag keeps open, and `emulate_default_handler` (async-signal-safe
-    // by its documentation). It allocates nothing, takes no lock and
-    // does not panic.
+    // SAFETY: the action is async-signal-safe: atomic loads and stores,
+    // `OnceLock::get` (an atomic load), write(2) to eventfds the target
+    // keeps open, and `emulate_default_handler` (async-signal-safe by its
+    // documentation). It allocates nothing, takes no lock and does not
+    // panic.
     unsafe { signal_hook::low_level::register(signal, action) }
 }
 
