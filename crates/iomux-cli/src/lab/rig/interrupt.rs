@@ -1,6 +1,7 @@
 //! What SIGINT or SIGTERM does to a lab run: kills every process the run
 //! started (servers, loads, anchors, clients, and theirs), removes its
-//! network namespaces, then exits with 128 + the signal. Without it, a
+//! network namespaces and CPU quota cgroups, then exits with 128 + the
+//! signal. Without it, a
 //! signal sent to the lab alone (`kill`, `timeout`, a CI runner; unlike a
 //! terminal's Ctrl-C, which reaches the whole process group) would end the
 //! lab and leave its current server running, bound to no one.
@@ -18,12 +19,16 @@ pub fn install() {
             if let Some(signal) = signals.forever().next() {
                 let killed = kill_descendants();
                 let removed = super::netns::remove_live();
+                let quotas = super::quota::remove_live();
                 let mut said = format!("iomux bench: stopped by signal {signal}");
                 if killed > 0 {
                     said.push_str(&format!("; killed the {killed} process(es) it had started"));
                 }
                 if !removed.is_empty() {
                     said.push_str(&format!("; removed network namespaces {}", removed.join(", ")));
+                }
+                if !quotas.is_empty() {
+                    said.push_str(&format!("; removed CPU quota cgroups {}", quotas.join(", ")));
                 }
                 eprintln!("{said}");
                 std::process::exit(128 + signal);

@@ -95,6 +95,21 @@ pub fn available() -> Result<(), String> {
     Ok(())
 }
 
+/// Removes the quota cgroups this process made and still has (its
+/// processes killed first): a signal ends the run without their `Drop`.
+/// Returns their names.
+pub fn remove_live() -> Vec<String> {
+    let Ok((root, _)) = controller() else { return Vec::new() };
+    let ours = format!("iomux-lab-{}-", std::process::id());
+    let Ok(entries) = std::fs::read_dir(&root) else { return Vec::new() };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&ours))
+        .filter(|e| std::fs::remove_dir(e.path()).is_ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
 impl CpuQuota {
     /// A new cgroup limited to `share` of one CPU (0 < share <= number of CPUs).
     pub fn new(share: f64) -> Result<CpuQuota, String> {
@@ -152,6 +167,27 @@ impl Drop for CpuQuota {
 mod tests {
     use super::*;
 
+    /// The tests that make quotas take turns: `remove_live` removes every
+    /// empty quota of this process, another test's just made one too.
+    static QUOTAS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// A quota left without its `Drop` (a signal ended the run) is found
+    /// and removed. Skipped (and says so) without root or a CPU controller.
+    #[test]
+    fn a_quota_left_behind_is_removed() {
+        if let Err(why) = available() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let _turn = QUOTAS.lock().unwrap_or_else(|e| e.into_inner());
+        let quota = CpuQuota::new(0.5).expect("a cgroup with a 50% quota");
+        let (dir, name) = (quota.dir.clone(), quota.dir.file_name().map(|n| n.to_string_lossy().into_owned()));
+        std::mem::forget(quota);
+        let removed = remove_live();
+        assert!(name.is_some_and(|n| removed.contains(&n)), "{removed:?} lacks {}", dir.display());
+        assert!(!dir.exists(), "{} is still there", dir.display());
+    }
+
     /// A quota holds a busy process to its share: the cgroup's processes
     /// are throttled, and the process's CPU over a wall interval is near
     /// the share. Skipped (and says so) without root or a CPU controller.
@@ -161,6 +197,7 @@ mod tests {
             eprintln!("skipped: {why}");
             return;
         }
+        let _turn = QUOTAS.lock().unwrap_or_else(|e| e.into_inner());
         let quota = CpuQuota::new(0.2).expect("a cgroup with a 20% quota");
         let mut busy = std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn().expect("sh");
         quota.add(busy.id()).expect("moved into the quota");
