@@ -125,13 +125,13 @@ fn ring_err(e: io::Error) -> Error {
 
 pub fn run<H: Handler>(setup: Setup<'_, H::Message>, handler: &mut H) -> Result<LoopStats> {
     let mut core = Core::new(&setup, handler);
-    let Setup { cfg, listener, ready, .. } = setup;
+    let Setup { cfg, listener, ready, signal_slot, .. } = setup;
     let sqpoll = (cfg.backend == Backend::UringSqpoll).then_some(UringPoller::SQPOLL_IDLE);
     let mut ring = Ring::for_loop(RING_ENTRIES, sqpoll).map_err(crate::poller::uring_unavailable)?;
     let (features, feature_report) = uring_features::enable(&mut ring, cfg, BUFFER_GROUP)
         .map_err(|e| Error::sys("uring provided-buffer ring", Syscall::IoUringRegister, None, e))?;
     let (waker, waker_fd) = Waker::new()?;
-    core.wake_with(&waker);
+    core.wake_with(&waker, signal_slot);
     let mut k = Uring {
         ring,
         features,

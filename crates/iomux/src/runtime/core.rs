@@ -57,29 +57,29 @@ pub(crate) struct Core<'h, H: Handler> {
     pub(crate) io: Io<H::Conn>,
     handler: &'h mut H,
     control: Control,
-    signal_slot: Option<&'h OnceLock<Arc<OwnedFd>>>,
     inbox: Option<Arc<Inbox<H::Message>>>,
     start: Instant,
     counts_before: SyscallCounts,
 }
 
 impl<'h, H: Handler> Core<'h, H> {
-    pub(crate) fn new(setup: &Setup<'h, H::Message>, handler: &'h mut H) -> Self {
+    pub(crate) fn new(setup: &Setup<'_, H::Message>, handler: &'h mut H) -> Self {
         let start = Instant::now();
         Core {
             io: Io::new(setup.cfg, setup.listener.is_some(), start).accepting_unix(setup.unix),
             handler,
             control: setup.control.clone(),
-            signal_slot: setup.signal_slot,
             inbox: setup.inbox.clone(),
             start,
             counts_before: sys::counts(),
         }
     }
 
-    /// The loop's waker is set up: stops and messages wake it from now on.
-    pub(crate) fn wake_with(&mut self, waker: &Waker) {
-        if let Some(slot) = self.signal_slot {
+    /// The loop's waker is set up: stops, messages and (through
+    /// `signal_slot`, the loop's slot in the stop signals' handler) SIGINT
+    /// and SIGTERM wake it from now on.
+    pub(crate) fn wake_with(&mut self, waker: &Waker, signal_slot: Option<&OnceLock<Arc<OwnedFd>>>) {
+        if let Some(slot) = signal_slot {
             // A signal's handler that ran before this was set finds the
             // stop at the check in `register` (fenced as the handler is).
             let _ = slot.set(waker.eventfd());

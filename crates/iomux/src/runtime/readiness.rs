@@ -61,9 +61,9 @@ struct Readiness {
 
 pub fn run<H: Handler>(setup: Setup<'_, H::Message>, handler: &mut H) -> Result<LoopStats> {
     let mut core = Core::new(&setup, handler);
-    let Setup { cfg, listener, ready, .. } = setup;
+    let Setup { cfg, listener, ready, signal_slot, .. } = setup;
     let mut poller = cfg.backend.open()?;
-    core.wake_with(&poller.waker(WAKER)?);
+    core.wake_with(&poller.waker(WAKER)?, signal_slot);
     if let Some(l) = &listener {
         poller.add(l.raw(), LISTENER, Interest::READABLE, Mode::Level)?;
     }

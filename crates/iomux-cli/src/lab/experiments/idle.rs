@@ -395,6 +395,7 @@ pub fn fixture_take(
         cross_cpu_ns: None,
         apart: false,
         kept: true,
+        took_s: None,
         value: Sample { seconds, p50_us: 80.0, p99_us: 200.0, server_cpu_s: seconds, syscalls_per_request: 2.1 },
     }
 }

@@ -352,6 +352,7 @@ mod tests {
             cross_cpu_ns,
             apart: false,
             kept: true,
+            took_s: None,
             value: 1.0,
         };
         let some = NoiseSummary::of(1, &[take(Some(50.0)), take(None)], None).sentence();

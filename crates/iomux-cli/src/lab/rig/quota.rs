@@ -171,16 +171,22 @@ mod tests {
     /// empty quota of this process, another test's just made one too.
     static QUOTAS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+    /// A new quota of `share`, and this test's turn, held while both live;
+    /// None (the test says it is skipped) without root or a CPU controller.
+    fn test_quota(share: f64) -> Option<(std::sync::MutexGuard<'static, ()>, CpuQuota)> {
+        if let Err(why) = available() {
+            eprintln!("skipped: {why}");
+            return None;
+        }
+        let turn = QUOTAS.lock().unwrap_or_else(|e| e.into_inner());
+        Some((turn, CpuQuota::new(share).expect("a cgroup with a quota")))
+    }
+
     /// A quota left without its `Drop` (a signal ended the run) is found
     /// and removed. Skipped (and says so) without root or a CPU controller.
     #[test]
     fn a_quota_left_behind_is_removed() {
-        if let Err(why) = available() {
-            eprintln!("skipped: {why}");
-            return;
-        }
-        let _turn = QUOTAS.lock().unwrap_or_else(|e| e.into_inner());
-        let quota = CpuQuota::new(0.5).expect("a cgroup with a 50% quota");
+        let Some((_turn, quota)) = test_quota(0.5) else { return };
         let (dir, name) = (quota.dir.clone(), quota.dir.file_name().map(|n| n.to_string_lossy().into_owned()));
         std::mem::forget(quota);
         let removed = remove_live();
@@ -193,12 +199,7 @@ mod tests {
     /// the share. Skipped (and says so) without root or a CPU controller.
     #[test]
     fn a_quota_throttles_a_busy_process() {
-        if let Err(why) = available() {
-            eprintln!("skipped: {why}");
-            return;
-        }
-        let _turn = QUOTAS.lock().unwrap_or_else(|e| e.into_inner());
-        let quota = CpuQuota::new(0.2).expect("a cgroup with a 20% quota");
+        let Some((_turn, quota)) = test_quota(0.2) else { return };
         let mut busy = std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn().expect("sh");
         quota.add(busy.id()).expect("moved into the quota");
         let before = crate::os::process_cpu(busy.id()).expect("its CPU time");

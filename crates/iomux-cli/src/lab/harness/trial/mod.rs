@@ -128,6 +128,10 @@ pub struct Take<K, S> {
     pub apart: bool,
     /// Quiet enough to count: others below the threshold, CPUs close.
     pub kept: bool,
+    /// Seconds the take measured for (its wait for the CPUs' placement
+    /// left out): where an experiment's time goes. None in results before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub took_s: Option<f64>,
     pub value: S,
 }
 
@@ -368,6 +372,7 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
                         break;
                     }
                 };
+                let took_s = Some(start.elapsed().as_secs_f64());
                 let others = self.meter_of(arm).others_since(start);
                 let after = if free { None } else { self.meter.placement() };
                 let apart = before.is_some_and(|p| p.apart()) || after.is_some_and(|p| p.apart());
@@ -375,7 +380,7 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
                 let busy = !others.is_some_and(|o| o <= SAMPLE_THRESHOLD);
                 self.busy_takes += usize::from(busy);
                 let kept = !busy && !apart;
-                self.takes.push(Take { arm: arm.clone(), round, others, cross_cpu_ns, apart, kept, value });
+                self.takes.push(Take { arm: arm.clone(), round, others, cross_cpu_ns, apart, kept, took_s, value });
                 if kept {
                     break;
                 }
