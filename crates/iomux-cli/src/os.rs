@@ -40,6 +40,15 @@ pub fn open_fd_count() -> io::Result<usize> {
     Ok(std::fs::read_dir("/proc/self/fd")?.count().saturating_sub(1))
 }
 
+/// How many CPUs this process may run on, as read the first time it is
+/// asked (at least 1). Not the calling thread's affinity of the moment
+/// (`available_parallelism`): a thread pinned to one CPU, for a cell or
+/// a load, would make a machine of two look like a machine of one.
+pub fn cpus() -> usize {
+    static AT_FIRST_ASK: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *AT_FIRST_ASK.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// Pins the calling thread to one CPU (sched_setaffinity).
 pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     if cpu >= rustix::thread::CpuSet::MAX_CPU {

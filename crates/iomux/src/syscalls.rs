@@ -109,6 +109,11 @@ syscalls! {
     Mmap => "mmap",
     /// `munmap`.
     Munmap => "munmap",
+    /// `sched_getaffinity`: the CPUs a lone loop's thread (the caller's)
+    /// may run on, before the loop.
+    SchedGetaffinity => "sched_getaffinity",
+    /// `sched_setaffinity`: those CPUs given back after the loop.
+    SchedSetaffinity => "sched_setaffinity",
     /// `rt_sigaction`: installing the SIGINT/SIGTERM handler (made by the
     /// signal-hook crate, so never counted; named in errors).
     RtSigaction => "rt_sigaction",

@@ -68,6 +68,7 @@ on_every_backend! {
     writes_in_place_keep_their_order,
     shared_buffers_go_out_gathered_in_order,
     messages_cross_loops_in_order,
+    a_pin_made_for_a_lone_loop_ends_with_run,
 }
 
 fn config(backend: Backend) -> iomux::runtime::ConfigBuilder {
@@ -1944,6 +1945,65 @@ impl Handler for RcGreeter {
     fn on_data(&mut self, _io: &mut Io<()>, _conn: ConnId, _: &mut (), data: &[u8]) -> usize {
         data.len()
     }
+}
+
+/// A handler with nothing to do that reads, at its start, how many CPUs
+/// its thread may run on.
+struct CountsCpus(Arc<AtomicUsize>);
+
+impl Handler for CountsCpus {
+    type Conn = ();
+    type Message = ();
+
+    fn on_start(&mut self, _io: &mut Io<()>) {
+        let cpus = rustix::thread::sched_getaffinity(None).map_or(0, |set| set.count() as usize);
+        self.0.store(cpus, SeqCst);
+    }
+
+    fn on_accept(&mut self, _io: &mut Io<()>, _conn: ConnId) {}
+
+    fn on_data(&mut self, _io: &mut Io<()>, _conn: ConnId, _: &mut (), data: &[u8]) -> usize {
+        data.len()
+    }
+}
+
+/// A lone loop runs on the calling thread: a CPU pin its `make_handler`
+/// makes holds in the loop and is undone when `run` returns, as it ends
+/// with a loop's own thread. (The lab pins its in-process load this way,
+/// and a bench whose main thread stayed pinned to one CPU could no longer
+/// read the CPUs' placement.)
+fn a_pin_made_for_a_lone_loop_ends_with_run(backend: Backend) {
+    use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
+    let before = sched_getaffinity(None).expect("this thread's CPUs");
+    if before.count() < 2 {
+        eprintln!("skipped: this thread may run on one CPU only");
+        return;
+    }
+    let first = (0..CpuSet::MAX_CPU).find(|&c| before.is_set(c)).expect("a CPU in a non-empty set");
+    let caller = thread::current().id();
+    let in_loop = Arc::new(AtomicUsize::new(usize::MAX));
+    let started = Instant::now();
+    let seen = in_loop.clone();
+    let finished = Runtime::new(config(backend).build().unwrap(), 1)
+        .unwrap()
+        .run(move |_| {
+            assert_eq!(thread::current().id(), caller, "{backend}: a lone loop runs on the calling thread");
+            let mut one = CpuSet::new();
+            one.set(first);
+            sched_setaffinity(None, &one).expect("pinned to one CPU");
+            CountsCpus(seen.clone())
+        })
+        .unwrap_or_else(|e| panic!("{backend}: {e}"));
+    assert!(started.elapsed() < LIMIT, "{backend}: a loop with nothing to do took {:?}", started.elapsed());
+    assert_eq!(finished.handlers.len(), 1);
+    assert_eq!(in_loop.load(SeqCst), 1, "{backend}: the pin did not hold in the loop");
+    let after = sched_getaffinity(None).expect("this thread's CPUs");
+    assert!(
+        after == before,
+        "{backend}: run returned with the thread on {} CPUs, not {}",
+        after.count(),
+        before.count()
+    );
 }
 
 /// `Runtime::run_local` serves with a handler that is not `Send`.

@@ -329,10 +329,10 @@ impl Runtime {
     /// calling thread, and signals are handled without a thread, so a
     /// one-loop server on a readiness backend is a one-thread process
     /// (the kernel then takes no file reference per syscall; io_uring
-    /// adds kernel threads of its own). So with one loop, a pin made in
-    /// `make_handler` stays on the caller's thread after `run` returns,
-    /// and the loop's syscalls count in that thread's
-    /// [`crate::syscalls`] counters. More loops run on threads of their
+    /// adds kernel threads of its own). So with one loop, the loop's
+    /// syscalls count in the caller's thread's [`crate::syscalls`]
+    /// counters; a CPU pin made in `make_handler` is undone when `run`
+    /// returns, as it ends with a loop's own thread. More loops run on threads of their
     /// own, named `iomux-loop-N`. One loop failing stops the others; the
     /// first error is returned.
     ///
@@ -439,6 +439,7 @@ impl Runtime {
             // kernel takes no file reference per syscall (fdget's shortcut
             // for an unshared descriptor table).
             let (listener, inbox) = (listeners.next(), inboxes.next().flatten());
+            let _affinity = sys::KeepAffinity::now();
             let run = std::panic::AssertUnwindSafe(|| run_loop(0, listener, inbox));
             vec![std::panic::catch_unwind(run).unwrap_or(Err(Error::LoopPanicked))]
         } else {

@@ -253,6 +253,30 @@ pub(crate) fn reserve_fd_table(n: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// The calling thread's CPU affinity, given back when dropped: a lone
+/// loop runs on the caller's thread, and a CPU pin its handler made there
+/// is the loop's, gone when the loop ends (as with a loop's own thread).
+/// Left alone when it could not be read.
+pub(crate) struct KeepAffinity(Option<rustix::thread::CpuSet>);
+
+impl KeepAffinity {
+    pub(crate) fn now() -> KeepAffinity {
+        count(Syscall::SchedGetaffinity);
+        KeepAffinity(rustix::thread::sched_getaffinity(None).ok())
+    }
+}
+
+impl Drop for KeepAffinity {
+    fn drop(&mut self) {
+        if let Some(cpus) = &self.0 {
+            count(Syscall::SchedSetaffinity);
+            // A CPU taken offline since is the one way this fails; the
+            // thread then keeps what the handler chose.
+            let _ = rustix::thread::sched_setaffinity(None, cpus);
+        }
+    }
+}
+
 pub(crate) fn read(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     let fd = borrow(fd)?;
     count(Syscall::Read);

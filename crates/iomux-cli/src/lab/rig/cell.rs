@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 /// The CPUs for server and load: apart when the machine has two or more.
 pub fn cpus() -> (Option<usize>, Option<usize>) {
-    match std::thread::available_parallelism().map_or(1, |n| n.get()) {
+    match crate::os::cpus() {
         n if n >= 2 => (Some(0), Some(1)),
         _ => (None, None),
     }

@@ -22,7 +22,7 @@ impl Machine {
         Machine {
             kernel: read_trim("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".into()),
             cpu_model,
-            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpus: crate::os::cpus(),
             memory_bytes,
             nofile,
             nofile_hard,
