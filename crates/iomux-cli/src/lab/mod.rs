@@ -158,7 +158,8 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
     for line in browser::screenshot_and_check(&report) {
         eprintln!("{line}");
     }
-    eprintln!("iomux bench: done in {:.0} s", started.elapsed().as_secs_f64());
+    let names: Vec<&str> = experiments.iter().map(|e| e.entry().name).collect();
+    eprintln!("iomux bench: {}", done_line(started.elapsed().as_secs_f64(), folder.machine_seconds(&names)));
     // Each experiment printed its page as it finished; the verdicts come
     // last, so the answer is what the screen shows when the run ends.
     print!("{}", render::terminal::verdicts(&folder));
@@ -167,6 +168,24 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The run's time, and how much of it the machine took: waits for the
+/// CPUs' placement and samples measured only to be left out, which a
+/// quiet machine whose CPUs stay put does not spend.
+fn done_line(total_s: f64, (waited_s, left_out_s): (f64, f64)) -> String {
+    let machine = waited_s + left_out_s;
+    if machine < 0.5 {
+        return format!("done in {total_s:.0} s");
+    }
+    let cpus = harness::facts::CPUS;
+    format!(
+        "done in {total_s:.0} s: {waited_s:.0} s waiting for CPUs {} and {} to be placed close again and {left_out_s:.0} \
+         s measuring samples left out (the machine's), {:.0} s the lab's own",
+        cpus.0,
+        cpus.1,
+        (total_s - machine).max(0.0)
+    )
 }
 
 fn plural(n: usize) -> &'static str {
@@ -266,6 +285,20 @@ mod tests {
     use crate::lab::experiments::toy::{self, Toy};
     use crate::lab::harness::experiment::Experiment;
     use crate::lab::registry::execute;
+
+    /// The time a spell of the CPUs apart or a busy neighbour cost is told
+    /// apart from the lab's own; a run that lost none says only its time.
+    #[test]
+    fn the_done_line_parts_the_machines_time_from_the_labs() {
+        assert_eq!(done_line(600.2, (0.0, 0.2)), "done in 600 s");
+        let line = done_line(1020.0, (248.0, 99.0));
+        assert!(
+            line.starts_with("done in 1020 s: 248 s waiting for CPUs 0 and 1")
+                && line.contains("and 99 s measuring samples left out")
+                && line.ends_with(", 673 s the lab's own"),
+            "{line}"
+        );
+    }
 
     #[test]
     fn a_failing_experiment_leaves_the_others_measured_and_the_report_written() {

@@ -56,11 +56,11 @@ const BULK_MSG: u32 = 256 << 10;
 /// The low-concurrency echo (E2's shape): active connections among idle ones.
 const FEW_ACTIVE: usize = 10;
 const FEW_IDLE: usize = 1000;
-/// What a feature off by default may win by and stay off: on and off cost
-/// the same within noise on some machines (send_zc's CPU per GB was 0.992
-/// [0.975, 1.021] of off's at full settings on an AMD EPYC, 1.198 on an
-/// Intel Xeon), and a claim at exactly 1 could then never be decided. A
-/// default is wrong when the other setting saves 5% or more.
+/// What a feature off by default may win by and stay off: a default is
+/// wrong when the other setting saves 5% or more. On and off may cost the
+/// same within noise (bundle's sink CPU per GB on/off read 1.109 [0.976,
+/// 1.140] in a quick lab on an AMD EPYC), and a claim at exactly 1 could
+/// then never be decided.
 const OFF_MAY_WIN_BY: f64 = 0.95;
 /// One timing of empty enters lasts this long.
 const ENTER_SLICE: Duration = Duration::from_millis(100);

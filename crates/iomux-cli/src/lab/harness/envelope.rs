@@ -77,6 +77,10 @@ pub struct NoiseSummary {
     /// Seconds from the first take to the last, waits included.
     #[serde(default)]
     pub measured_s: f64,
+    /// Seconds spent measuring the takes left out: with `waited_s`, what
+    /// the machine's noise and the CPUs' placement cost the experiment.
+    #[serde(default)]
+    pub left_out_s: f64,
     /// Most takes ran with other processes busy, so retakes and made-up
     /// rounds stopped (`Trial::swamped`).
     #[serde(default)]
@@ -100,6 +104,7 @@ impl NoiseSummary {
             unplaced: takes.iter().filter(|t| t.cross_cpu_ns.is_none()).count(),
             waited_s: 0.0,
             measured_s: 0.0,
+            left_out_s: takes.iter().filter(|t| !t.kept).filter_map(|t| t.took_s).sum(),
             swamped: false,
             threshold: SAMPLE_THRESHOLD,
             max_retakes: MAX_RETAKES,
@@ -150,6 +155,10 @@ impl NoiseSummary {
             )
         } else {
             String::new()
+        };
+        let waited = match self.left_out_s {
+            s if s >= 0.5 => format!("{waited} Measuring the samples left out took {s:.0} s."),
+            _ => waited,
         };
         let swamped = if self.swamped {
             " Most samples ran while other processes used the CPUs, so once that was clear none was measured \
@@ -367,6 +376,25 @@ mod tests {
         assert!(busy.starts_with("2 samples in 1 rounds; 1 ran while") && !busy.contains("placed apart"), "{busy}");
         let all = NoiseSummary::of(1, &[take(Some(50.0))], None).sentence();
         assert!(!all.contains("not read"), "{all}");
+    }
+
+    /// The seconds of the takes left out are summed, the kept ones not.
+    #[test]
+    fn time_spent_on_samples_left_out_is_told() {
+        let take = |kept: bool, took_s: f64| Take {
+            arm: "a",
+            round: 0,
+            others: Some(0.0),
+            cross_cpu_ns: Some(300.0),
+            apart: !kept,
+            kept,
+            took_s: Some(took_s),
+            value: 1.0,
+        };
+        let summary = NoiseSummary::of(1, &[take(false, 0.75), take(false, 1.5), take(true, 4.0)], None);
+        assert_eq!(summary.left_out_s, 2.25);
+        let sentence = summary.sentence();
+        assert!(sentence.contains("Measuring the samples left out took 2 s."), "{sentence}");
     }
 
     #[test]

@@ -148,6 +148,15 @@ impl Folder {
     pub fn get(&self, name: &str) -> Option<&Result> {
         self.results.iter().find(|r| r.entry.name == name)
     }
+
+    /// What the machine cost the experiments `names`: seconds waiting for
+    /// the CPUs to be placed close, and seconds measuring samples left
+    /// out (taken while they were apart or others were busy).
+    pub fn machine_seconds(&self, names: &[&str]) -> (f64, f64) {
+        let noise =
+            self.results.iter().filter(|r| names.contains(&r.entry.name)).filter_map(|r| r.header.noise.as_ref());
+        noise.fold((0.0, 0.0), |(w, l), n| (w + n.waited_s, l + n.left_out_s))
+    }
 }
 
 impl Folder {

@@ -114,6 +114,20 @@ fn a_take_with_the_cpus_apart_is_taken_again() {
 }
 
 #[test]
+fn with_no_wait_left_a_take_begun_apart_is_not_taken_again() {
+    // "a" begins and ends with the CPUs apart; "b" finds them close.
+    let meter =
+        Placed { readings: RefCell::new([50.0, 330.0, 320.0, 52.0, 55.0].into()), closest: Cell::new(f64::MAX) };
+    let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::ZERO);
+    assert!(meter.placement().is_some_and(|p| !p.apart()), "the close reference is read first");
+    trial.waited = PLACEMENT_WAIT_TOTAL;
+    trial.round(&["a", "b"], &mut |_: &&str| -> Measured<f64> { Ok(Ok(1.0)) }).unwrap();
+    let seen: Vec<(&str, bool, bool)> = trial.takes.iter().map(|t| (t.arm, t.apart, t.kept)).collect();
+    assert_eq!(seen, vec![("a", true, false), ("b", false, true)]);
+    assert_eq!(trial.waited, PLACEMENT_WAIT_TOTAL, "no wait was added past the experiment's bound");
+}
+
+#[test]
 fn a_placement_free_take_neither_waits_nor_is_taken_again() {
     // "m" (memory, say) reads no placement and is kept at once; "t" (a
     // timed arm) reads one before and after, finds the CPUs apart after its
