@@ -59,6 +59,32 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     Ok(rustix::thread::sched_setaffinity(None, &set)?)
 }
 
+/// The calling thread pinned to one CPU while this lives, its former CPUs
+/// given back when dropped. (In E5's cells: the thread that waits for the
+/// load, and the perf and `timeout` it starts, since a child inherits the
+/// mask, then wake on the load's CPU and leave the server's to the server.)
+pub struct PinnedHere(Option<rustix::thread::CpuSet>);
+
+impl PinnedHere {
+    pub fn to(cpu: Option<usize>) -> PinnedHere {
+        let Some(cpu) = cpu else { return PinnedHere(None) };
+        let Ok(before) = rustix::thread::sched_getaffinity(None) else { return PinnedHere(None) };
+        // Unpinned, the cell still runs: these threads only share a CPU less fairly.
+        match crate::os::pin_to_cpu(cpu) {
+            Ok(()) => PinnedHere(Some(before)),
+            Err(_) => PinnedHere(None),
+        }
+    }
+}
+
+impl Drop for PinnedHere {
+    fn drop(&mut self) {
+        if let Some(before) = &self.0 {
+            let _ = rustix::thread::sched_setaffinity(None, before);
+        }
+    }
+}
+
 /// Sends SIGTERM to process `pid`.
 pub fn terminate(pid: u32) -> io::Result<()> {
     let pid = i32::try_from(pid)
@@ -354,7 +380,12 @@ mod tests {
         let u = usage().unwrap();
         assert!(u.peak_rss > 0);
         assert!(peak_rss().unwrap() > 0);
-        pin_to_cpu(0).unwrap();
-        assert!(pin_to_cpu(usize::MAX).is_err());
+        let before = rustix::thread::sched_getaffinity(None).unwrap();
+        {
+            let _pinned = PinnedHere::to(Some(0));
+            assert_eq!(rustix::thread::sched_getaffinity(None).unwrap().count(), 1, "pinned to CPU 0");
+            assert!(pin_to_cpu(usize::MAX).is_err());
+        }
+        assert!(rustix::thread::sched_getaffinity(None).unwrap() == before, "the CPUs given back");
     }
 }

@@ -2004,6 +2004,21 @@ fn a_pin_made_for_a_lone_loop_ends_with_run(backend: Backend) {
         after.count(),
         before.count()
     );
+    // The same when `make_handler` panics after pinning.
+    let panicked = Runtime::new(config(backend).build().unwrap(), 1).unwrap().run(move |_| -> CountsCpus {
+        let mut one = CpuSet::new();
+        one.set(first);
+        sched_setaffinity(None, &one).expect("pinned to one CPU");
+        panic!("make_handler fails after pinning (this test's own panic)")
+    });
+    assert!(matches!(panicked, Err(iomux::Error::LoopPanicked)), "{backend}: {:?}", panicked.err());
+    let after = sched_getaffinity(None).expect("this thread's CPUs");
+    assert!(
+        after == before,
+        "{backend}: after a panic the thread is on {} CPUs, not {}",
+        after.count(),
+        before.count()
+    );
 }
 
 /// `Runtime::run_local` serves with a handler that is not `Send`.

@@ -77,6 +77,8 @@ impl Settings {
 /// What an experiment hands back: the files it wrote (its verdicts are in
 /// its JSON, where the summary reads them).
 pub struct Outcome {
+    /// The experiment's name.
+    pub name: &'static str,
     pub files: Vec<PathBuf>,
 }
 
@@ -158,7 +160,9 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
     for line in browser::screenshot_and_check(&report) {
         eprintln!("{line}");
     }
-    let names: Vec<&str> = experiments.iter().map(|e| e.entry().name).collect();
+    // What this run measured: not an experiment kept by --resume, nor the
+    // results a failed one left in the folder from an earlier run.
+    let names: Vec<&str> = outcomes.iter().map(|o| o.name).collect();
     eprintln!("iomux bench: {}", done_line(started.elapsed().as_secs_f64(), folder.machine_seconds(&names)));
     // Each experiment printed its page as it finished; the verdicts come
     // last, so the answer is what the screen shows when the run ends.
@@ -174,17 +178,18 @@ fn run_into(args: BenchArgs, out_dir: PathBuf) -> CliResult<ExitCode> {
 /// CPUs' placement and samples measured only to be left out, which a
 /// quiet machine whose CPUs stay put does not spend.
 fn done_line(total_s: f64, (waited_s, left_out_s): (f64, f64)) -> String {
-    let machine = waited_s + left_out_s;
-    if machine < 0.5 {
-        return format!("done in {total_s:.0} s");
+    // Whole seconds, so that the parts add up to the total as printed.
+    let (total, waited, left_out) = (total_s.round(), waited_s.round(), left_out_s.round());
+    if waited + left_out == 0.0 {
+        return format!("done in {total} s");
     }
     let cpus = harness::facts::CPUS;
     format!(
-        "done in {total_s:.0} s: {waited_s:.0} s waiting for CPUs {} and {} to be placed close again and {left_out_s:.0} \
-         s measuring samples left out (the machine's), {:.0} s the lab's own",
+        "done in {total} s: {waited} s waiting for CPUs {} and {} to be placed close again and {left_out} s measuring \
+         samples left out (the machine's), {} s the lab's own",
         cpus.0,
         cpus.1,
-        (total_s - machine).max(0.0)
+        (total - waited - left_out).max(0.0)
     )
 }
 
@@ -291,11 +296,11 @@ mod tests {
     #[test]
     fn the_done_line_parts_the_machines_time_from_the_labs() {
         assert_eq!(done_line(600.2, (0.0, 0.2)), "done in 600 s");
-        let line = done_line(1020.0, (248.0, 99.0));
+        let line = done_line(999.6, (277.6, 32.6));
         assert!(
-            line.starts_with("done in 1020 s: 248 s waiting for CPUs 0 and 1")
-                && line.contains("and 99 s measuring samples left out")
-                && line.ends_with(", 673 s the lab's own"),
+            line.starts_with("done in 1000 s: 278 s waiting for CPUs 0 and 1")
+                && line.contains("and 33 s measuring samples left out")
+                && line.ends_with(", 689 s the lab's own"),
             "{line}"
         );
     }

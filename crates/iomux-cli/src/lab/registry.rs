@@ -102,7 +102,7 @@ pub fn execute<E: Shown>(args: &E::Args, settings: &Settings) -> CliResult<Outco
     println!("{markdown}");
     let mut files = vec![envelope::write(&settings.out_dir, &env)?];
     files.extend(render::write_page(&settings.out_dir, E::ENTRY.name, &markdown, view.svg.as_deref())?);
-    Ok(Outcome { files })
+    Ok(Outcome { name: E::ENTRY.name, files })
 }
 
 macro_rules! registry {

@@ -331,8 +331,9 @@ impl Runtime {
     /// (the kernel then takes no file reference per syscall; io_uring
     /// adds kernel threads of its own). So with one loop, the loop's
     /// syscalls count in the caller's thread's [`crate::syscalls`]
-    /// counters; a CPU pin made in `make_handler` is undone when `run`
-    /// returns, as it ends with a loop's own thread. More loops run on threads of their
+    /// counters, and any change to the thread's CPU affinity during `run`
+    /// (a pin in `make_handler`, say) is undone when it returns, as it
+    /// would end with a loop's own thread. More loops run on threads of their
     /// own, named `iomux-loop-N`. One loop failing stops the others; the
     /// first error is returned.
     ///

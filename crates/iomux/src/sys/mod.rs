@@ -270,8 +270,9 @@ impl Drop for KeepAffinity {
     fn drop(&mut self) {
         if let Some(cpus) = &self.0 {
             count(Syscall::SchedSetaffinity);
-            // A CPU taken offline since is the one way this fails; the
-            // thread then keeps what the handler chose.
+            // Fails when none of those CPUs is usable any more (taken
+            // offline, or out of the cpuset since); the thread then keeps
+            // the affinity it was given during the loop.
             let _ = rustix::thread::sched_setaffinity(None, cpus);
         }
     }

@@ -104,7 +104,8 @@ impl NoiseSummary {
             unplaced: takes.iter().filter(|t| t.cross_cpu_ns.is_none()).count(),
             waited_s: 0.0,
             measured_s: 0.0,
-            left_out_s: takes.iter().filter(|t| !t.kept).filter_map(|t| t.took_s).sum(),
+            // A fold from +0: an empty f64 sum is -0, written as "-0.0".
+            left_out_s: takes.iter().filter(|t| !t.kept).filter_map(|t| t.took_s).fold(0.0, |a, s| a + s),
             swamped: false,
             threshold: SAMPLE_THRESHOLD,
             max_retakes: MAX_RETAKES,

@@ -138,7 +138,7 @@ pub fn run(server: &Server, load: Load, count: Syscalls) -> Result<Run, Failure>
     let (server_cpu, load_cpu) = cpus();
     let child = server.start(server_cpu).map_err(|e| Failure::NoServer(crate::one_line(e)))?;
     // Started after the server, which keeps the mask it had.
-    let _pinned = PinnedHere::to(load_cpu);
+    let _pinned = crate::os::PinnedHere::to(load_cpu);
     let sampler = Sampler::start(load_cpu);
     sampler.watch(child.pid);
     let counter = match count {
@@ -149,32 +149,6 @@ pub fn run(server: &Server, load: Load, count: Syscalls) -> Result<Run, Failure>
         Syscalls::Not => None,
     };
     measure(child, sampler, counter, load).map_err(|e| Failure::Failed(crate::one_line(e)))
-}
-
-/// The lab's calling thread pinned to one CPU while this lives, its former
-/// CPUs given back when dropped. During a cell: the thread that waits for
-/// the load, and the perf and `timeout` it starts (a child inherits the
-/// mask), then wake on the load's CPU and leave the server's to the server.
-struct PinnedHere(Option<rustix::thread::CpuSet>);
-
-impl PinnedHere {
-    fn to(cpu: Option<usize>) -> PinnedHere {
-        let Some(cpu) = cpu else { return PinnedHere(None) };
-        let Ok(before) = rustix::thread::sched_getaffinity(None) else { return PinnedHere(None) };
-        // Unpinned, the cell still runs: these threads only share a CPU less fairly.
-        match crate::os::pin_to_cpu(cpu) {
-            Ok(()) => PinnedHere(Some(before)),
-            Err(_) => PinnedHere(None),
-        }
-    }
-}
-
-impl Drop for PinnedHere {
-    fn drop(&mut self) {
-        if let Some(before) = &self.0 {
-            let _ = rustix::thread::sched_setaffinity(None, before);
-        }
-    }
 }
 
 /// Runs the load against `child`, watched by `sampler` (and `counter`).

@@ -384,11 +384,12 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
                 if kept {
                     break;
                 }
-                // With no wait left, a take that began with the CPUs apart
-                // would be taken again in the same spell (10-40 s under
-                // load): the round is lost either way, the retakes' time
-                // need not be.
-                if before.is_some_and(|p| p.apart()) && self.waited >= PLACEMENT_WAIT_TOTAL {
+                // With no wait left, a take that began and ended with the
+                // CPUs apart would be taken again in the same spell (10-40 s
+                // under load): the round is lost either way, the retakes'
+                // time need not be. One that ended close is taken again.
+                let in_a_spell = before.is_some_and(|p| p.apart()) && after.is_some_and(|p| p.apart());
+                if in_a_spell && self.waited >= PLACEMENT_WAIT_TOTAL {
                     break;
                 }
                 again = if busy { " (again: the machine was busy)" } else { " (again: the CPUs were placed apart)" };
