@@ -317,9 +317,12 @@ impl Experiment for Pubsub {
                 Load::Fanout => "E7 pub/sub fanout: runs in which a subscriber missed or got an altered message",
                 Load::Slow => "E7 pub/sub slow: runs in which a reader missed a message or the slow one was kept",
             };
-            claims.push(Spec::iomux(what, Needed::AtMost(0.0), all, move |r: &RoundView<Arm, Run>| {
-                Some(r.samples().iter().map(|(_, run)| f64::from(u8::from(!run.clean(load)))).sum())
-            }));
+            claims.push(
+                Spec::iomux(what, Needed::AtMost(0.0), all, move |r: &RoundView<Arm, Run>| {
+                    Some(r.samples().iter().map(|(_, run)| f64::from(u8::from(!run.clean(load)))).sum())
+                })
+                .counted(),
+            );
         }
         if p.loads.contains(&Load::Slow) {
             for arm in iomux(Load::Slow) {

@@ -509,3 +509,46 @@ fn bulk_cell(flags: &[String], seconds: f64) -> CliResult<Sample> {
         ..Sample::default()
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::harness::claim::Verdict;
+    use crate::lab::harness::trial::judged_quiet;
+
+    /// A feature off by default keeps its default unless on saves 5% or
+    /// more of its figure; one on by default must win at all.
+    #[test]
+    fn a_default_off_holds_unless_on_saves_five_percent() {
+        let mut defaults = BTreeMap::new();
+        defaults.insert("buf_inc".to_string(), FeatureState { requested: true, active: true, why_not: None });
+        let params = Params {
+            seconds: 0.5,
+            rounds: Rounds { first_rounds: 1, budget_s: 0.0 },
+            conns: 100,
+            features: features(&defaults),
+            backend: BACKEND,
+            load_backend: BACKEND,
+        };
+        let specs = UringFeatures::claims(&params);
+        let arms: Vec<Arm> = specs.iter().flat_map(|s| s.arms.clone()).collect();
+        let verdicts = |send_zc_on: f64, buf_inc_off: f64| -> Vec<(String, Verdict)> {
+            let claims = judged_quiet(&specs, &arms, |a: &Arm| {
+                let figure = match (a.config.as_str(), a.workload) {
+                    ("send_zc on", Workload::Bulk) => send_zc_on,
+                    ("buf_inc off", Workload::Sink) => buf_inc_off,
+                    _ => 1.0,
+                };
+                Ok(Ok(Sample { figure, ..Sample::default() }))
+            });
+            claims.into_iter().map(|c| (c.quantity.split(' ').next().unwrap_or("").to_string(), c.verdict)).collect()
+        };
+        let of = |all: &[(String, Verdict)], name: &str| all.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
+        let close = verdicts(0.97, 1.5);
+        assert_eq!(of(&close, "send_zc"), Some(Verdict::Holds), "on saves 3%: off stays right");
+        assert_eq!(of(&close, "buf_inc"), Some(Verdict::Holds), "on by default and cheaper than off");
+        let saves = verdicts(0.9, 0.99);
+        assert_eq!(of(&saves, "send_zc"), Some(Verdict::DoesNotHold), "on saves 10%: off is the wrong default");
+        assert_eq!(of(&saves, "buf_inc"), Some(Verdict::DoesNotHold), "on by default yet dearer than off");
+    }
+}

@@ -469,6 +469,7 @@ impl Experiment for Http {
             Spec::iomux("E6 errors reported by wrk", Needed::AtMost(0.0), judged, move |r| {
                 Some(runs(r)?.iter().map(|(_, r)| r.report.errors as f64).sum())
             })
+            .counted()
         }));
         if plain && p.depths.contains(&1) && p.scenarios.contains(&Scenario::Open) {
             let arms = wrk_at(1, Scenario::Open);

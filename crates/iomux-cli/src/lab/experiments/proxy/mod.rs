@@ -351,14 +351,12 @@ impl Experiment for ProxyBench {
                 .filter(|&&proxy| runs_under(proxy, Load::Requests))
                 .map(|&proxy| at(proxy, Load::Requests))
                 .collect();
-            claims.push(Spec::iomux(
-                "E9 errors reported by wrk",
-                Needed::AtMost(0.0),
-                all,
-                move |r: &RoundView<Arm, Run>| {
+            claims.push(
+                Spec::iomux("E9 errors reported by wrk", Needed::AtMost(0.0), all, move |r: &RoundView<Arm, Run>| {
                     r.samples().iter().map(|(_, run)| run.report.as_ref().map(|w| w.errors as f64)).sum()
-                },
-            ));
+                })
+                .counted(),
+            );
         }
         if p.loads.contains(&Load::Bulk) {
             let name = "E9 bound bulk: iomux best CPU per GB / haproxy's".to_string();

@@ -333,9 +333,12 @@ impl Experiment for Resp {
         }
         // The floor answers canned replies and counts none.
         let all = every_cell(p, |a| a.server != Server::Floor);
-        claims.push(Spec::iomux("E7 error replies", Needed::AtMost(0.0), all, move |r: &RoundView<Arm, Run>| {
-            Some(r.samples().iter().map(|(_, r)| r.errors as f64).sum())
-        }));
+        claims.push(
+            Spec::iomux("E7 error replies", Needed::AtMost(0.0), all, move |r: &RoundView<Arm, Run>| {
+                Some(r.samples().iter().map(|(_, r)| r.errors as f64).sum())
+            })
+            .counted(),
+        );
         claims
     }
 

@@ -148,6 +148,9 @@ pub struct Spec<K, S> {
     /// Why the quantity may have no value although its arms were
     /// measured (the value function refuses some rounds).
     pub refused: Option<String>,
+    /// A count that others' load and the CPUs' placement do not change
+    /// (errors, messages lost): every round decides it, noisy ones too.
+    pub counted: bool,
 }
 
 /// A claim's quantity from one round's samples.
@@ -190,7 +193,16 @@ impl<K, S> Spec<K, S> {
             arms,
             value: Box::new(value),
             refused: None,
+            counted: false,
         }
+    }
+
+    /// Marks its quantity as a count that noise does not change (see
+    /// [`Spec::counted`]): a round with a busy or misplaced sample still
+    /// decides it.
+    pub fn counted(mut self) -> Spec<K, S> {
+        self.counted = true;
+        self
     }
 
     /// Says why a round's value may be refused, for the claim's reason
@@ -457,7 +469,7 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
             let view = RoundView { picked: picked.iter().filter_map(|(k, p)| Some((*k, p.as_ref()?.0))).collect() };
             let Some(v) = (spec.value)(&view).filter(|v| v.is_finite()) else { continue };
             all.push(v);
-            if quiet_round {
+            if quiet_round || spec.counted {
                 quiet.push(v);
             }
         }

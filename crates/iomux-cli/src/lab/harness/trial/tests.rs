@@ -294,6 +294,23 @@ fn rounds_refused_on_a_busy_machine_are_inconclusive_not_unmeasurable() {
 }
 
 #[test]
+fn a_count_is_decided_by_noisy_rounds_too() {
+    // Every take of the first six rounds is busy: a ratio is left short of
+    // quiet rounds, an error count is not.
+    let meter = Scripted { busy: (0..36).collect(), taken: Cell::new(0) };
+    let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::ZERO);
+    let mut measure = |_: &&str| -> Measured<f64> { Ok(Ok(0.0)) };
+    for _ in 0..MIN_ROUNDS {
+        trial.round(&["a", "b"], &mut measure).unwrap();
+    }
+    let errors = Spec::iomux("errors", Needed::AtMost(0.0), vec!["a", "b"], |v| Some(v.get(&"a")? + v.get(&"b")?));
+    assert_eq!(trial.judge(&errors).verdict, claim::Verdict::Inconclusive, "not counted: noisy rounds only");
+    let claim = trial.judge(&errors.counted());
+    assert_eq!(claim.verdict, claim::Verdict::Holds, "{}", claim.why);
+    assert_eq!(claim.estimate.map(|e| e.n), Some(MIN_ROUNDS));
+}
+
+#[test]
 fn busy_rounds_are_left_out_of_the_interval() {
     // Every take of round 0 is busy (a, then b three times).
     let meter = Scripted { busy: vec![0, 1, 2, 3, 4, 5], taken: Cell::new(0) };
