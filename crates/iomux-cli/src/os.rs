@@ -70,7 +70,7 @@ impl PinnedHere {
         let Some(cpu) = cpu else { return PinnedHere(None) };
         let Ok(before) = rustix::thread::sched_getaffinity(None) else { return PinnedHere(None) };
         // Unpinned, the cell still runs: these threads only share a CPU less fairly.
-        match crate::os::pin_to_cpu(cpu) {
+        match pin_to_cpu(cpu) {
             Ok(()) => PinnedHere(Some(before)),
             Err(_) => PinnedHere(None),
         }

@@ -1981,6 +1981,15 @@ fn a_pin_made_for_a_lone_loop_ends_with_run(backend: Backend) {
     }
     let first = (0..CpuSet::MAX_CPU).find(|&c| before.is_set(c)).expect("a CPU in a non-empty set");
     let caller = thread::current().id();
+    let pin_to_first = move || {
+        let mut one = CpuSet::new();
+        one.set(first);
+        sched_setaffinity(None, &one).expect("pinned to one CPU");
+    };
+    let given_back = |when: &str| {
+        let after = sched_getaffinity(None).expect("this thread's CPUs");
+        assert!(after == before, "{backend}: {when} the thread is on {} CPUs, not {}", after.count(), before.count());
+    };
     let in_loop = Arc::new(AtomicUsize::new(usize::MAX));
     let started = Instant::now();
     let seen = in_loop.clone();
@@ -1988,37 +1997,21 @@ fn a_pin_made_for_a_lone_loop_ends_with_run(backend: Backend) {
         .unwrap()
         .run(move |_| {
             assert_eq!(thread::current().id(), caller, "{backend}: a lone loop runs on the calling thread");
-            let mut one = CpuSet::new();
-            one.set(first);
-            sched_setaffinity(None, &one).expect("pinned to one CPU");
+            pin_to_first();
             CountsCpus(seen.clone())
         })
         .unwrap_or_else(|e| panic!("{backend}: {e}"));
     assert!(started.elapsed() < LIMIT, "{backend}: a loop with nothing to do took {:?}", started.elapsed());
     assert_eq!(finished.handlers.len(), 1);
     assert_eq!(in_loop.load(SeqCst), 1, "{backend}: the pin did not hold in the loop");
-    let after = sched_getaffinity(None).expect("this thread's CPUs");
-    assert!(
-        after == before,
-        "{backend}: run returned with the thread on {} CPUs, not {}",
-        after.count(),
-        before.count()
-    );
+    given_back("after run returned");
     // The same when `make_handler` panics after pinning.
     let panicked = Runtime::new(config(backend).build().unwrap(), 1).unwrap().run(move |_| -> CountsCpus {
-        let mut one = CpuSet::new();
-        one.set(first);
-        sched_setaffinity(None, &one).expect("pinned to one CPU");
+        pin_to_first();
         panic!("make_handler fails after pinning (this test's own panic)")
     });
     assert!(matches!(panicked, Err(iomux::Error::LoopPanicked)), "{backend}: {:?}", panicked.err());
-    let after = sched_getaffinity(None).expect("this thread's CPUs");
-    assert!(
-        after == before,
-        "{backend}: after a panic the thread is on {} CPUs, not {}",
-        after.count(),
-        before.count()
-    );
+    given_back("after a panic");
 }
 
 /// `Runtime::run_local` serves with a handler that is not `Send`.
