@@ -55,6 +55,9 @@ pub fn execute<E: Shown>(args: &E::Args, settings: &Settings) -> CliResult<Outco
     let mut trial = Trial::new(&settings.noise, E::ENTRY.name, std::time::Duration::from_secs_f64(rounds.budget_s));
     trial.count_network_as_own(&network_is_own, E::network_is_own);
     trial.placement_free(E::placement_free);
+    if rounds.as_needed {
+        trial.budget_as_needed();
+    }
     let mut measure = E::rig(&params, &mut trial, settings)?;
     for round in 0..rounds.first_rounds {
         let arms = E::first_arms(&params, round, &trial);

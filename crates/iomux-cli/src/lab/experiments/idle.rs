@@ -423,7 +423,7 @@ pub fn fixture(seconds: &[(Backend, usize, f64)], rounds: usize) -> Envelope<Par
         active: ACTIVE,
         round_trips: ROUND_TRIPS,
         msg_size: 100,
-        rounds: Rounds { first_rounds: rounds, budget_s: 0.0 },
+        rounds: Rounds::fixed(rounds, 0.0),
         load_backend: cell::LOAD_BACKEND,
         net: lan::NetworkFlag::default().plan(false).unwrap(),
     };

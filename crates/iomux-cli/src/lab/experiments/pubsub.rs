@@ -438,7 +438,7 @@ mod tests {
             redis: None,
             missing: vec![],
             seconds: 1.0,
-            rounds: Rounds { first_rounds: 1, budget_s: 0.0 },
+            rounds: Rounds::fixed(1, 0.0),
             bound_share: 0.5,
         };
         let cells = every_cell(&p);

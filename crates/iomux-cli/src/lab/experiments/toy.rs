@@ -62,7 +62,7 @@ impl Experiment for Toy {
     }
 
     fn rounds(_: &Params) -> Rounds {
-        Rounds { first_rounds: 1, budget_s: 2.0 }
+        Rounds::fixed(1, 2.0)
     }
 
     fn claims(p: &Params) -> Vec<Spec<Arm, Sample>> {

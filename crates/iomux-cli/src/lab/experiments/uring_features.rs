@@ -524,7 +524,7 @@ mod tests {
         defaults.insert("buf_inc".to_string(), FeatureState { requested: true, active: true, why_not: None });
         let params = Params {
             seconds: 0.5,
-            rounds: Rounds { first_rounds: 1, budget_s: 0.0 },
+            rounds: Rounds::fixed(1, 0.0),
             conns: 100,
             features: features(&defaults),
             backend: BACKEND,

@@ -170,7 +170,7 @@ mod tests {
     fn the_help_shows_the_experiments_defaults() {
         let help = <Cli as clap::CommandFactory>::command().render_help().to_string();
         assert!(help.contains("[default: 2; --full: 7]"), "{help}");
-        assert!(help.contains("[default: 20; --full: 60]"), "{help}");
+        assert!(help.contains("[default: 20; --full: 60, or as long as the first rounds took"), "{help}");
         assert!(help.contains("[default: epoll, uring; --full: all six]"), "{help}");
     }
 
@@ -178,13 +178,18 @@ mod tests {
     fn flags_override_the_defaults_and_repeats_are_refused() {
         let quick = Settings::for_test(std::env::temp_dir());
         let cli = Cli::parse_from(["t"]);
-        assert_eq!(cli.rounds.rounds(&quick).unwrap(), Rounds { first_rounds: 2, budget_s: 20.0 });
+        assert_eq!(cli.rounds.rounds(&quick).unwrap(), Rounds::fixed(2, 20.0));
         assert_eq!(cli.backends.chosen(false).unwrap(), [Backend::Epoll, Backend::Uring]);
         let cli = Cli::parse_from(["t", "--reps", "4", "--budget", "0", "--backends", "poll,select"]);
-        assert_eq!(cli.rounds.rounds(&quick).unwrap(), Rounds { first_rounds: 4, budget_s: 0.0 });
+        assert_eq!(cli.rounds.rounds(&quick).unwrap(), Rounds::fixed(4, 0.0));
         assert_eq!(cli.backends.chosen(false).unwrap(), [Backend::Poll, Backend::Select]);
         let cli = Cli::parse_from(["t", "--backends", "poll,poll"]);
         assert!(cli.backends.chosen(false).is_err());
         assert!(Cli::try_parse_from(["t", "--budget", "-1"]).is_err());
+        // --full without --budget: as the undecided claims need.
+        let full = Settings { full: true, ..Settings::for_test(std::env::temp_dir()) };
+        let as_needed = Rounds { as_needed: true, ..Rounds::fixed(7, 60.0) };
+        assert_eq!(Cli::parse_from(["t"]).rounds.rounds(&full).unwrap(), as_needed);
+        assert_eq!(Cli::parse_from(["t", "--budget", "5"]).rounds.rounds(&full).unwrap(), Rounds::fixed(7, 5.0));
     }
 }

@@ -112,6 +112,10 @@ impl<S: std::fmt::Display, L: std::fmt::Display> std::fmt::Display for ServerUnd
 pub struct Rounds {
     pub first_rounds: usize,
     pub budget_s: f64,
+    /// `--full` without `--budget`: the budget grows to what the first
+    /// rounds took to measure ([`trial::Trial::budget_as_needed`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub as_needed: bool,
 }
 
 impl Rounds {
@@ -128,7 +132,16 @@ impl Rounds {
         if first_rounds == 0 {
             bail!("--reps must be at least 1");
         }
-        Ok(Rounds { first_rounds, budget_s: budget.unwrap_or_else(|| default_budget(budget_full_s, settings)) })
+        Ok(Rounds {
+            first_rounds,
+            budget_s: budget.unwrap_or_else(|| default_budget(budget_full_s, settings)),
+            as_needed: budget.is_none() && settings.full,
+        })
+    }
+
+    /// `first_rounds`, then rounds for undecided claims within `budget_s`.
+    pub const fn fixed(first_rounds: usize, budget_s: f64) -> Rounds {
+        Rounds { first_rounds, budget_s, as_needed: false }
     }
 }
 
@@ -151,7 +164,8 @@ pub fn default_budget(full_s: f64, settings: &crate::lab::Settings) -> f64 {
 pub fn budget_help(default_s: f64, extra: &str) -> String {
     format!(
         "Seconds for rounds beyond the six a 95% interval needs, while a claim is undecided (its interval straddles \
-         its threshold); 0: the first rounds alone [default: {}; --full: {default_s}{extra}]",
+         its threshold) and rounds a run can afford would decide it; 0: the first rounds alone [default: {}; --full: \
+         {default_s}, or as long as the first rounds took to measure if longer{extra}]",
         default_s / QUICK_BUDGET_DIVISOR
     )
 }

@@ -59,7 +59,7 @@ impl RoundDefaults for Defaults {
 
 /// The rounds of results written before `--reps` and `--budget` existed.
 fn rounds_before_flags() -> Rounds {
-    Rounds { first_rounds: 1, budget_s: 1.0 }
+    Rounds::fixed(1, 1.0)
 }
 
 #[derive(clap::Args, Debug, Default)]

@@ -34,7 +34,7 @@ fn judged_with(servers: Vec<Server>, workloads: Vec<Workload>, value: impl Fn(&A
         clients: vec![(Client::Wrk, "wrk".into()), (Client::H2load, "h2load".into())],
         missing: vec![],
         conns: CONNS,
-        rounds: Rounds { first_rounds: 6, budget_s: 0.0 },
+        rounds: Rounds::fixed(6, 0.0),
         seconds: 1,
         pinned: None,
         saturated_at: SATURATED,

@@ -459,7 +459,7 @@ mod tests {
         let params = Params {
             servers: servers.to_vec(),
             scenarios: scenarios.to_vec(),
-            rounds: Rounds { first_rounds: 6, budget_s: 0.0 },
+            rounds: Rounds::fixed(6, 0.0),
             seconds: 1.0,
             perf_seconds: None,
             open_rate: OPEN_RATE,

@@ -450,7 +450,7 @@ mod tests {
             bulk_mib: 16,
             many: 100,
             many_limited: None,
-            rounds: Rounds { first_rounds: 6, budget_s: 0.0 },
+            rounds: Rounds::fixed(6, 0.0),
             pinned: None,
             bound_share: BOUND_SHARE,
             saturated_at: SATURATED,

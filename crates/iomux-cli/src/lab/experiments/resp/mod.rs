@@ -402,7 +402,7 @@ mod tests {
             notes: vec![],
             conns: CONNS,
             requests: 1000,
-            rounds: Rounds { first_rounds: 6, budget_s: 0.0 },
+            rounds: Rounds::fixed(6, 0.0),
             pinned: None,
             bound_share: BOUND_SHARE,
             saturated_at: SATURATED,

@@ -184,7 +184,7 @@ mod tests {
             fds: vec![1, 100],
             not_possible: Vec::new(),
             seconds_per_run: 0.1,
-            rounds: Rounds { first_rounds: 6, budget_s: 0.0 },
+            rounds: Rounds::fixed(6, 0.0),
             timeout: 0,
             book: Vec::new(),
         };

@@ -34,6 +34,13 @@ pub const MIN_ROUNDS: usize = 6;
 /// wrongly) and the last, 40, bounds an experiment's rounds.
 pub const LOOKS: [usize; 6] = [MIN_ROUNDS, 9, 13, 19, 28, MAX_ROUNDS];
 
+/// With `--full` and no `--budget` ([`Trial::budget_as_needed`]), the rounds
+/// added for undecided claims may take this many times what the first
+/// rounds took to measure: a budget in seconds fits quick takes, but at
+/// full size (5-10 s a take) one look's rounds cost more than it, and a
+/// full run left claims inconclusive that said 7 more rounds would decide them.
+pub const AS_NEEDED_GROWTH: f64 = 1.0;
+
 /// Rounds run whatever the budget: enough for MIN_ROUNDS quiet ones with a
 /// few noisy ones made up.
 pub const FREE_ROUNDS: usize = MIN_ROUNDS + MIN_ROUNDS / 2;
@@ -241,6 +248,8 @@ pub struct Trial<'a, K, S> {
     pub unmeasurable: Unmeasurable<K>,
     rounds: usize,
     budget: Duration,
+    /// The budget grows to [`AS_NEEDED_GROWTH`] times the first rounds' time.
+    as_needed: bool,
     progress: Progress,
     /// Arms with the same key run one after another within a round.
     group: Option<fn(&K) -> u64>,
@@ -266,6 +275,7 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
             unmeasurable: Vec::new(),
             rounds: 0,
             budget,
+            as_needed: false,
             progress: Progress::new(name, 0),
             group: None,
             placement_free: |_| false,
@@ -273,6 +283,14 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
             waited: Duration::ZERO,
             busy_takes: 0,
         }
+    }
+
+    /// Lets the rounds added for undecided claims take up to
+    /// [`AS_NEEDED_GROWTH`] times what the first rounds (those run
+    /// whatever the budget included) took to measure, when that is more
+    /// than the budget: `--full` without `--budget`.
+    pub fn budget_as_needed(&mut self) {
+        self.as_needed = true;
     }
 
     /// Keeps the arms of one `key` together within each round (their
@@ -499,6 +517,21 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
             || Estimate::of(&quiet).is_some_and(|e| quiet.len() >= MIN_ROUNDS && spec.needed.decide(&e).is_some())
     }
 
+    /// Whether rounds a run can add may decide `spec`: not once decided,
+    /// nor when at its spread it would need more than [`MAX_ROUNDS`] (it
+    /// sits at its threshold), so that its arms do not spend the budget
+    /// that claims a few rounds would decide need.
+    fn rounds_may_decide(&self, spec: &Spec<K, S>) -> bool {
+        if self.decided(spec) {
+            return false;
+        }
+        match self.judge(spec).undecided {
+            Some(claim::Undecided::AtThreshold { .. }) => false,
+            Some(claim::Undecided::MoreRounds { rounds }) => rounds <= MAX_ROUNDS,
+            _ => true,
+        }
+    }
+
     /// Adds rounds of the arms that undecided claims rest on, until every
     /// claim is decided, or the budget or [`MAX_ROUNDS`] is spent. Claims
     /// are looked at only at the round counts in [`LOOKS`], not after every
@@ -508,6 +541,7 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
     /// (noisy ones made up, up to [`FREE_ROUNDS`] rounds in all); then a
     /// look whose rounds would likely end past the budget is not begun, and
     /// a begun one is finished, so no round is run that no look reads.
+    /// A claim that more rounds than [`MAX_ROUNDS`] would decide adds none.
     pub fn until_decided(&mut self, specs: &[Spec<K, S>], measure: &mut dyn FnMut(&K) -> Measured<S>) -> CliResult<()> {
         // Time of the rounds the looks add: the budget's.
         let mut spent = Duration::ZERO;
@@ -526,7 +560,11 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
             let took = self.timed_round(&short, measure)?;
             per_take = took / short.len() as u32;
         }
-        pending.retain(|&i| !self.decided(&specs[i]));
+        pending.retain(|&i| self.rounds_may_decide(&specs[i]));
+        if self.as_needed {
+            let first: f64 = self.takes.iter().filter_map(|t| t.took_s).sum();
+            self.budget = self.budget.max(Duration::from_secs_f64(first * AS_NEEDED_GROWTH));
+        }
         let looks: Vec<usize> = LOOKS.iter().copied().filter(|&l| l > self.rounds).collect();
         for look in looks {
             if pending.is_empty() || self.swamped() {
@@ -548,7 +586,7 @@ impl<'a, K: Clone + PartialEq + std::fmt::Display, S> Trial<'a, K, S> {
                 per_take = took / arms.len() as u32;
                 spent += took;
             }
-            pending.retain(|&i| !self.decided(&specs[i]));
+            pending.retain(|&i| self.rounds_may_decide(&specs[i]));
         }
         Ok(())
     }

@@ -221,26 +221,63 @@ fn rounds_are_added_until_the_interval_decides() {
     assert_eq!(claim.verdict, claim::Verdict::Holds, "{}", claim.why);
 }
 
+/// Measures `a` at 1 and `b` at `high` and `low` in turn, each take
+/// sleeping `ms`: a ratio b / a that no number of rounds decides against a
+/// threshold between the two, though its median may seem to say otherwise.
+fn swinging(high: f64, low: f64, ms: u64) -> impl FnMut(&&str) -> Measured<f64> {
+    let mut b_taken = 0u32;
+    move |k: &&str| -> Measured<f64> {
+        std::thread::sleep(Duration::from_millis(ms));
+        if *k == "a" {
+            return Ok(Ok(1.0));
+        }
+        b_taken += 1;
+        Ok(Ok(if b_taken.is_multiple_of(2) { high } else { low }))
+    }
+}
+
 #[test]
 fn the_budget_bounds_an_undecidable_claim() {
     let meter = Scripted { busy: vec![], taken: Cell::new(0) };
     let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_millis(30));
-    let b_taken = Cell::new(0u32);
-    // The ratio swings around the threshold for ever.
-    let mut measure = |k: &&str| -> Measured<f64> {
-        std::thread::sleep(Duration::from_millis(2));
-        if *k == "a" {
-            return Ok(Ok(1.0));
-        }
-        b_taken.set(b_taken.get() + 1);
-        Ok(Ok(if b_taken.get().is_multiple_of(2) { 1.2 } else { 0.8 }))
-    };
+    // Median 1.1, interval [0.9, 1.3]: "about 24 rounds would decide it".
+    let mut measure = swinging(1.3, 0.9, 2);
     let specs = [ratio_spec(Needed::AtLeast(1.0))];
     trial.until_decided(&specs, &mut measure).unwrap();
     assert!(trial.rounds() < MAX_ROUNDS, "stopped by the 30 ms budget after {} rounds", trial.rounds());
     assert!(trial.rounds() >= MIN_ROUNDS, "the six rounds an interval needs are not the budget's to refuse");
     assert!(LOOKS.contains(&trial.rounds()), "{} rounds: every round run is read by a look", trial.rounds());
     assert_eq!(trial.judge(&specs[0]).verdict, claim::Verdict::Inconclusive);
+}
+
+#[test]
+fn a_claim_at_its_threshold_adds_no_rounds() {
+    let meter = Scripted { busy: vec![], taken: Cell::new(0) };
+    let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
+    // Median 1.01 in [0.81, 1.21]: thousands of rounds would be needed.
+    let mut measure = swinging(1.21, 0.81, 0);
+    let specs = [ratio_spec(Needed::AtLeast(1.0))];
+    trial.until_decided(&specs, &mut measure).unwrap();
+    assert_eq!(trial.rounds(), MIN_ROUNDS, "a minute's budget is not spent on it");
+    let claim = trial.judge(&specs[0]);
+    assert!(matches!(claim.undecided, Some(claim::Undecided::AtThreshold { .. })), "{}", claim.why);
+}
+
+#[test]
+fn a_budget_as_needed_grows_to_the_first_rounds_time() {
+    // Median 1.1 in [0.9, 1.3]: about 24 rounds "would decide it" (none
+    // will); its first six rounds take 60 ms, the next look's three 30 ms.
+    let specs = [ratio_spec(Needed::AtLeast(1.0))];
+    let meter = Scripted { busy: vec![], taken: Cell::new(0) };
+    let mut fixed: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_millis(1));
+    fixed.until_decided(&specs, &mut swinging(1.3, 0.9, 5)).unwrap();
+    assert_eq!(fixed.rounds(), MIN_ROUNDS, "1 ms buys no look");
+    let mut grown: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_millis(1));
+    grown.budget_as_needed();
+    grown.until_decided(&specs, &mut swinging(1.3, 0.9, 5)).unwrap();
+    assert!(grown.rounds() > MIN_ROUNDS, "the first rounds' 60 ms buy the look at 9");
+    // The looks to 40 would take 340 ms more.
+    assert!(grown.rounds() < MAX_ROUNDS && LOOKS.contains(&grown.rounds()), "{} rounds", grown.rounds());
 }
 
 #[test]
