@@ -31,7 +31,7 @@ pub struct Defaults;
 impl RoundDefaults for Defaults {
     const REPS: (usize, usize) = (1, 3);
     const BUDGET_S: f64 = 30.0;
-    const BUDGET_NOTE: &'static str = "; at full size: 0";
+    const BUDGET_NOTE: &'static str = "; but 0 at the full size of a million connections, --full without --conns";
     const REPS_NOTE: &'static str = "; at full size: 1";
 }
 

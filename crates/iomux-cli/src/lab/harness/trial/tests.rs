@@ -221,33 +221,39 @@ fn rounds_are_added_until_the_interval_decides() {
     assert_eq!(claim.verdict, claim::Verdict::Holds, "{}", claim.why);
 }
 
-/// Measures `a` at 1 and `b` at `high` and `low` in turn, each take
-/// sleeping `ms`: a ratio b / a that no number of rounds decides against a
-/// threshold between the two, though its median may seem to say otherwise.
-fn swinging(high: f64, low: f64, ms: u64) -> impl FnMut(&&str) -> Measured<f64> {
-    let mut b_taken = 0u32;
+/// Measures `a` at 1 and `b` at each of `b_values` in turn, each take
+/// sleeping `ms`.
+fn cycling(b_values: &'static [f64], ms: u64) -> impl FnMut(&&str) -> Measured<f64> {
+    let mut b_taken = 0;
     move |k: &&str| -> Measured<f64> {
         std::thread::sleep(Duration::from_millis(ms));
         if *k == "a" {
             return Ok(Ok(1.0));
         }
         b_taken += 1;
-        Ok(Ok(if b_taken.is_multiple_of(2) { high } else { low }))
+        Ok(Ok(b_values[(b_taken - 1) % b_values.len()]))
     }
 }
 
+/// b / a three rounds in four at 1.3, one at 0.9: against at least 1, its
+/// interval's low end leaves 0.9 at 19 rounds, the look a budget must buy.
+const LATE: &[f64] = &[1.3, 1.3, 1.3, 0.9];
+
 #[test]
-fn the_budget_bounds_an_undecidable_claim() {
-    let meter = Scripted { busy: vec![], taken: Cell::new(0) };
-    let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_millis(30));
-    // Median 1.1, interval [0.9, 1.3]: "about 24 rounds would decide it".
-    let mut measure = swinging(1.3, 0.9, 2);
+fn the_budget_bounds_the_rounds_a_claim_gets() {
     let specs = [ratio_spec(Needed::AtLeast(1.0))];
-    trial.until_decided(&specs, &mut measure).unwrap();
-    assert!(trial.rounds() < MAX_ROUNDS, "stopped by the 30 ms budget after {} rounds", trial.rounds());
-    assert!(trial.rounds() >= MIN_ROUNDS, "the six rounds an interval needs are not the budget's to refuse");
-    assert!(LOOKS.contains(&trial.rounds()), "{} rounds: every round run is read by a look", trial.rounds());
-    assert_eq!(trial.judge(&specs[0]).verdict, claim::Verdict::Inconclusive);
+    let meter = Scripted { busy: vec![], taken: Cell::new(0) };
+    // Takes of 2 ms: the looks at 9 and 13 cost 12 and 16 ms, at 19 24.
+    let mut short: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_millis(30));
+    short.until_decided(&specs, &mut cycling(LATE, 2)).unwrap();
+    assert!(short.rounds() >= MIN_ROUNDS, "the six rounds an interval needs are not the budget's to refuse");
+    assert!([9, 13].contains(&short.rounds()), "{} rounds: every round run is read by a look", short.rounds());
+    let claim = short.judge(&specs[0]);
+    assert!(matches!(claim.undecided, Some(claim::Undecided::MoreRounds { .. })), "{}", claim.why);
+    let mut long: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
+    long.until_decided(&specs, &mut cycling(LATE, 2)).unwrap();
+    assert_eq!(long.rounds(), 19, "a minute buys the look that decides");
+    assert_eq!(long.judge(&specs[0]).verdict, claim::Verdict::Holds);
 }
 
 #[test]
@@ -255,29 +261,48 @@ fn a_claim_at_its_threshold_adds_no_rounds() {
     let meter = Scripted { busy: vec![], taken: Cell::new(0) };
     let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
     // Median 1.01 in [0.81, 1.21]: thousands of rounds would be needed.
-    let mut measure = swinging(1.21, 0.81, 0);
     let specs = [ratio_spec(Needed::AtLeast(1.0))];
-    trial.until_decided(&specs, &mut measure).unwrap();
+    trial.until_decided(&specs, &mut cycling(&[0.81, 1.21], 0)).unwrap();
     assert_eq!(trial.rounds(), MIN_ROUNDS, "a minute's budget is not spent on it");
     let claim = trial.judge(&specs[0]);
     assert!(matches!(claim.undecided, Some(claim::Undecided::AtThreshold { .. })), "{}", claim.why);
 }
 
 #[test]
+fn a_count_on_its_threshold_gets_the_rounds_that_decide_it() {
+    // Errors in one round of six: median 0 on the threshold, interval [0, 3].
+    let meter = Scripted { busy: vec![], taken: Cell::new(0) };
+    let mut trial: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_secs(60));
+    let errors = Spec::iomux("errors", Needed::AtMost(0.0), vec!["a", "b"], |v| v.get(&"b").copied()).counted();
+    let specs = [errors];
+    trial.until_decided(&specs, &mut cycling(&[0.0, 0.0, 0.0, 0.0, 0.0, 3.0], 0)).unwrap();
+    assert_eq!(trial.rounds(), 9, "at 9 rounds the interval's top is the second largest, 0");
+    assert_eq!(trial.judge(&specs[0]).verdict, claim::Verdict::Holds);
+}
+
+#[test]
 fn a_budget_as_needed_grows_to_the_first_rounds_time() {
-    // Median 1.1 in [0.9, 1.3]: about 24 rounds "would decide it" (none
-    // will); its first six rounds take 60 ms, the next look's three 30 ms.
     let specs = [ratio_spec(Needed::AtLeast(1.0))];
+    // The first rounds' takes (12, before any look) 10 ms each, later ones
+    // 2 ms: 120 ms grown, and the look at 9, guessed from the last first
+    // round, 60 ms.
+    let slow_first = || {
+        let (mut inner, mut takes) = (cycling(LATE, 0), 0);
+        move |k: &&str| {
+            takes += 1;
+            std::thread::sleep(Duration::from_millis(if takes <= 12 { 10 } else { 2 }));
+            inner(k)
+        }
+    };
     let meter = Scripted { busy: vec![], taken: Cell::new(0) };
     let mut fixed: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_millis(1));
-    fixed.until_decided(&specs, &mut swinging(1.3, 0.9, 5)).unwrap();
+    fixed.until_decided(&specs, &mut slow_first()).unwrap();
     assert_eq!(fixed.rounds(), MIN_ROUNDS, "1 ms buys no look");
     let mut grown: Trial<&str, f64> = Trial::new(&meter, "t", Duration::from_millis(1));
     grown.budget_as_needed();
-    grown.until_decided(&specs, &mut swinging(1.3, 0.9, 5)).unwrap();
-    assert!(grown.rounds() > MIN_ROUNDS, "the first rounds' 60 ms buy the look at 9");
-    // The looks to 40 would take 340 ms more.
-    assert!(grown.rounds() < MAX_ROUNDS && LOOKS.contains(&grown.rounds()), "{} rounds", grown.rounds());
+    grown.until_decided(&specs, &mut slow_first()).unwrap();
+    assert!(grown.rounds() > MIN_ROUNDS, "the first rounds' 120 ms buy the look at 9");
+    assert!(LOOKS.contains(&grown.rounds()), "{} rounds", grown.rounds());
 }
 
 #[test]
