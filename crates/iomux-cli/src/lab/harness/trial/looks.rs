@@ -68,14 +68,13 @@ impl<K: Clone + PartialEq + std::fmt::Display, S> Trial<'_, K, S> {
             let took = self.timed_round(&short, measure)?;
             per_take = took / short.len() as u32;
         }
-        let measured: Vec<f64> = self.takes.iter().filter_map(|t| t.took_s).collect();
+        let (timed, measured_s) = self.takes.iter().filter_map(|t| t.took_s).fold((0, 0.0), |(n, s), t| (n + 1, s + t));
         if self.as_needed && !self.budget.is_zero() {
-            let first = Duration::from_secs_f64(measured.iter().sum::<f64>() * AS_NEEDED_GROWTH);
-            self.budget = self.budget.max(first);
+            self.budget = self.budget.max(Duration::from_secs_f64(measured_s * AS_NEEDED_GROWTH));
         }
         // No round above (the first rounds sufficed): a take's mean time.
-        if per_take.is_zero() && !measured.is_empty() {
-            per_take = Duration::from_secs_f64(measured.iter().sum::<f64>() / measured.len() as f64);
+        if per_take.is_zero() && timed > 0 {
+            per_take = Duration::from_secs_f64(measured_s / f64::from(timed));
         }
         let looks: Vec<usize> = LOOKS.iter().copied().filter(|&l| l > self.rounds).collect();
         for look in looks {
