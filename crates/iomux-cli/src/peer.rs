@@ -12,7 +12,8 @@ use std::process::ExitCode;
 #[derive(clap::Args, Debug)]
 pub struct PeerArgs {
     /// tokio, monoio-uring, monoio-legacy, compio or c-epoll (echo),
-    /// c-resp-floor (canned RESP replies: E7's floor), c-pubsub-floor
+    /// c-resp-floor (canned RESP replies: E7's floor), c-http-floor
+    /// (canned HTTP responses: E6's floor), c-pubsub-floor
     /// (E7 pub/sub's fan-out floor), or c-relay-floor
     /// and uring-relay-floor (recv and send to --upstream alone, on epoll
     /// and on io_uring: E9's floors).

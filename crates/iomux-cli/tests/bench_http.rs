@@ -50,6 +50,14 @@ fn a_tiny_run_measures_iomux_and_nginx_with_both_clients() {
             }
         }
     }
+    // The C floor runs by wrk at depth 1 alone, and answers every request.
+    let floor: Vec<&&serde_json::Value> = takes.iter().filter(|t| t["arm"]["server"] == "floor").collect();
+    assert!(!floor.is_empty(), "the C floor did not run");
+    for t in floor {
+        assert!(t["arm"]["client"] == "wrk" && t["arm"]["depth"] == 1, "{t}");
+        assert_eq!(t["value"]["report"]["errors"], 0, "{t}");
+        assert!(t["value"]["report"]["requests_per_sec"].as_f64().unwrap() > 1000.0, "{t}");
+    }
     let pipelined = takes
         .iter()
         .find(|t| t["arm"]["server"] == "iomux-epoll" && t["arm"]["depth"] == 16 && t["arm"]["client"] == "wrk")
@@ -64,7 +72,7 @@ fn a_tiny_run_measures_iomux_and_nginx_with_both_clients() {
         cells.sort();
         cells.dedup();
         // The bound scenario judges depth 1 alone.
-        assert_eq!(cells.len(), 2, "iomux and nginx by wrk at depth 1: {cells:?}");
+        assert_eq!(cells.len(), 3, "iomux, nginx and the C floor by wrk at depth 1: {cells:?}");
         assert!(bound.iter().all(|t| t["arm"]["depth"] == 1), "{bound:?}");
         assert!(bound.iter().all(|t| t["arm"]["client"] == "wrk" && t["value"]["throttled_periods"].is_u64()));
     }
@@ -92,7 +100,10 @@ fn a_tiny_run_measures_iomux_and_nginx_with_both_clients() {
         }
     }
     let claims = json["claims"].as_array().unwrap();
-    let plain_claims = if bound.is_empty() { 4 } else { 5 };
+    // Open: depth 1 and 16, errors, CPU per request against iomux and the
+    // floor; bound: against nginx, the floor against nginx, iomux-epoll
+    // against the floor.
+    let plain_claims = if bound.is_empty() { 5 } else { 8 };
     let tls_claims = if bound.is_empty() { 1 } else { 3 };
     assert_eq!(claims.len(), plain_claims + tls_claims, "{claims:?}");
     let errors = claims.iter().find(|c| c["quantity"] == "E6 errors reported by wrk").unwrap();

@@ -26,8 +26,8 @@ fn a_tiny_run_measures_iomux_and_redis_in_both_scenarios() {
     let mut arms: Vec<String> = takes.iter().map(|t| t["arm"].to_string()).collect();
     arms.sort();
     arms.dedup();
-    // (servers x tests x depths, and the floor at -P 1 for each test) x scenarios
-    let cells = (3 * 2 * 2 + 2) * if quota { 2 } else { 1 };
+    // (servers and the floor) x tests x depths x scenarios
+    let cells = 4 * 2 * 2 * if quota { 2 } else { 1 };
     assert_eq!(arms.len(), cells, "every cell: {arms:?}");
     for t in takes {
         let v = &t["value"];
@@ -38,12 +38,12 @@ fn a_tiny_run_measures_iomux_and_redis_in_both_scenarios() {
         assert_eq!(v["throttled_periods"].is_u64(), t["arm"]["scenario"] == "bound", "{t}");
     }
     let claims = json["claims"].as_array().unwrap();
-    // Bound GET at -P 1 and 16 (SET not run), at -P 1 the floor over
-    // redis and iomux-epoll over the floor, and the error replies.
-    assert_eq!(claims.len(), if quota { 5 } else { 1 }, "{claims:?}");
+    // Bound GET at -P 1 and 16 (SET not run), at each the floor over
+    // redis, at -P 1 iomux-epoll over the floor, and the error replies.
+    assert_eq!(claims.len(), if quota { 6 } else { 1 }, "{claims:?}");
     let md = std::fs::read_to_string(out.join("resp.md")).unwrap();
     assert!(md.contains("GET -P 16, open") && md.contains("| redis "), "{md}");
-    assert!(md.contains("| floor "), "the floor's row at -P 1: {md}");
+    assert!(md.contains("| floor "), "the floor's rows: {md}");
     assert!(std::fs::read_to_string(out.join("resp.svg")).unwrap().starts_with("<svg"));
     std::fs::remove_dir_all(&out).ok();
 }

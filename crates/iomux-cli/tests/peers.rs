@@ -2,7 +2,8 @@
 //! process as the lab runs them: the banner, bytes echoed intact on many
 //! connections at once, a 4 MiB stream that the server cannot send back
 //! as fast as it reads it, and TCP_NODELAY on every connection it accepts.
-//! And the C floor of a RESP server (E7's): its canned replies; and the C
+//! And the C floor of a RESP server (E7's) and of an HTTP server (E6's):
+//! their canned replies, requests split across reads included; and the C
 //! floor of a relay (E9's): bytes relayed both ways, ends passed on.
 
 mod support;
@@ -205,7 +206,9 @@ fn accepted_sockets_have_nodelay(name: &str) {
 
 /// The C floor answers each whole request of a read with its canned reply,
 /// by the command's first letter, and skips the arguments by their
-/// lengths (an argument that looks like a request is not one).
+/// lengths (an argument that looks like a request is not one). A request
+/// split across reads, as a pipelined batch can be, is answered once
+/// whole; one that is not RESP closes its connection, not the server.
 #[test]
 fn the_resp_floor_answers_each_request_of_a_read() {
     let peer = Peer::start("c-resp-floor");
@@ -220,17 +223,75 @@ fn the_resp_floor_answers_each_request_of_a_read() {
     let mut got = vec![0; want.len()];
     s.read_exact(&mut got).expect("the four replies");
     assert_same(&got, want, "c-resp-floor");
-    // A length of 20 digits ends that request's reading, not the server.
-    s.write_all(b"*2\r\n$3\r\nGET\r\n$99999999999999999999\r\nk\r\n").expect("send");
+    // A GET cut inside its key's length, then inside its key: one reply,
+    // once the last part has come, and none before.
+    s.set_read_timeout(Some(Duration::from_millis(100))).expect("read timeout");
+    for part in [&b"*2\r\n$3\r\nGET\r\n$1"[..], b"6\r\nkey:0000"] {
+        s.write_all(part).expect("send a part");
+        let mut early = [0; 1];
+        assert!(s.read(&mut early).is_err(), "c-resp-floor replied to part of a request");
+    }
+    s.set_read_timeout(Some(TIMEOUT)).expect("read timeout");
+    s.write_all(b"00000012\r\n").expect("send the last part");
     let mut reply = [0; 9];
     s.read_exact(&mut reply).expect("GET's canned reply");
-    assert_same(&reply, b"$3\r\nxxx\r\n", "c-resp-floor, the bad length's request");
+    assert_same(&reply, b"$3\r\nxxx\r\n", "c-resp-floor, a request in three reads");
+    // A length of 20 digits is not RESP: the floor closes that connection.
+    s.write_all(b"*2\r\n$3\r\nGET\r\n$99999999999999999999\r\nk\r\n").expect("send");
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).expect("the floor closes the connection");
+    assert_same(&rest, b"", "c-resp-floor, after a request that is not RESP");
     let mut again = peer.connect();
     again.set_read_timeout(Some(TIMEOUT)).expect("read timeout");
     again.write_all(b"*1\r\n$4\r\nINCR\r\n").expect("send");
     let mut reply = [0; 4];
     again.read_exact(&mut reply).expect("a reply after the bad length");
     assert_same(&reply, b":1\r\n", "c-resp-floor, still serving");
+}
+
+/// The HTTP floor answers each request's end of head with iomux's
+/// plaintext response, as long as iomux's: pipelined ones in one read,
+/// and one whose end of head is split across reads once it is whole.
+#[test]
+fn the_http_floor_answers_each_request_once_its_head_ends() {
+    let request = b"GET /plaintext HTTP/1.1\r\nHost: x\r\n\r\n";
+    // iomux's own response, to compare the floor's with.
+    let iomux = support::Serve::start("epoll", &["--proto", "http"]);
+    let mut s = iomux.connect();
+    s.set_read_timeout(Some(TIMEOUT)).expect("read timeout");
+    s.write_all(request).expect("send to iomux");
+    let mut theirs = vec![0; 4096];
+    let n = s.read(&mut theirs).expect("iomux's response");
+    theirs.truncate(n);
+    assert!(theirs.ends_with(b"\r\n\r\nHello, World!"), "{:?}", String::from_utf8_lossy(&theirs));
+    drop(s);
+    iomux.stop();
+    let date = |r: &[u8]| r.windows(6).position(|w| w == b"Date: ").map(|at| at + 6);
+    let peer = Peer::start("c-http-floor");
+    let mut s = peer.connect();
+    s.set_read_timeout(Some(TIMEOUT)).expect("read timeout");
+    s.write_all(&request.repeat(3)).expect("send three pipelined requests");
+    let mut got = vec![0; 3 * theirs.len()];
+    s.read_exact(&mut got).expect("three responses");
+    for response in got.chunks(theirs.len()) {
+        // The same bytes but the date's, which is as long.
+        let (at, theirs_at) = (date(response), date(&theirs));
+        assert!(at.is_some() && at == theirs_at, "{:?}", String::from_utf8_lossy(response));
+        let at = at.unwrap_or(0);
+        assert_same(&response[..at], &theirs[..at], "c-http-floor's head");
+        assert_same(&response[at + 29..], &theirs[at + 29..], "c-http-floor's end");
+    }
+    // The end of head cut after "\r\n\r": one response, once "\n" comes.
+    for part in [&request[..request.len() - 1], b"\n"] {
+        s.write_all(part).expect("send a part");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut response = vec![0; theirs.len()];
+    s.read_exact(&mut response).expect("the split request's response");
+    assert_same(&response[..20], &theirs[..20], "c-http-floor, the split request");
+    s.set_read_timeout(Some(Duration::from_millis(200))).expect("read timeout");
+    let mut more = [0; 1];
+    assert!(s.read(&mut more).is_err(), "no response beyond one per request");
 }
 
 /// The relay floor passes each connection's bytes to its own upstream

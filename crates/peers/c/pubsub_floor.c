@@ -25,6 +25,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "floor.h"
+
 enum { MAX_EVENTS = 256, READ_SIZE = 256 * 1024, MAX_FDS = 1 << 16, MAX_SUBS = 4096 };
 
 enum role { NONE, SUBSCRIBER, PUBLISHER };
@@ -35,12 +37,6 @@ static char *pending[MAX_FDS];
 static size_t pending_len[MAX_FDS];
 static int subs[MAX_SUBS];
 static int nsubs;
-
-static int fail(const char **failed, const char *call) {
-    int err = errno;
-    *failed = call;
-    return -err;
-}
 
 static void drop_conn(int fd) {
     if (role[fd] == SUBSCRIBER) {
@@ -225,26 +221,15 @@ int c_pubsub_floor_serve(int ep, int listen_fd, const char **failed) {
     static char in[READ_SIZE];
     struct epoll_event events[MAX_EVENTS];
     for (;;) {
-        int n = epoll_wait(ep, events, MAX_EVENTS, -1);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return fail(failed, "epoll_wait");
-        }
+        int n = floor_wait(ep, events, MAX_EVENTS, failed);
+        if (n < 0)
+            return n;
         for (int i = 0; i < n; i++) {
             int fd = events[i].data.fd;
             if (fd == listen_fd) {
-                for (;;) {
-                    int c = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-                    if (c < 0) {
-                        if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
-                            break;
-                        return fail(failed, "accept4");
-                    }
-                    struct epoll_event ev = {.events = EPOLLIN, .data.fd = c};
-                    if (c >= MAX_FDS || epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev) < 0)
-                        close(c);
-                }
+                int r = floor_accept_all(ep, listen_fd, MAX_FDS, failed);
+                if (r < 0)
+                    return r;
                 continue;
             }
             ssize_t r = recv(fd, in, sizeof in, 0);

@@ -1,7 +1,8 @@
 //! The safe face of the C servers: c/epoll_echo.c, a plain C
-//! level-triggered epoll echo server, c/resp_floor.c, the least a RESP
-//! server can do per request, and c/relay_floor.c, the least a TCP proxy
-//! can do per message. One thread each.
+//! level-triggered epoll echo server, c/resp_floor.c and c/http_floor.c,
+//! the least a RESP or an HTTP/1.1 server can do per request, and
+//! c/relay_floor.c, the least a TCP proxy can do per message. One thread
+//! each.
 
 use std::ffi::{c_char, c_int, CStr};
 use std::io;
@@ -23,6 +24,7 @@ extern "C" {
     fn c_resp_floor_open(listen_fd: c_int, failed: *mut *const c_char) -> c_int;
     fn c_resp_floor_serve(epoll_fd: c_int, listen_fd: c_int, failed: *mut *const c_char) -> c_int;
     fn c_pubsub_floor_serve(epoll_fd: c_int, listen_fd: c_int, failed: *mut *const c_char) -> c_int;
+    fn c_http_floor_serve(epoll_fd: c_int, listen_fd: c_int, failed: *mut *const c_char) -> c_int;
     fn c_relay_floor_serve(
         epoll_fd: c_int,
         listen_fd: c_int,
@@ -42,6 +44,11 @@ pub fn serve_resp_floor(listener: TcpListener, ready: impl FnOnce() -> io::Resul
 /// c/pubsub_floor.c: the least a pub/sub server's fan-out can do.
 pub fn serve_pubsub_floor(listener: TcpListener, ready: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
     serve_c(listener, ready, c_resp_floor_open, c_pubsub_floor_serve)
+}
+
+/// c/http_floor.c: the least an HTTP/1.1 server can do per request.
+pub fn serve_http_floor(listener: TcpListener, ready: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+    serve_c(listener, ready, c_resp_floor_open, c_http_floor_serve)
 }
 
 /// The relay floor to `upstream` (IPv4: the lab's loopback).

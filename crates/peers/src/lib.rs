@@ -44,13 +44,16 @@ pub enum Peer {
     /// (c/pubsub_floor.c), which E7's pub/sub cells measure beside
     /// redis-server.
     CPubsubFloor,
+    /// Not an echo server: the least an HTTP/1.1 server can do per
+    /// request (c/http_floor.c), which E6 measures beside nginx at depth 1.
+    CHttpFloor,
 }
 
 impl Peer {
     /// The echo servers.
     pub const ALL: [Peer; 5] = [Peer::Tokio, Peer::MonoioUring, Peer::MonoioLegacy, Peer::Compio, Peer::CEpoll];
     /// Every server `iomux peer` runs: the echo servers and the floors.
-    pub const NAMED: [Peer; 9] = [
+    pub const NAMED: [Peer; 10] = [
         Peer::Tokio,
         Peer::MonoioUring,
         Peer::MonoioLegacy,
@@ -60,6 +63,7 @@ impl Peer {
         Peer::CRelayFloor,
         Peer::UringRelayFloor,
         Peer::CPubsubFloor,
+        Peer::CHttpFloor,
     ];
 
     pub fn name(self) -> &'static str {
@@ -73,6 +77,7 @@ impl Peer {
             Peer::CRelayFloor => "c-relay-floor",
             Peer::UringRelayFloor => "uring-relay-floor",
             Peer::CPubsubFloor => "c-pubsub-floor",
+            Peer::CHttpFloor => "c-http-floor",
         }
     }
 
@@ -81,7 +86,7 @@ impl Peer {
         matches!(self, Peer::CRelayFloor | Peer::UringRelayFloor)
     }
 
-    /// Serves (echo, or the RESP floor) on `listener` (bound and listening) on this thread until
+    /// Serves (echo, or a RESP, pub/sub or HTTP floor) on `listener` (bound and listening) on this thread until
     /// the process ends; returns only on an error that stops the server.
     /// Calls `ready` once the runtime is up and the listener is registered
     /// with it, just before the first accept: a
@@ -97,6 +102,7 @@ impl Peer {
             Peer::CEpoll => c_epoll::serve(listener, ready),
             Peer::CRespFloor => c_epoll::serve_resp_floor(listener, ready),
             Peer::CPubsubFloor => c_epoll::serve_pubsub_floor(listener, ready),
+            Peer::CHttpFloor => c_epoll::serve_http_floor(listener, ready),
             Peer::CRelayFloor | Peer::UringRelayFloor => Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("{self} relays to an upstream: serve_relay_floor"),
@@ -191,7 +197,7 @@ mod tests {
         assert!(e.contains("\"nginx\""), "{e}");
         assert!(
             e.contains(
-                "tokio, monoio-uring, monoio-legacy, compio, c-epoll, c-resp-floor, c-relay-floor, uring-relay-floor, c-pubsub-floor"
+                "tokio, monoio-uring, monoio-legacy, compio, c-epoll, c-resp-floor, c-relay-floor, uring-relay-floor, c-pubsub-floor, c-http-floor"
             ),
             "{e}"
         );

@@ -496,7 +496,7 @@ fn few_cell(flags: &[String], seconds: f64) -> CliResult<Sample> {
 /// A few connections echoing 256 KiB messages: server CPU per GB echoed,
 /// and its zero-copy sends (made, copied anyway).
 fn bulk_cell(flags: &[String], seconds: f64) -> CliResult<Sample> {
-    let c = cell::run_with_flags(BACKEND, "echo", 0, flags, |a| {
+    let c = cell::run_with_load_child(BACKEND, "echo", flags, |a| {
         a.conns = BULK_CONNS;
         a.msg_size = BULK_MSG;
         a.duration = Some(seconds);

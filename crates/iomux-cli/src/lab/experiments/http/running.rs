@@ -1,5 +1,5 @@
-//! A server started for one E6 cell, iomux on a backend or nginx, in
-//! plaintext or over TLS; stopped with what it counted.
+//! A server started for one E6 cell, iomux on a backend, nginx or the C
+//! floor, in plaintext or over TLS; stopped with what it counted.
 
 use super::{tls::LabTls, Server, Workload};
 use crate::lab::rig::anchors::clients::Tool;
@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 pub enum Running {
     Iomux(ServerChild),
     Nginx(Nginx),
+    Floor(ServerChild),
 }
 
 /// What a stopped server counted.
@@ -43,6 +44,11 @@ impl Running {
                 let child = ServerChild::start_with(backend, "http", cpu, None, 1, &flags).map_err(crate::one_line)?;
                 Ok(Running::Iomux(child))
             }
+            Server::Floor if lab.is_some() => Err("the C floor serves plaintext only".into()),
+            Server::Floor => {
+                let child = ServerChild::start_peer("c-http-floor", cpu).map_err(crate::one_line)?;
+                Ok(Running::Floor(child))
+            }
             Server::Nginx => {
                 let program = Tool::Nginx.find()?;
                 let tls = lab.map(|l| l.nginx(workload, conns));
@@ -54,7 +60,7 @@ impl Running {
 
     pub fn addr(&self) -> SocketAddr {
         match self {
-            Running::Iomux(child) => child.addr,
+            Running::Iomux(child) | Running::Floor(child) => child.addr,
             Running::Nginx(nginx) => nginx.addr,
         }
     }
@@ -62,7 +68,7 @@ impl Running {
     /// Every process of the server.
     pub fn pids(&self) -> Vec<u32> {
         match self {
-            Running::Iomux(child) => vec![child.pid],
+            Running::Iomux(child) | Running::Floor(child) => vec![child.pid],
             Running::Nginx(nginx) => nginx.pids(),
         }
     }
@@ -74,6 +80,10 @@ impl Running {
                 let handshakes =
                     stats.tls.map(|t| Handshakes { full: t.full_handshakes, resumed: t.resumed_handshakes });
                 Ok(Stopped { stats: Some(stats), handshakes })
+            }
+            Running::Floor(child) => {
+                child.stop().map_err(crate::one_line)?;
+                Ok(Stopped { stats: None, handshakes: None })
             }
             Running::Nginx(nginx) => {
                 let handshakes = match workload.reconnects() {

@@ -1,7 +1,7 @@
 //! E6's plan, claims and cells, on made-up runs.
 
 use super::*;
-use crate::lab::harness::claim::Claim;
+use crate::lab::harness::claim::{Claim, Source};
 use crate::lab::harness::trial::judged_quiet;
 use iomux::Backend;
 
@@ -67,6 +67,40 @@ fn claims_take_the_best_iomux_and_the_worst_disagreement() {
     assert_eq!(median("E6 wrk depth 1: nginx CPU/request / iomux best's"), Some(220_000.0 / 212_000.0));
     assert_eq!(median("E6 bound wrk depth 1: iomux best req/s / nginx's"), Some(1.25));
     assert_eq!(claims.len(), 5, "{claims:?}");
+}
+
+/// The floor runs by wrk at depth 1 alone; there it shows what the
+/// machine allows against nginx, and iomux-epoll is judged against it.
+#[test]
+fn the_floor_judges_iomux_where_it_runs() {
+    let (e, u, n, f) = (Server::Iomux(Backend::Epoll), Server::Iomux(Backend::Uring), Server::Nginx, Server::Floor);
+    let claims = judged(vec![e, u, n, f], |a| {
+        assert!(a.server != f || (a.client == Client::Wrk && a.depth == 1), "the floor in {a}");
+        let bound = a.scenario == Scenario::Bound;
+        Ok(Ok(match a.server {
+            // Errors from the floor are not iomux's.
+            Server::Floor => run(if bound { 110_000.0 } else { 250_000.0 }, 0.9, 5),
+            Server::Nginx => run(if bound { 100_000.0 } else { 200_000.0 }, 0.9, 0),
+            _ if a.server == e => run(if bound { 108_000.0 } else { 220_000.0 }, 0.9, 0),
+            _ => run(if bound { 104_000.0 } else { 230_000.0 }, 0.9, 0),
+        }))
+    });
+    let get = |q: &str| claims.iter().find(|c| c.quantity == q).unwrap_or_else(|| panic!("no claim {q}: {claims:?}"));
+    let median = |q: &str| get(q).estimate.map(|e| (e.median * 1e6).round() / 1e6);
+    let near = |v: f64| Some((v * 1e6).round() / 1e6);
+    for (q, m, source) in [
+        ("E6 bound wrk depth 1: iomux best req/s / nginx's", 1.08, Source::Machine),
+        ("E6 bound wrk depth 1: a server of recv and send alone (the C floor), req/s / nginx's", 1.1, Source::Machine),
+        ("E6 bound wrk depth 1: iomux-epoll req/s / the C floor's", 108.0 / 110.0, Source::Iomux),
+        ("E6 wrk depth 1: nginx CPU/request / iomux best's", 230.0 / 200.0, Source::Machine),
+        ("E6 wrk depth 1: nginx CPU/request / the C floor's", 250.0 / 200.0, Source::Machine),
+        ("E6 wrk depth 16: iomux best req/s / nginx's", 230.0 / 200.0, Source::Iomux),
+        ("E6 errors reported by wrk", 0.0, Source::Iomux),
+    ] {
+        assert_eq!(median(q), near(m), "{q}");
+        assert_eq!(get(q).source, source, "{q}");
+    }
+    assert_eq!(claims.len(), 8, "{claims:?}");
 }
 
 #[test]

@@ -44,6 +44,9 @@ impl Shown for Http {
                 };
                 for &server in &p.servers {
                     let arm = Arm { server, client, depth, scenario, workload: Workload::Plain };
+                    if !is_cell(p, &arm) {
+                        continue;
+                    }
                     let quota = (scenario == Scenario::Bound).then(|| Workload::Plain.quota_share());
                     let footnote = &mut |why: &str| view.footnote(why);
                     let mut row =
@@ -83,7 +86,9 @@ pub(super) fn intro(p: &Params) -> String {
     format!(
         "{placement} Servers: `iomux serve --proto http --backend B` (one loop) and nginx (`worker_processes 1`, \
          `access_log off`, `keepalive_requests` unlimited, `location = /plaintext {{ return 200 \"Hello, \
-         World!\"; }}`). Clients: `wrk -t1 -c{c} -d{s}s --latency` (depth > 1: a generated Lua script sends that \
+         World!\"; }}`), and by wrk at depth 1 the floor: a C server (`iomux peer --server c-http-floor`) that \
+         answers each request's end of head with iomux's response, canned, and does nothing else, so it spends \
+         only what the kernel does. Clients: `wrk -t1 -c{c} -d{s}s --latency` (depth > 1: a generated Lua script sends that \
          many `GET /plaintext` per write) and `h2load --h1 -t1 -c{c} -D {s}` (`-m D`: D requests pipelined). Each \
          client run gets a fresh server, checked to answer `GET /plaintext` first. Requests/s are the client's \
          own. Server CPU: user + system time of the server's processes (nginx: master and worker) from just \
@@ -164,6 +169,9 @@ fn https_tables(env: &Envelope<Params, Arm, Run>, view: &mut View) {
             let nginx = env.estimate(&cell(Server::Nginx, workload), |r| r.report.requests_per_sec);
             for &server in &p.servers {
                 let arm = cell(server, workload);
+                if !is_cell(p, &arm) {
+                    continue;
+                }
                 let footnote = &mut |why: &str| view.footnote(why);
                 let mut row = vec![workload.to_string()];
                 let quota = Some(workload.quota_share());
@@ -202,6 +210,9 @@ fn https_tables(env: &Envelope<Params, Arm, Run>, view: &mut View) {
         );
         for &server in &p.servers {
             let arm = cell(server);
+            if !is_cell(p, &arm) {
+                continue;
+            }
             let estimate = env.estimate(&arm, rss);
             let median = estimate.as_ref().map(|e| e.median);
             t.rows.push(vec![

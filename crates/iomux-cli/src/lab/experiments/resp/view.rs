@@ -53,10 +53,11 @@ pub(super) fn table(env: &Envelope<Params, Arm, Run>, notes: &mut Vec<String>, r
         Vec::new(),
     );
     for &server in &p.servers {
-        if server == Server::Floor && redis.depth != FLOOR_DEPTH {
+        let arm = Arm { server, ..redis };
+        // Results of before 2026-12-07 have the floor at -P 1 only.
+        if server == Server::Floor && !env.takes.iter().any(|t| t.arm == arm) {
             continue;
         }
-        let arm = Arm { server, ..redis };
         let quota = (arm.scenario == Scenario::Bound).then_some(crate::lab::rig::quota::BOUND_SHARE);
         let mut row = serving::request_row(env, (&arm, server.to_string(), quota), reference, SATURATED, &mut footnote);
         let med = |f: fn(&Run) -> f64| env.estimate(&arm, f).map(|e| e.median);
@@ -79,7 +80,7 @@ pub(super) fn intro(p: &Params) -> String {
     format!(
         "{placement} Servers: `iomux serve --proto resp --backend B` (one loop) and redis-server (`--save '' \
          --appendonly no --io-threads 1`). Client: `redis-benchmark -c {c} -n N -P D -t TEST --csv` with N = {n} \
-         x D (one key, 3-byte values; GET's key is set first). At -P 1, the floor: a C server (`iomux peer --server \
+         x D (one key, 3-byte values; GET's key is set first). The floor: a C server (`iomux peer --server \
          c-resp-floor`) that answers each request with a canned reply and does nothing else, so it spends only what \
          the kernel does (syscalls, TCP over loopback, sleeping and waking). Each run gets a fresh server. \
          Scenarios: open (the server has its CPU to itself) and bound (the server in a cgroup CPU quota of {share:.0}% \
