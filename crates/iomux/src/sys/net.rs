@@ -344,6 +344,22 @@ pub(crate) fn unread(fd: RawFd) -> io::Result<u64> {
     Ok(rustix::io::ioctl_fionread(fd)?)
 }
 
+/// `ioctl(SIOCATMARK)`'s request number (asm-generic/sockios.h); the libc
+/// crate does not export it.
+const SIOCATMARK: rustix::ioctl::Opcode = 0x8905;
+
+/// `ioctl(SIOCATMARK)`: whether the next unread byte is TCP urgent data's
+/// mark. Exact where [`unread`] is not: bytes that arrive after a splice
+/// returned EAGAIN do not put the socket at a mark.
+pub(crate) fn at_urgent_mark(fd: RawFd) -> io::Result<bool> {
+    let fd = borrow(fd)?;
+    count(Syscall::Ioctl);
+    // SAFETY: SIOCATMARK is a valid request on a socket, and the kernel
+    // writes one int through its argument, the Getter's output type.
+    let at = unsafe { rustix::ioctl::ioctl(fd, rustix::ioctl::Getter::<SIOCATMARK, libc::c_int>::new()) }?;
+    Ok(at != 0)
+}
+
 /// `ioctl(FIONBIO)`: the socket's own calls no longer block (io_uring's
 /// sockets are made blocking, which splice(2) would then be).
 pub(crate) fn set_nonblocking(fd: RawFd) -> io::Result<()> {

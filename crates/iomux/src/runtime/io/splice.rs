@@ -66,10 +66,12 @@ impl<S> super::Conn<S> {
     }
 }
 
-/// Whether the socket's next unread byte is behind a TCP urgent mark a
-/// splice stopped at: it returned EAGAIN or 0 with bytes still unread.
+/// Whether a splice that returned EAGAIN or 0 stopped at a TCP urgent
+/// mark. Not "bytes still unread": bytes may arrive between the splice
+/// and the check, and ending the splice then would hand the rest of the
+/// stream back to `on_data` for nothing.
 fn at_urgent_mark(fd: RawFd) -> bool {
-    net::unread(fd).is_ok_and(|n| n > 0)
+    net::at_urgent_mark(fd).unwrap_or(false)
 }
 
 impl<S> Io<S> {
