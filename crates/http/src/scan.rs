@@ -11,7 +11,8 @@ pub(crate) fn head_end(buf: &[u8], from: usize) -> Option<usize> {
     // `from` may end in the bytes that arrived since.
     let mut i = from.saturating_sub(2);
     while i < buf.len() {
-        let nl = i + buf[i..].iter().position(|&b| b == b'\n')?;
+        // memchr: SIMD, where a byte loop was a third of a request's parse.
+        let nl = i + memchr::memchr(b'\n', &buf[i..])?;
         match buf.get(nl + 1) {
             Some(b'\n') => return Some(nl + 2),
             Some(b'\r') if buf.get(nl + 2) == Some(&b'\n') => return Some(nl + 3),
