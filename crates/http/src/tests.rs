@@ -102,6 +102,20 @@ fn unknown_paths_and_wrong_methods_keep_the_connection() {
 }
 
 #[test]
+fn sixty_four_header_fields_are_served_and_sixty_five_are_431() {
+    let request = |fields: usize| {
+        let extra: String = (1..fields).map(|i| format!("X-{i}: y\r\n")).collect();
+        format!("GET /plaintext HTTP/1.1\r\nHost: x\r\n{extra}\r\n")
+    };
+    let mut http = Http::new(Limits { max_head: 8192, max_body: 64 });
+    for (fields, status) in [(64, "HTTP/1.1 200 OK"), (65, "HTTP/1.1 431 Request Header Fields Too Large")] {
+        let mut out = Vec::new();
+        http.feed(&mut Session::default(), request(fields).as_bytes(), &mut out);
+        assert_eq!(status_lines(&String::from_utf8(out).unwrap()), [status], "{fields} fields");
+    }
+}
+
+#[test]
 fn a_head_over_the_limit_is_431_and_close_whether_or_not_it_has_ended() {
     let long = format!("GET /plaintext HTTP/1.1\r\nHost: x\r\nX: {}\r\n\r\n", "a".repeat(300));
     let (out, _, close) = feed(long.as_bytes());

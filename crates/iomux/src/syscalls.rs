@@ -97,7 +97,8 @@ syscalls! {
     Getpeername => "getpeername",
     /// `shutdown`.
     Shutdown => "shutdown",
-    /// `ioctl` (FIONREAD: is input unread?).
+    /// `ioctl` (FIONREAD: is input unread?; FIONBIO; SIOCATMARK: is the
+    /// next byte urgent?).
     Ioctl => "ioctl",
     /// `close`.
     Close => "close",

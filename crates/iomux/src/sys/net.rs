@@ -344,8 +344,9 @@ pub(crate) fn unread(fd: RawFd) -> io::Result<u64> {
     Ok(rustix::io::ioctl_fionread(fd)?)
 }
 
-/// `ioctl(SIOCATMARK)`'s request number (asm-generic/sockios.h); the libc
-/// crate does not export it.
+/// `ioctl(SIOCATMARK)`'s request number: asm-generic/sockios.h's, which
+/// x86, Arm and RISC-V use (MIPS, PowerPC, SPARC and Alpha have their
+/// own); the libc crate does not export it.
 const SIOCATMARK: rustix::ioctl::Opcode = 0x8905;
 
 /// `ioctl(SIOCATMARK)`: whether the next unread byte is TCP urgent data's
@@ -354,8 +355,9 @@ const SIOCATMARK: rustix::ioctl::Opcode = 0x8905;
 pub(crate) fn at_urgent_mark(fd: RawFd) -> io::Result<bool> {
     let fd = borrow(fd)?;
     count(Syscall::Ioctl);
-    // SAFETY: SIOCATMARK is a valid request on a socket, and the kernel
-    // writes one int through its argument, the Getter's output type.
+    // SAFETY: SIOCATMARK is a valid request on a socket; the kernel writes
+    // at most one int through its argument (the Getter's output type),
+    // and only on success, when rustix reads it.
     let at = unsafe { rustix::ioctl::ioctl(fd, rustix::ioctl::Getter::<SIOCATMARK, libc::c_int>::new()) }?;
     Ok(at != 0)
 }
@@ -420,6 +422,36 @@ mod tests {
         assert_eq!(liveness(accepted.raw()).unwrap(), (Some(keepalive), 21_500), "not inherited");
         let plain = liveness(client.as_raw_fd()).unwrap();
         assert_eq!(plain, (None, 0), "a plain socket has neither");
+    }
+
+    /// Only a socket whose next byte is urgent data's is at the mark:
+    /// ordinary bytes waiting are not (FIONREAD could not tell them apart).
+    #[test]
+    fn the_urgent_mark_is_where_a_splice_stops() {
+        let (accepted, mut client) = accepted_from((None, None));
+        let fd = accepted.raw();
+        let arrived = |n: u64| {
+            while unread(fd).unwrap() < n {
+                std::thread::yield_now();
+            }
+        };
+        std::io::Write::write_all(&mut client, b"abc").unwrap();
+        arrived(3);
+        assert!(!at_urgent_mark(fd).unwrap(), "ordinary bytes waiting are no mark");
+        // SAFETY: the descriptor is the client's, open; the buffer is one
+        // live byte, its length passed with it.
+        let sent = unsafe { libc::send(client.as_raw_fd(), b"!".as_ptr().cast(), 1, libc::MSG_OOB) };
+        assert_eq!(sent, 1, "send(MSG_OOB): {}", io::Error::last_os_error());
+        arrived(4);
+        let (pipe_read, pipe_write) = pipe().unwrap();
+        assert_eq!(splice(fd, pipe_write.raw(), 64).unwrap(), 3, "the splice stops before the urgent byte");
+        let again = splice(fd, pipe_write.raw(), 64).unwrap_err();
+        assert_eq!(again.kind(), io::ErrorKind::WouldBlock, "and goes no further");
+        assert!(at_urgent_mark(fd).unwrap(), "where it stopped is the mark");
+        let mut byte = [0u8; 1];
+        assert_eq!((recv(fd, &mut byte).unwrap(), byte), (1, *b"!"), "SO_OOBINLINE: the byte in the stream");
+        assert!(!at_urgent_mark(fd).unwrap(), "past the mark");
+        drop(pipe_read);
     }
 
     #[test]

@@ -203,8 +203,11 @@ impl<S> Io<S> {
                 return true;
             }
             budget -= 1;
-            match net::splice(fd, pipe_write, PIPE_CHUNK) {
-                Ok(0) | Err(_) if at_urgent_mark(fd) => {
+            let done = net::splice(fd, pipe_write, PIPE_CHUNK);
+            // EAGAIN or 0, not another error: a reset at a mark is a failure.
+            let stalled = matches!(done, Ok(0)) || done.as_ref().is_err_and(|e| e.kind() == io::ErrorKind::WouldBlock);
+            match done {
+                _ if stalled && at_urgent_mark(fd) => {
                     // TCP's splice stops at an urgent mark (EAGAIN, or 0
                     // after a FIN) though SO_OOBINLINE keeps the byte in
                     // the stream: the connection is read as before from
