@@ -5,7 +5,7 @@ use crate::lab::rig::child::{ServerChild, ServerResult, Tracer};
 use crate::lab::rig::load_child::{LoadChild, Stderr};
 use crate::load::{self, LoadArgs};
 use crate::CliResult;
-use anyhow::{anyhow, bail, Context as _};
+use anyhow::{anyhow, bail};
 use iomux::runtime::Control;
 use iomux::Backend;
 use std::process::Command;
@@ -84,7 +84,7 @@ pub fn run_with_flags(
     serve_flags: &[String],
     configure: impl FnOnce(&mut LoadArgs),
 ) -> CliResult<Cell> {
-    run_cell(backend, proto, None, idle, serve_flags, configure)
+    run_cell(backend, proto, None, idle, serve_flags, LoadIn::Lab, configure)
 }
 
 /// As [`run`], with `idle` connections opened first by a separate load and
@@ -97,7 +97,7 @@ pub fn run_with_idle(
     idle: usize,
     configure: impl FnOnce(&mut LoadArgs),
 ) -> CliResult<Cell> {
-    run_cell(backend, proto, tracer, idle, &[], configure)
+    run_cell(backend, proto, tracer, idle, &[], LoadIn::Lab, configure)
 }
 
 fn run_cell(
@@ -106,6 +106,7 @@ fn run_cell(
     tracer: Option<Tracer>,
     idle: usize,
     serve_flags: &[String],
+    load_in: LoadIn,
     configure: impl FnOnce(&mut LoadArgs),
 ) -> CliResult<Cell> {
     let (server_cpu, load_cpu) = cpus();
@@ -113,6 +114,9 @@ fn run_cell(
     let rss_before = server.rss();
     let mut args = server.load_args(LOAD_BACKEND, load_cpu);
     configure(&mut args);
+    if load_in == LoadIn::Child {
+        return child_cell(server, rss_before, &args);
+    }
     let outcome = if idle == 0 {
         load::execute(&args, false)?
     } else {
@@ -159,18 +163,26 @@ pub fn run_with_load_child(
     serve_flags: &[String],
     configure: impl FnOnce(&mut LoadArgs),
 ) -> CliResult<Cell> {
-    let (server_cpu, load_cpu) = cpus();
-    let server = ServerChild::start_with(backend, proto, server_cpu, None, 1, serve_flags)?;
-    let rss_before = server.rss();
-    let mut args = server.load_args(LOAD_BACKEND, load_cpu);
-    configure(&mut args);
-    let mut load = LoadChild::start(&args, |exe| Command::new(exe), "", Stderr::Kept)?;
+    run_cell(backend, proto, None, 0, serve_flags, LoadIn::Child, configure)
+}
+
+/// Where a cell's load runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LoadIn {
+    /// In the lab's own process (threads of it).
+    Lab,
+    /// In an `iomux load` child process.
+    Child,
+}
+
+/// The cell's load run as a child process against `server`.
+fn child_cell(server: ServerChild, rss_before: u64, args: &LoadArgs) -> CliResult<Cell> {
+    let mut load = LoadChild::start(args, |exe| Command::new(exe), "", Stderr::Kept)?;
     let limit = Duration::from_secs_f64(args.duration.unwrap_or(0.0)) + LOAD_CHILD_SLACK;
     let exited = load.wait(limit, |_| {});
     let rss_peak = server.peak_rss();
     let stopped = server.stop();
-    let status = exited?.with_context(|| format!("iomux load did not finish within {} s; killed", limit.as_secs()))?;
-    let result = load.result().map_err(|why| anyhow!("iomux load exited with {status}: {why}"))?;
+    let (status, result) = load.outcome(exited?, limit).map_err(anyhow::Error::msg)?;
     if !status.success() {
         bail!("iomux load exited with {status}: {}", load.last_words());
     }

@@ -86,6 +86,16 @@ impl LoadChild {
         }
     }
 
+    /// What a load [`LoadChild::wait`]ed for came to: its exit status and
+    /// result; or why there is none (killed at `limit`, or no result, with
+    /// its exit status). A failed exit with a result is the caller's to judge.
+    pub fn outcome(&self, exited: Option<ExitStatus>, limit: Duration) -> Result<(ExitStatus, LoadResult), String> {
+        let status = exited
+            .ok_or_else(|| format!("iomux load{} did not finish within {} s; killed", self.place, limit.as_secs()))?;
+        let result = self.result().map_err(|why| format!("iomux load{} exited with {status}: {why}", self.place))?;
+        Ok((status, result))
+    }
+
     /// The result it wrote, or why there is none (its last line on stderr).
     pub fn result(&self) -> Result<LoadResult, String> {
         let json = self.dir.path().join("load.json");

@@ -159,14 +159,13 @@ fn hold_idle(addr: SocketAddr, pids: &[u32], lab: &LabTls, conns: u32, cpu: Opti
     (args.conns, args.idle, args.duration) = (0, conns as usize, Some(IDLE_HOLD_S));
     args.tls_ca = Some(lab.cert.clone());
     let mut load = LoadChild::start(&args, |exe| Command::new(exe), "", Stderr::Kept).map_err(crate::one_line)?;
-    let status = load.wait(Duration::from_secs(120), |_| {}).map_err(crate::one_line)?;
+    let limit = Duration::from_secs(120);
+    let exited = load.wait(limit, |_| {}).map_err(crate::one_line)?;
     let readings = sampler.finish();
-    match status {
-        Some(s) if s.success() => {}
-        Some(s) => return Err(format!("iomux load --tls-ca exited with {s}: {}", load.last_words())),
-        None => return Err("iomux load --tls-ca ran over 120 s, and was killed".into()),
+    let (status, result) = load.outcome(exited, limit)?;
+    if !status.success() {
+        return Err(format!("iomux load --tls-ca exited with {status}: {}", load.last_words()));
     }
-    let result = load.result()?;
     if result.connected != u64::from(conns) {
         return Err(format!(
             "{} of {conns} idle TLS connections were established: {}",

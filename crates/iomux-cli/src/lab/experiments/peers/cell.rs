@@ -169,10 +169,9 @@ fn measure(child: ServerChild, sampler: Sampler, counter: Option<SyscallCounter>
     let readings = sampler.finish();
     let traced = counter.map(SyscallCounter::finish).transpose();
     let stopped = child.stop();
-    let status = exited?.with_context(|| format!("iomux load did not finish within {} s; killed", limit.as_secs()))?;
     // A server that failed mid-run is why the load failed: say so first.
     let server_failed = stopped.as_ref().err().map_or(String::new(), |e| format!("{}; ", crate::one_line(e)));
-    let report = load_child.result().map_err(|why| anyhow!("{server_failed}iomux load exited with {status}: {why}"))?;
+    let (status, report) = load_child.outcome(exited?, limit).map_err(|why| anyhow!("{server_failed}{why}"))?;
     let (errors, connected) = (report.errors.total, report.connected);
     if errors > 0 || connected != load.conns as u64 || !status.success() {
         let first = report.errors.first.as_deref().unwrap_or("");
