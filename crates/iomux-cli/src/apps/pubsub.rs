@@ -247,6 +247,11 @@ impl Hub {
     /// After a feed: this loop's deliveries go out, and a publisher whose
     /// deliveries wait for room is no longer read.
     pub fn after_feed(&mut self, io: &mut Io<RespConn>, conn: ConnId) {
+        // Most feeds published nothing, and nothing waits for room: then
+        // there is nothing below to do.
+        if !self.published && self.outgoing.runs.is_empty() && self.waiting.iter().all(VecDeque::is_empty) {
+            return;
+        }
         self.push_all(io);
         let waits_room = self.waiting.iter().any(|w| !w.is_empty());
         let publisher = std::mem::take(&mut self.published);

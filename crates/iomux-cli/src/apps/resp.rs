@@ -51,11 +51,22 @@ pub struct RespServer {
     /// The loop's clock at the last call, and it in the keyspace's
     /// milliseconds: one conversion per turn, not per call.
     clock: Option<(Instant, u64)>,
+    /// The subscriptions of a connection that has none, lent to each of
+    /// its feeds: kept, not made and dropped per call.
+    unsubscribed: Subscriptions,
 }
 
 impl RespServer {
     pub fn new(keys: Arc<Keyspace>, limits: Limits, hub: Hub) -> RespServer {
-        RespServer { resp: Resp::new(limits).share_values(), keys, hub, replies: 0, errors: 0, clock: None }
+        RespServer {
+            resp: Resp::new(limits).share_values(),
+            keys,
+            hub,
+            replies: 0,
+            errors: 0,
+            clock: None,
+            unsubscribed: Subscriptions::default(),
+        }
     }
 }
 
@@ -81,16 +92,15 @@ impl Handler for RespServer {
         // A loop that panicked holding the lock left whole commands behind
         // (each command's change is one map operation): carry on.
         let mut store = self.keys.store.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let (resp, hub) = (&mut self.resp, &mut self.hub);
+        let (resp, hub, none) = (&mut self.resp, &mut self.hub, &mut self.unsubscribed);
         // A connection that never subscribed keeps no subscriptions.
-        let mut none = Subscriptions::default();
-        let subs = sub.as_mut().map_or(&mut none, |s| &mut s.subs);
+        let subs = sub.as_mut().map_or(none, |s| &mut s.subs);
         let fed = io.write_with(conn, |out| {
             resp.feed_pubsub(&mut store, now_ms, data, out, REPLY_BUDGET, subs, &mut hub.broker(conn))
         });
         drop(store);
-        if none.count() > 0 {
-            *sub = Some(super::pubsub::Subscriber::new(none));
+        if self.unsubscribed.count() > 0 {
+            *sub = Some(super::pubsub::Subscriber::new(std::mem::take(&mut self.unsubscribed)));
         }
         self.hub.after_feed(io, conn);
         let Some(fed) = fed else {

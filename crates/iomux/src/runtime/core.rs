@@ -376,7 +376,8 @@ impl<'h, H: Handler> Core<'h, H> {
     /// backend, it does not count until offered.)
     fn put_back_offered(&mut self, id: ConnId, pending: Vec<u8>, state: H::Conn) {
         let io = &mut self.io;
-        let splicing = io.splicing(id);
+        // Nothing left (the usual case): no splice to feed, no bound to pass.
+        let splicing = !pending.is_empty() && io.splicing(id);
         let unoffered = !pending.is_empty() && io.delivers(id) && !io.takes_input(id);
         let overflow = pending.len() > io.cfg.max_input && !unoffered && !splicing;
         if splicing && !pending.is_empty() && !unoffered {

@@ -361,8 +361,18 @@ impl<S> Io<S> {
 
     /// Output was queued: the peak, the bound, and the driver's turn.
     fn queued_more(&mut self, conn: ConnId) {
-        let buffered = self.conns.get(conn).map_or(0, Conn::buffered);
+        let Some(c) = self.conns.get_mut(conn) else { return };
+        let buffered = c.buffered();
         self.stats.peak_output = self.stats.peak_output.max(buffered as u64);
+        if buffered < self.cfg.max_output && !c.has(PAUSED) {
+            // Under the bound and not paused: the bound changes nothing
+            // (one lookup where the general path below makes three).
+            if !c.has(DIRTY) {
+                c.flags |= DIRTY;
+                self.dirty.push_back(conn);
+            }
+            return;
+        }
         self.update_backpressure(conn);
         self.mark_dirty(conn);
     }
