@@ -380,7 +380,7 @@ impl<'h, H: Handler> Core<'h, H> {
         let splicing = !pending.is_empty() && io.splicing(id);
         let unoffered = !pending.is_empty() && io.delivers(id) && !io.takes_input(id);
         let overflow = pending.len() > io.cfg.max_input && !unoffered && !splicing;
-        if splicing && !pending.is_empty() && !unoffered {
+        if splicing && !unoffered {
             io.pumps.push_back(id); // declined: it goes to the splice's target
         }
         io.put_back(id, pending, state);

@@ -367,11 +367,7 @@ impl<S> Io<S> {
         if buffered < self.cfg.max_output && !c.has(PAUSED) {
             // Under the bound and not paused: the bound changes nothing
             // (one lookup where the general path below makes three).
-            if !c.has(DIRTY) {
-                c.flags |= DIRTY;
-                self.dirty.push_back(conn);
-            }
-            return;
+            return mark(c, &mut self.dirty, conn);
         }
         self.update_backpressure(conn);
         self.mark_dirty(conn);
@@ -979,6 +975,14 @@ pub(crate) enum Accept {
     Unlimited,
 }
 
+/// Puts connection `id` (`c`) in the dirty list, once.
+fn mark<S>(c: &mut Conn<S>, dirty: &mut VecDeque<ConnId>, id: ConnId) {
+    if !c.has(DIRTY) {
+        c.flags |= DIRTY;
+        dirty.push_back(id);
+    }
+}
+
 /// Keeps `buf` for the next write, unless the pool is full or it is too big.
 fn recycle_into(pool: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {
     if pool.len() < POOL_MAX && buf.capacity() > 0 && buf.capacity() <= POOL_BUF_MAX {
@@ -1047,10 +1051,7 @@ impl<S> Io<S> {
     /// Asks the driver to look at the connection again after the callback.
     pub(crate) fn mark_dirty(&mut self, id: ConnId) {
         if let Some(c) = self.conns.get_mut(id) {
-            if !c.has(DIRTY) {
-                c.flags |= DIRTY;
-                self.dirty.push_back(id);
-            }
+            mark(c, &mut self.dirty, id);
         }
     }
 
