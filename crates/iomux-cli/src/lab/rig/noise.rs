@@ -454,14 +454,20 @@ mod tests {
     #[test]
     fn a_process_outside_the_bench_counts_as_user_space_others() {
         let before = tree_cpu_s(std::process::id()).1;
-        // Orphaned at once (its parent shell exits): no longer ours.
-        let status = std::process::Command::new("sh")
-            .args(["-c", "(timeout 0.5 sh -c 'while :; do :; done' &)"])
-            .status()
-            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let done = dir.path().join("done");
+        // Orphaned at once (its parent shell exits): no longer ours. It
+        // spins for 1 CPU-s (RLIMIT_CPU), not 1 s of a clock: tests running
+        // beside it on 2 CPUs must not shrink what there is to find.
+        let orphan = format!("((ulimit -t 1; exec sh -c 'while :; do :; done'); touch {}) &", done.display());
+        let status = std::process::Command::new("sh").args(["-c", &orphan]).status().unwrap();
         assert!(status.success());
-        std::thread::sleep(Duration::from_millis(800));
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !done.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(done.exists(), "the orphan did not finish its 1 CPU-s in 30 s");
         let foreign = tree_cpu_s(std::process::id()).1 - before;
-        assert!(foreign > 0.3, "found only {foreign:.2} CPU-s of the orphan's 0.5");
+        assert!(foreign > 0.6, "found only {foreign:.2} CPU-s of the orphan's 1.0");
     }
 }
