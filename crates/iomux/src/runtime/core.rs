@@ -186,10 +186,14 @@ impl<'h, H: Handler> Core<'h, H> {
         if self.io.messages_due {
             self.deliver_messages();
         }
-        let later = std::mem::take(&mut self.io.drained_later);
-        self.io.drained.extend(later);
-        let failed = std::mem::take(&mut self.io.doomed_later);
-        self.io.doomed.extend(failed);
+        if !self.io.drained_later.is_empty() {
+            let later = std::mem::take(&mut self.io.drained_later);
+            self.io.drained.extend(later);
+        }
+        if !self.io.doomed_later.is_empty() {
+            let failed = std::mem::take(&mut self.io.doomed_later);
+            self.io.doomed.extend(failed);
+        }
         self.settle(d);
         // Only timers set before this phase: one set from on_timer for
         // now fires next turn, after I/O, not in an endless phase.
@@ -285,12 +289,38 @@ impl<'h, H: Handler> Core<'h, H> {
     /// to the handler (discarded once the connection is closing; held back
     /// while reading is paused).
     pub(crate) fn received(&mut self, id: ConnId, data: &[u8]) {
+        if let Some(state) = self.io.take_state_if_fresh(id, data) {
+            self.io.stats.bytes_in += data.len() as u64;
+            self.io.stats.reads += 1;
+            return self.deliver_fresh(id, state, data);
+        }
         if !self.io.delivers_plain(id) {
             return self.received_other(id, data);
         }
         self.io.stats.bytes_in += data.len() as u64;
         self.io.stats.reads += 1;
         self.deliver(id, data, true);
+    }
+
+    /// [`Core::deliver`] of plaintext when nothing is held back and the
+    /// handler takes input (most reads): the first slice is offered with
+    /// the state alone taken out, and when the handler consumes all of it
+    /// only the state goes back. Otherwise the rest takes the general way
+    /// from where the first call left it, as `offer` would have.
+    fn deliver_fresh(&mut self, id: ConnId, mut state: H::Conn, data: &[u8]) {
+        let end = data.len().min(self.io.cfg.read_buffer);
+        let n = self.handler.on_data(&mut self.io, id, &mut state, &data[..end]).min(end);
+        if n == data.len() {
+            return self.io.put_back_state(id, state);
+        }
+        let consumed = match n {
+            0 if end == data.len() => 0, // declined whole: the next read adds to it
+            0 => self.offer(id, &mut state, data, end, true),
+            _ => n + self.offer(id, &mut state, &data[n..], 0, true),
+        };
+        let mut pending = self.io.take_pending(id);
+        pending.extend_from_slice(&data[consumed..]);
+        self.put_back_offered(id, pending, state);
     }
 
     /// Bytes arrived on a connection that does not take them as they
@@ -419,7 +449,13 @@ impl<'h, H: Handler> Core<'h, H> {
     /// delivers drained notices, until none are left.
     pub(crate) fn settle<D: Driver>(&mut self, d: &mut D) {
         loop {
-            if let Some((id, addr)) = self.io.connecting.pop_front() {
+            if self.io.only_dirty_may_wait() {
+                // The usual case: the cascade below would find only these.
+                match self.io.pop_dirty() {
+                    Some(id) => d.sync(&mut self.io, id),
+                    None => break,
+                }
+            } else if let Some((id, addr)) = self.io.connecting.pop_front() {
                 d.connect(&mut self.io, id, &addr);
             } else if let Some(id) = self.io.pop_dirty() {
                 d.sync(&mut self.io, id);

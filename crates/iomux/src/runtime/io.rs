@@ -362,15 +362,10 @@ impl<S> Io<S> {
     /// Output was queued: the peak, the bound, and the driver's turn.
     fn queued_more(&mut self, conn: ConnId) {
         let Some(c) = self.conns.get_mut(conn) else { return };
-        let buffered = c.buffered();
-        self.stats.peak_output = self.stats.peak_output.max(buffered as u64);
-        if buffered < self.cfg.max_output && !c.has(PAUSED) {
-            // Under the bound and not paused: the bound changes nothing
-            // (one lookup where the general path below makes three).
-            return mark(c, &mut self.dirty, conn);
+        if !queued_under_bound(c, conn, &mut self.stats, self.cfg.max_output, &mut self.dirty) {
+            self.update_backpressure(conn);
+            self.mark_dirty(conn);
         }
-        self.update_backpressure(conn);
-        self.mark_dirty(conn);
     }
 
     /// Serializes straight into the connection's output: `f` appends the
@@ -405,25 +400,23 @@ impl<S> Io<S> {
             return self.write_with_layered(conn, f);
         }
         // The closure gets a buffer of its own, so it cannot disturb bytes
-        // already queued, whatever it does with the Vec.
-        let queued = std::mem::take(&mut c.out);
-        let queued_from = std::mem::take(&mut c.out_pos);
+        // already queued, whatever it does with the Vec. It cannot reach
+        // the loop either, so `c` stays the connection's throughout.
         let mut fresh = self.pool.pop().unwrap_or_default();
         let result = f(&mut fresh);
         let added = !fresh.is_empty();
-        let (out, from, spare) = if queued.len() == queued_from {
-            (fresh, 0, queued) // nothing unsent: the new bytes are the output
+        if c.out.len() == c.out_pos {
+            // Nothing unsent: the new bytes are the output.
+            let spare = std::mem::replace(&mut c.out, fresh);
+            c.out_pos = 0;
+            recycle_into(&mut self.pool, spare);
         } else {
-            let mut queued = queued;
-            queued.extend_from_slice(&fresh);
-            (queued, queued_from, fresh)
-        };
-        self.recycle(spare);
-        if let Some(c) = self.conns.get_mut(conn) {
-            (c.out, c.out_pos) = (out, from);
+            c.out.extend_from_slice(&fresh);
+            recycle_into(&mut self.pool, fresh);
         }
-        if added {
-            self.queued_more(conn);
+        if added && !queued_under_bound(c, conn, &mut self.stats, self.cfg.max_output, &mut self.dirty) {
+            self.update_backpressure(conn);
+            self.mark_dirty(conn);
         }
         Some(result)
     }
@@ -975,6 +968,25 @@ pub(crate) enum Accept {
     Unlimited,
 }
 
+/// Output was queued on `c` (`id`): records the peak and, under the bound
+/// and not paused (so the bound changes nothing), puts it in the dirty
+/// list. False: the caller sees to the bound and the dirty list.
+fn queued_under_bound<S>(
+    c: &mut Conn<S>,
+    id: ConnId,
+    stats: &mut LoopStats,
+    max_output: usize,
+    dirty: &mut VecDeque<ConnId>,
+) -> bool {
+    let buffered = c.buffered();
+    stats.peak_output = stats.peak_output.max(buffered as u64);
+    if buffered < max_output && !c.has(PAUSED) {
+        mark(c, dirty, id);
+        return true;
+    }
+    false
+}
+
 /// Puts connection `id` (`c`) in the dirty list, once.
 fn mark<S>(c: &mut Conn<S>, dirty: &mut VecDeque<ConnId>, id: ConnId) {
     if !c.has(DIRTY) {
@@ -1494,6 +1506,44 @@ impl<S> Io<S> {
         let c = self.conns.get_mut(id)?;
         let state = c.state.take()?;
         Some((std::mem::take(&mut c.pending_in), state))
+    }
+
+    /// The state, taken out for a callback, when `data` may go to the
+    /// handler as it is with nothing before it: plaintext, delivering, not
+    /// paused or held, and no input left from before (so none unoffered).
+    /// None sends the caller the general way.
+    pub(crate) fn take_state_if_fresh(&mut self, id: ConnId, data: &[u8]) -> Option<S> {
+        let c = self.conns.get_mut(id)?;
+        let busy = CLOSING | DOOMED | LAYERED | PAUSED | HELD | UNOFFERED;
+        if data.is_empty() || c.flags & busy != 0 || !c.pending_in.is_empty() {
+            return None;
+        }
+        c.state.take()
+    }
+
+    /// Puts back the state alone after [`Io::take_state_if_fresh`] when the
+    /// handler consumed all the input: [`Io::put_back`] with nothing left.
+    pub(crate) fn put_back_state(&mut self, id: ConnId, state: S) {
+        if let Some(c) = self.conns.get_mut(id) {
+            c.flags &= !SWITCHED; // nothing left over to check
+            c.state = Some(state);
+        }
+    }
+
+    /// The (empty) input buffer, when input is left after all after
+    /// [`Io::take_state_if_fresh`].
+    pub(crate) fn take_pending(&mut self, id: ConnId) -> Vec<u8> {
+        self.conns.get_mut(id).map(|c| std::mem::take(&mut c.pending_in)).unwrap_or_default()
+    }
+
+    /// Whether `dirty` is the only list `settle` may find work in.
+    pub(crate) fn only_dirty_may_wait(&self) -> bool {
+        self.connecting.is_empty()
+            && self.doomed.is_empty()
+            && self.pumps.is_empty()
+            && self.reoffer.is_empty()
+            && self.read_closed.is_empty()
+            && self.drained.is_empty()
     }
 
     /// Puts back what `take_for_callback` took; the connection is still in

@@ -16,3 +16,9 @@ pub mod syscall_rate;
 #[cfg(test)]
 pub mod toy;
 pub mod uring_features;
+
+/// Whether one process on `backend` cannot watch `conns` connections:
+/// select past FD_SETSIZE, its own few descriptors counted.
+pub(crate) fn past_fd_setsize(backend: iomux::Backend, conns: usize) -> bool {
+    backend == iomux::Backend::Select && conns + 8 > iomux::poller::FD_SETSIZE
+}

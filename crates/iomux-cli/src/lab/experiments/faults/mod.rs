@@ -20,6 +20,7 @@ use anyhow::bail;
 use cells::*;
 use profiles::*;
 
+use super::past_fd_setsize;
 use crate::lab::harness::experiment::{experiment_types, Entry, Experiment, Metric};
 use crate::lab::harness::flags::{BackendDefaults, RoundDefaults, SharedFlags};
 use crate::lab::harness::stats::Needed;
@@ -213,12 +214,6 @@ fn procs(backend: Backend, conns: usize) -> usize {
         true => conns.div_ceil(800),
         false => 1,
     }
-}
-
-/// Whether one process on `backend` cannot watch `conns` connections:
-/// select past FD_SETSIZE, its own few descriptors counted.
-fn past_fd_setsize(backend: Backend, conns: usize) -> bool {
-    backend == Backend::Select && conns + 8 > iomux::poller::FD_SETSIZE
 }
 
 impl Experiment for Faults {

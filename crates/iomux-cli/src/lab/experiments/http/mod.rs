@@ -340,7 +340,35 @@ fn every_cell(p: &Params, pick: impl Fn(&Arm) -> bool) -> Vec<Arm> {
     // The floor finds each request's end and answers it, which is valid
     // for wrk's plaintext GETs; at depth 1 it is what the claims read.
     let floor_runs = |a: &Arm| a.workload == Workload::Plain && a.client == Client::Wrk && a.depth == 1;
-    arms.filter(|a| (a.server != Server::Floor || floor_runs(a)) && pick(a)).collect()
+    arms.filter(|a| (a.server != Server::Floor || floor_runs(a)) && holds_idle(p, a) && pick(a)).collect()
+}
+
+/// Whether the run has select but not its idle cell (past FD_SETSIZE).
+fn select_left_out(p: &Params) -> bool {
+    let select = Server::Iomux(iomux::Backend::Select);
+    p.servers.contains(&select)
+        && p.workloads.contains(&Workload::HttpsIdle)
+        && !holds_idle(
+            p,
+            &Arm {
+                server: select,
+                client: Client::Wrk,
+                depth: 1,
+                scenario: Scenario::Open,
+                workload: Workload::HttpsIdle,
+            },
+        )
+}
+
+/// Whether `arm`'s server can hold its connections: every one of them
+/// but select's idle cell past FD_SETSIZE (a full run's 10,000).
+fn holds_idle(p: &Params, arm: &Arm) -> bool {
+    match arm.server {
+        Server::Iomux(backend) if arm.workload == Workload::HttpsIdle => {
+            !super::past_fd_setsize(backend, p.tls_idle as usize)
+        }
+        _ => true,
+    }
 }
 
 /// Whether `arm` is one of the run's cells (the floor's are few).

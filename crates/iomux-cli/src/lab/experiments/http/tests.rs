@@ -25,12 +25,18 @@ fn judged(servers: Vec<Server>, value: impl Fn(&Arm) -> Measured<Run>) -> Vec<Cl
 }
 
 fn judged_with(servers: Vec<Server>, workloads: Vec<Workload>, value: impl Fn(&Arm) -> Measured<Run>) -> Vec<Claim> {
-    let p = Params {
+    let p = plan(servers, workloads, 100);
+    judged_quiet(&Http::claims(&p), &every_cell(&p, |_| true), value)
+}
+
+/// Both clients, depths 1 and 16, both scenarios, six rounds.
+fn plan(servers: Vec<Server>, workloads: Vec<Workload>, tls_idle: u32) -> Params {
+    Params {
         servers,
         depths: vec![1, 16],
         scenarios: vec![Scenario::Open, Scenario::Bound],
         workloads,
-        tls_idle: 100,
+        tls_idle,
         clients: vec![(Client::Wrk, "wrk".into()), (Client::H2load, "h2load".into())],
         missing: vec![],
         conns: CONNS,
@@ -38,8 +44,7 @@ fn judged_with(servers: Vec<Server>, workloads: Vec<Workload>, value: impl Fn(&A
         seconds: 1,
         pinned: None,
         saturated_at: SATURATED,
-    };
-    judged_quiet(&Http::claims(&p), &every_cell(&p, |_| true), value)
+    }
 }
 
 #[test]
@@ -164,4 +169,20 @@ fn a_memory_cell_gives_no_request_figures() {
         workload: Workload::HttpsFull,
     };
     assert_eq!(arm.to_string(), "nginx wrk depth 1 https full handshakes bound");
+}
+
+#[test]
+fn select_has_no_idle_cell_past_fd_setsize() {
+    let (select, epoll) = (Server::Iomux(Backend::Select), Server::Iomux(Backend::Epoll));
+    let plan = |servers: Vec<Server>, tls_idle: u32| plan(servers, vec![Workload::HttpsIdle], tls_idle);
+    let servers = |p: &Params| every_cell(p, |_| true).iter().map(|a| a.server).collect::<Vec<_>>();
+    let small = plan(vec![select, epoll, Server::Nginx], 1000);
+    assert_eq!(servers(&small), vec![select, epoll, Server::Nginx], "1,000 fit below FD_SETSIZE");
+    assert!(!select_left_out(&small));
+    let full = plan(vec![select, epoll, Server::Nginx], 10_000);
+    assert_eq!(servers(&full), vec![epoll, Server::Nginx]);
+    assert!(select_left_out(&full) && view::https_intro(&full).contains("iomux-select has no idle cell"));
+    let idle_claim = |p: &Params| Http::claims(p).iter().any(|c| c.quantity.contains("https idle"));
+    assert!(idle_claim(&full), "judged over epoll");
+    assert!(!idle_claim(&plan(vec![select, Server::Nginx], 10_000)), "no iomux server left to judge");
 }

@@ -106,7 +106,7 @@ pub(super) fn intro(p: &Params) -> String {
     )
 }
 
-fn https_intro(p: &Params) -> String {
+pub(super) fn https_intro(p: &Params) -> String {
     format!(
         "HTTPS: one ECDSA P-256 certificate, made by the lab, for every server; TLS 1.3 with {suite} and {group} \
          only (iomux: `--tls-suites`, `--tls-groups`; nginx: `ssl_protocols TLSv1.3`, `ssl_ecdh_curve`, \
@@ -119,12 +119,16 @@ fn https_intro(p: &Params) -> String {
          cells only). Idle: `iomux load --conns 0 --idle {idle} --tls-ca` on the client's CPU opens and holds {idle} \
          TLS connections; each server's resident memory (all its processes) is read every 10 ms, and the most it \
          held less its first reading, over {idle}, is its memory per connection (iomux with `--http-header-timeout \
-         60`, as nginx's `client_header_timeout`).",
+         60`, as nginx's `client_header_timeout`){select}.",
         suite = tls::SUITE,
         group = tls::GROUP,
         ka = Workload::Https.quota_share() * 100.0,
         hs = Workload::HttpsFull.quota_share() * 100.0,
         idle = p.tls_idle,
+        select = match select_left_out(p) {
+            true => "; iomux-select has no idle cell: it watches only fd numbers below FD_SETSIZE (1,024)",
+            false => "",
+        },
     )
 }
 
